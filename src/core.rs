@@ -1,0 +1,20 @@
+//! The pure outbox core: rows, leases, tokens, the retry clock, variants and mutants.
+//!
+//! It imports nothing of the project and must never read a clock, do I/O, draw a random number or
+//! let a hash map's order reach a result. Every engine — the model checker, the simulations, the
+//! SQL bindings, the trace oracle — calls it; none restates its rules.
+
+pub mod audit;
+pub mod outbox;
+pub mod policy;
+pub mod row;
+pub mod time;
+
+pub use audit::{Auditor, IdempotencyKey, Property, RowGhost, Violation};
+pub use outbox::{
+    random_token, ClaimRequest, CoreError, EnqueueRequest, EnqueueResult, Outbox, RequeueResult, StaleReason,
+    WriteKind, WriteRequest, WriteResult,
+};
+pub use policy::{Backoff, Design, Mutant, Policy, Variant};
+pub use row::{Aggregate, AggregateId, FailureCode, Lease, LeaseToken, MessageId, RelayId, Row, Status, TenantId};
+pub use time::{Duration, Instant};

@@ -1,0 +1,412 @@
+//! The properties of SPEC §7 and the auditor that checks the safety ones step by step.
+//!
+//! The [`Auditor`] wraps every operation on an [`Outbox`]: it performs the operation, then checks
+//! what changed against ghost state the rules never read — which claim of each row is the latest
+//! (by any path, fenced or not), which tokens a row has had, how many times the broker was asked
+//! to publish each message and whether it stored it, which business transitions committed. The
+//! model checker, the simulations, the SQL conformance runs and the trace oracle all check through
+//! it, so "S1" means one thing everywhere.
+
+use super::outbox::{
+    ClaimRequest, CoreError, EnqueueRequest, EnqueueResult, Outbox, RequeueResult, WriteKind, WriteRequest, WriteResult,
+};
+use super::policy::{Policy, TokenKind};
+use super::row::{Lease, LeaseToken, MessageId, Row, Status};
+use super::time::Instant;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A property of SPEC §7.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Property {
+    S1,
+    S2,
+    S3,
+    S4,
+    S5,
+    S6,
+    S7,
+    S8,
+    S9,
+    S10,
+    L1,
+    L2,
+    L3,
+}
+
+impl Property {
+    pub const SAFETY: [Property; 10] = [
+        Property::S1,
+        Property::S2,
+        Property::S3,
+        Property::S4,
+        Property::S5,
+        Property::S6,
+        Property::S7,
+        Property::S8,
+        Property::S9,
+        Property::S10,
+    ];
+    pub const LIVENESS: [Property; 3] = [Property::L1, Property::L2, Property::L3];
+
+    pub fn id(self) -> &'static str {
+        match self {
+            Property::S1 => "S1",
+            Property::S2 => "S2",
+            Property::S3 => "S3",
+            Property::S4 => "S4",
+            Property::S5 => "S5",
+            Property::S6 => "S6",
+            Property::S7 => "S7",
+            Property::S8 => "S8",
+            Property::S9 => "S9",
+            Property::S10 => "S10",
+            Property::L1 => "L1",
+            Property::L2 => "L2",
+            Property::L3 => "L3",
+        }
+    }
+
+    /// The property as a sentence, as SPEC §7 names it.
+    pub fn sentence(self) -> &'static str {
+        match self {
+            Property::S1 => "no stale terminal write succeeds",
+            Property::S2 => "fresh token per claim",
+            Property::S3 => "attempts within budget",
+            Property::S4 => "terminal is absorbing",
+            Property::S5 => "no invented confirmation",
+            Property::S6 => "one live lease",
+            Property::S7 => "retry clock respected",
+            Property::S8 => "stable idempotency key",
+            Property::S9 => "tenant isolation",
+            Property::S10 => "atomic enqueue",
+            Property::L1 => "every message eventually reaches a terminal status",
+            Property::L2 => "under a permanent outage every message is EXHAUSTED after at most max publications",
+            Property::L3 => "once faults stop, every message not FAILED or EXHAUSTED is eventually PUBLISHED",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Property> {
+        Property::SAFETY.into_iter().chain(Property::LIVENESS).find(|p| p.id().eq_ignore_ascii_case(text))
+    }
+}
+
+impl fmt::Display for Property {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.id(), self.sentence())
+    }
+}
+
+/// One broken property, with what broke it in words.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Violation {
+    pub property: Property,
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.property, self.detail)
+    }
+}
+
+/// The key a relay sent with a publication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum IdempotencyKey {
+    /// The row's message id: the only key SPEC allows.
+    Message { message_id: MessageId },
+    /// Anything else (a key minted per attempt).
+    Other { value: u64 },
+}
+
+/// Ghost state of one row.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RowGhost {
+    pub message_id: u32,
+    /// Claims of this row by any path; the latest lease has `claim_seq == claims`.
+    pub claims: u32,
+    /// Tokens the row has had, for random tokens (a counter only needs the last one).
+    pub tokens_seen: Vec<LeaseToken>,
+    /// Publications asked of the broker in the current budget (a requeue starts a new one).
+    pub publications: u32,
+    /// Publications over the row's whole life.
+    pub publications_total: u32,
+    /// The broker stored the message at least once.
+    pub stored: bool,
+}
+
+/// Performs operations on an [`Outbox`] and checks the safety properties on each.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Auditor {
+    pub max_attempts: u32,
+    ghosts: Vec<RowGhost>,
+    violations: Vec<Violation>,
+}
+
+impl Auditor {
+    pub fn new(max_attempts: u32) -> Auditor {
+        Auditor { max_attempts, ghosts: Vec::new(), violations: Vec::new() }
+    }
+
+    pub fn violations(&self) -> &[Violation] {
+        &self.violations
+    }
+
+    pub fn take_violations(&mut self) -> Vec<Violation> {
+        std::mem::take(&mut self.violations)
+    }
+
+    pub fn ghost(&self, message_id: MessageId) -> Option<&RowGhost> {
+        self.ghosts.binary_search_by_key(&message_id.0, |g| g.message_id).ok().map(|i| &self.ghosts[i])
+    }
+
+    pub fn ghosts(&self) -> &[RowGhost] {
+        &self.ghosts
+    }
+
+    /// Mutable ghosts, for normalising engines that rewrite tokens in place.
+    pub fn ghosts_mut(&mut self) -> &mut [RowGhost] {
+        &mut self.ghosts
+    }
+
+    fn ghost_mut(&mut self, message_id: MessageId) -> &mut RowGhost {
+        let i = match self.ghosts.binary_search_by_key(&message_id.0, |g| g.message_id) {
+            Ok(i) => i,
+            Err(i) => {
+                self.ghosts.insert(i, RowGhost { message_id: message_id.0, ..RowGhost::default() });
+                i
+            }
+        };
+        &mut self.ghosts[i]
+    }
+
+    fn violated(&mut self, property: Property, detail: String) {
+        self.violations.push(Violation { property, detail });
+    }
+
+    /// Checks that hold for any row after any step: S3's count and S5.
+    fn check_row(&mut self, row: &Row) {
+        if row.attempts > self.max_attempts {
+            self.violated(
+                Property::S3,
+                format!("{} has attempts = {} over the budget of {}", row.message_id, row.attempts, self.max_attempts),
+            );
+        }
+        if row.status == Status::Published && !self.ghost(row.message_id).is_some_and(|g| g.stored) {
+            self.violated(Property::S5, format!("{} is PUBLISHED but the broker never stored it", row.message_id));
+        }
+    }
+
+    /// S4 across one step: a row that was terminal is unchanged.
+    fn check_absorbing(&mut self, before: &Row, after: &Row, what: &str) {
+        if before.status.is_terminal() && before != after {
+            self.violated(
+                Property::S4,
+                format!("{what} changed {} which was {} (now {})", before.message_id, before.status, after.status),
+            );
+        }
+    }
+
+    /// S2 across a step that is not a claim: the token did not move.
+    fn check_token_kept(&mut self, before: &Row, after: &Row, what: &str) {
+        if before.lease_token != after.lease_token {
+            self.violated(
+                Property::S2,
+                format!("{what} changed the token of {} from {} to {}", before.message_id, before.lease_token, after.lease_token),
+            );
+        }
+    }
+
+    /// SPEC §3.1 with S10: the outbox row exists if and only if the business transition committed.
+    pub fn enqueue(&mut self, outbox: &mut Outbox, req: &EnqueueRequest) -> Result<EnqueueResult, CoreError> {
+        let version_before = outbox.aggregate_version(req.tenant_id, req.aggregate_id);
+        let rows_before = outbox.rows().len();
+        let result = outbox.enqueue(req)?;
+        let version_after = outbox.aggregate_version(req.tenant_id, req.aggregate_id);
+        let inserted = outbox.rows().len() == rows_before + 1 && outbox.row(req.message_id).is_some();
+        let transitioned = version_after == version_before + 1;
+        match result {
+            EnqueueResult::Applied { .. } if !(inserted && transitioned) => self.violated(
+                Property::S10,
+                format!("enqueue of {} applied with row inserted = {inserted}, business moved = {transitioned}", req.message_id),
+            ),
+            EnqueueResult::Stale { .. } if inserted || version_after != version_before => self.violated(
+                Property::S10,
+                format!("stale enqueue of {} still inserted a row or moved the business row", req.message_id),
+            ),
+            _ => {}
+        }
+        if inserted {
+            self.ghost_mut(req.message_id);
+        }
+        Ok(result)
+    }
+
+    /// SPEC §3.2 with S2, S3, S4, S6, S7 and S9. `true_now` is the global clock (the model's or the
+    /// simulation's), which a skewed relay's `req.now` may differ from. Stamps each lease's
+    /// `claim_seq` ghost.
+    pub fn claim(
+        &mut self,
+        outbox: &mut Outbox,
+        policy: &Policy,
+        req: &ClaimRequest,
+        true_now: Instant,
+    ) -> Result<Vec<Lease>, CoreError> {
+        let before: Vec<Row> = outbox.rows().to_vec();
+        let mut leases = outbox.claim(policy, req)?;
+        for lease in &mut leases {
+            let Some(old) = before.iter().find(|r| r.message_id == lease.message_id) else {
+                continue;
+            };
+            let new = outbox.row(lease.message_id).cloned().unwrap_or_else(|| old.clone());
+            let what = format!("claim by {}", req.owner);
+            self.check_absorbing(old, &new, &what);
+            if old.tenant_id != req.tenant_id {
+                self.violated(
+                    Property::S9,
+                    format!("{what} for {} returned {} of {}", req.tenant_id, old.message_id, old.tenant_id),
+                );
+            }
+            if old.status == Status::InFlight && old.lease_expires_at.is_some_and(|at| at > true_now) {
+                self.violated(
+                    Property::S6,
+                    format!(
+                        "{what} took {} whose lease by {} runs until {} at true time {true_now}",
+                        old.message_id,
+                        old.lease_owner.map(|o| o.to_string()).unwrap_or_else(|| "an unnamed relay".into()),
+                        old.lease_expires_at.unwrap_or_default()
+                    ),
+                );
+            }
+            if let Some(at) = old.next_attempt_at.filter(|&at| at > true_now) {
+                self.violated(
+                    Property::S7,
+                    format!("{what} took {} at true time {true_now}, before its retry time {at}", old.message_id),
+                );
+            }
+            let fresh = match policy.token_kind {
+                TokenKind::Counter => new.lease_token.0 == old.lease_token.0 + 1,
+                TokenKind::Random => {
+                    let ghost = self.ghost(old.message_id);
+                    new.lease_token != old.lease_token
+                        && !ghost.is_some_and(|g| g.tokens_seen.contains(&new.lease_token))
+                }
+            };
+            if !fresh {
+                self.violated(
+                    Property::S2,
+                    format!("{what} gave {} the token {} it had before (was {})", old.message_id, new.lease_token, old.lease_token),
+                );
+            }
+            let ghost = self.ghost_mut(old.message_id);
+            ghost.claims += 1;
+            lease.claim_seq = ghost.claims;
+            if policy.token_kind == TokenKind::Random {
+                ghost.tokens_seen.push(old.lease_token);
+            }
+            self.check_row(&new);
+        }
+        Ok(leases)
+    }
+
+    /// SPEC §3.3 with S1 (only the latest claim's writer may apply; a Stale write changes
+    /// nothing), S4, S7 (AMBIGUOUS and retry set a later retry time) and S9.
+    pub fn write(&mut self, outbox: &mut Outbox, policy: &Policy, req: &WriteRequest) -> Result<WriteResult, CoreError> {
+        let id = req.lease.message_id;
+        let before = outbox.row(id).cloned();
+        let result = outbox.write(policy, req)?;
+        let (Some(old), Some(new)) = (before, outbox.row(id).cloned()) else {
+            return Ok(result);
+        };
+        let what = format!("{} by {} with {}", req.kind.name(), req.lease.owner, req.lease.token);
+        let latest = self.ghost(id).map(|g| g.claims).unwrap_or(0);
+        match result {
+            WriteResult::Applied { .. } if old == new => {
+                self.violated(Property::S1, format!("{what} reported applied to {id} but changed nothing"));
+            }
+            WriteResult::Applied { .. } => {
+                if req.lease.claim_seq != latest {
+                    self.violated(
+                        Property::S1,
+                        format!(
+                            "{what} applied to {} from claim {} of the row while claim {latest} is the latest",
+                            id, req.lease.claim_seq
+                        ),
+                    );
+                }
+                if old.tenant_id != req.lease.tenant_id {
+                    self.violated(
+                        Property::S9,
+                        format!("{what} for {} applied to {id} of {}", req.lease.tenant_id, old.tenant_id),
+                    );
+                }
+                if matches!(req.kind, WriteKind::Ambiguous { .. } | WriteKind::Retry { .. })
+                    && matches!(new.status, Status::Ambiguous | Status::Pending)
+                    && !new.next_attempt_at.is_some_and(|at| at > req.now)
+                {
+                    self.violated(
+                        Property::S7,
+                        format!("{what} left {id} {} with retry time {:?}, not later than {}", new.status, new.next_attempt_at, req.now),
+                    );
+                }
+            }
+            WriteResult::Stale { reason } => {
+                if old != new {
+                    self.violated(Property::S1, format!("{what} said Stale ({reason:?}) but changed {id}"));
+                }
+            }
+        }
+        self.check_absorbing(&old, &new, &what);
+        self.check_token_kept(&old, &new, &what);
+        self.check_row(&new);
+        Ok(result)
+    }
+
+    /// SPEC §3.4 with S4 and S2.
+    pub fn reap(&mut self, outbox: &mut Outbox, now: Instant) -> Vec<MessageId> {
+        let before: Vec<Row> = outbox.rows().to_vec();
+        let reaped = outbox.reap(now, self.max_attempts);
+        for id in &reaped {
+            let (Some(old), Some(new)) = (before.iter().find(|r| r.message_id == *id), outbox.row(*id).cloned()) else {
+                continue;
+            };
+            self.check_absorbing(old, &new, "reap");
+            self.check_token_kept(old, &new, "reap");
+        }
+        reaped
+    }
+
+    /// Operator requeue with S2: the token is kept. Starts a new publication budget.
+    pub fn requeue(&mut self, outbox: &mut Outbox, policy: &Policy, id: MessageId) -> Result<RequeueResult, CoreError> {
+        let before = outbox.row(id).cloned();
+        let result = outbox.requeue(policy, id)?;
+        if let (Some(old), Some(new)) = (before, outbox.row(id).cloned()) {
+            self.check_token_kept(&old, &new, "requeue");
+        }
+        if result == RequeueResult::Applied {
+            self.ghost_mut(id).publications = 0;
+        }
+        Ok(result)
+    }
+
+    /// A relay asked the broker to publish `message_id` with `key`; `stored` is whether the broker
+    /// stored it. Checks S3 (publications within budget) and S8 (the key is the message id).
+    pub fn published(&mut self, message_id: MessageId, key: IdempotencyKey, stored: bool) {
+        let max = self.max_attempts;
+        let ghost = self.ghost_mut(message_id);
+        ghost.publications += 1;
+        ghost.publications_total += 1;
+        ghost.stored |= stored;
+        let count = ghost.publications;
+        if count > max {
+            self.violated(
+                Property::S3,
+                format!("{message_id} was published {count} times, over the budget of {max}"),
+            );
+        }
+        if key != (IdempotencyKey::Message { message_id }) {
+            self.violated(Property::S8, format!("{message_id} was published with key {key:?}, not its message id"));
+        }
+    }
+}

@@ -1,0 +1,414 @@
+//! The outbox table and the operations of SPEC §3, each one atomic.
+//!
+//! This is the only place that knows the outbox rules. Every operation takes `now` as an argument
+//! and the caller's [`Policy`]; nothing here reads a clock, does I/O, draws a random number or
+//! iterates a hash map. Expected refusals are typed results ([`WriteResult::Stale`],
+//! [`EnqueueResult::Stale`]); invalid input is a [`CoreError`].
+
+use super::policy::{
+    AmbiguousShape, AttemptsAt, BudgetPredicate, ClaimFence, ClaimOrder, Policy, TokenKind, WriteFence,
+};
+use super::row::{Aggregate, AggregateId, FailureCode, Lease, LeaseToken, MessageId, RelayId, Row, Status, TenantId};
+use super::time::{Duration, Instant};
+use serde::{Deserialize, Serialize};
+
+/// Invalid input: the caller asked for something the design does not define.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum CoreError {
+    /// A claim must ask for at least one row.
+    #[error("invalid batch: a claim must ask for at least one row")]
+    InvalidBatch,
+    /// A lease must last some time, or it expires as it is granted.
+    #[error("invalid lease: a lease must last at least 1 ms")]
+    InvalidLease,
+    /// The attempt budget must allow one attempt.
+    #[error("invalid budget: max_attempts must be at least 1")]
+    InvalidBudget,
+    /// `message_id` is unique.
+    #[error("duplicate message id {0}")]
+    DuplicateMessageId(MessageId),
+    /// A lease (or requeue) named a message the table does not hold.
+    #[error("no row with message id {0}")]
+    UnknownMessage(MessageId),
+}
+
+/// Enqueue: the business transition and its outbox row, in one transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct EnqueueRequest {
+    pub tenant_id: TenantId,
+    pub aggregate_id: AggregateId,
+    /// The version the application read; an aggregate never written is at version 0.
+    pub expected_version: u32,
+    pub message_id: MessageId,
+    pub now: Instant,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum EnqueueResult {
+    /// The aggregate moved to `version` and the outbox row was inserted.
+    Applied { version: u32 },
+    /// The aggregate was not at the expected version: nothing changed.
+    Stale { current_version: u32 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ClaimRequest {
+    pub tenant_id: TenantId,
+    pub owner: RelayId,
+    pub batch: u32,
+    pub lease: Duration,
+    pub now: Instant,
+    pub max_attempts: u32,
+}
+
+/// The five writes that end a lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "write", rename_all = "snake_case")]
+pub enum WriteKind {
+    Published,
+    /// Outcome unknown (timeout, lost ack).
+    Ambiguous { code: FailureCode },
+    /// Definite, retryable failure: back to PENDING with a retry time.
+    Retry { code: FailureCode },
+    Failed { code: FailureCode },
+    Exhausted { code: FailureCode },
+}
+
+impl WriteKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            WriteKind::Published => "mark_published",
+            WriteKind::Ambiguous { .. } => "mark_ambiguous",
+            WriteKind::Retry { .. } => "mark_retry",
+            WriteKind::Failed { .. } => "mark_failed",
+            WriteKind::Exhausted { .. } => "mark_exhausted",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct WriteRequest {
+    pub lease: Lease,
+    pub kind: WriteKind,
+    pub now: Instant,
+    pub max_attempts: u32,
+}
+
+/// Why a terminal write matched no row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StaleReason {
+    WrongTenant,
+    NotInFlight,
+    WrongOwner,
+    WrongToken,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum WriteResult {
+    /// The write matched the row, which now has `status`.
+    Applied { status: Status },
+    /// The write matched no row: the writer's claim was superseded.
+    Stale { reason: StaleReason },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum RequeueResult {
+    Applied,
+    /// Only FAILED and EXHAUSTED rows are requeued.
+    NotRequeueable { status: Status },
+}
+
+/// The outbox table with its business rows.
+///
+/// Rows are kept sorted by `message_id` and aggregates by `(tenant, aggregate)`, so equal tables
+/// compare and hash equal whatever order the operations came in.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Outbox {
+    rows: Vec<Row>,
+    aggregates: Vec<Aggregate>,
+    /// Claims ever made with [`TokenKind::Random`]: the source of fresh random tokens.
+    random_tokens_issued: u64,
+}
+
+impl Outbox {
+    pub fn new() -> Outbox {
+        Outbox::default()
+    }
+
+    pub fn rows(&self) -> &[Row] {
+        &self.rows
+    }
+
+    pub fn aggregates(&self) -> &[Aggregate] {
+        &self.aggregates
+    }
+
+    pub fn row(&self, message_id: MessageId) -> Option<&Row> {
+        self.index(message_id).map(|i| &self.rows[i])
+    }
+
+    fn index(&self, message_id: MessageId) -> Option<usize> {
+        self.rows.binary_search_by_key(&message_id, |r| r.message_id).ok()
+    }
+
+    pub fn aggregate_version(&self, tenant_id: TenantId, aggregate_id: AggregateId) -> u32 {
+        self.aggregates
+            .binary_search_by_key(&(tenant_id, aggregate_id), |a| (a.tenant_id, a.aggregate_id))
+            .map(|i| self.aggregates[i].version)
+            .unwrap_or(0)
+    }
+
+    /// Used by normalising engines (the model checker) that rewrite times and tokens in place.
+    pub fn rows_mut(&mut self) -> &mut [Row] {
+        &mut self.rows
+    }
+
+    /// SPEC §3.1: the aggregate moves from `expected_version` to the next only if it is there now;
+    /// the outbox row is inserted only if that update changed a row.
+    pub fn enqueue(&mut self, req: &EnqueueRequest) -> Result<EnqueueResult, CoreError> {
+        let slot = self.rows.binary_search_by_key(&req.message_id, |r| r.message_id);
+        let Err(row_at) = slot else {
+            return Err(CoreError::DuplicateMessageId(req.message_id));
+        };
+        let key = (req.tenant_id, req.aggregate_id);
+        let found = self.aggregates.binary_search_by_key(&key, |a| (a.tenant_id, a.aggregate_id));
+        let current = found.map(|i| self.aggregates[i].version).unwrap_or(0);
+        if current != req.expected_version {
+            return Ok(EnqueueResult::Stale { current_version: current });
+        }
+        let version = current + 1;
+        match found {
+            Ok(i) => self.aggregates[i].version = version,
+            Err(i) => self.aggregates.insert(
+                i,
+                Aggregate { tenant_id: req.tenant_id, aggregate_id: req.aggregate_id, version },
+            ),
+        }
+        self.rows.insert(
+            row_at,
+            Row {
+                message_id: req.message_id,
+                tenant_id: req.tenant_id,
+                aggregate_id: req.aggregate_id,
+                aggregate_version: version,
+                status: Status::Pending,
+                attempts: 0,
+                lease_owner: None,
+                lease_token: LeaseToken(0),
+                lease_expires_at: None,
+                next_attempt_at: None,
+                last_failure_code: None,
+                created_at: req.now,
+                published_at: None,
+            },
+        );
+        Ok(EnqueueResult::Applied { version })
+    }
+
+    /// The claim predicate: may `policy`'s claim for `tenant` at `now` take `row`?
+    pub fn is_claimable(policy: &Policy, row: &Row, tenant_id: TenantId, now: Instant, max_attempts: u32) -> bool {
+        if policy.claim_by_tenant && row.tenant_id != tenant_id {
+            return false;
+        }
+        let status_ok = matches!(row.status, Status::Pending | Status::Ambiguous | Status::InFlight)
+            || (policy.claim_terminal && row.status.is_terminal());
+        if !status_ok {
+            return false;
+        }
+        // Only a claim sets the expiry and every write clears it, so a non-null expiry is a
+        // live or expired lease whatever the status says.
+        let lease_ok = policy.claim_live_leases || row.lease_expires_at.is_none_or(|at| at <= now);
+        let clock_ok = !policy.retry_clock || row.next_attempt_at.is_none_or(|at| at <= now);
+        let budget_ok = match policy.budget {
+            BudgetPredicate::Strict => row.attempts < max_attempts,
+            BudgetPredicate::OneOver => row.attempts <= max_attempts,
+            BudgetPredicate::Absent => true,
+        };
+        lease_ok && clock_ok && budget_ok
+    }
+
+    /// The claim's total order, as a sortable key.
+    fn order_key(order: ClaimOrder, row: &Row) -> (Instant, TenantId, MessageId) {
+        match order {
+            ClaimOrder::Due => (row.next_attempt_at.unwrap_or(row.created_at), TenantId(0), row.message_id),
+            ClaimOrder::Created => (row.created_at, row.tenant_id, row.message_id),
+        }
+    }
+
+    /// SPEC §3.2: takes up to `batch` claimable rows in the policy's order and leases them, in one
+    /// statement. Returns one lease per row, in claim order.
+    pub fn claim(&mut self, policy: &Policy, req: &ClaimRequest) -> Result<Vec<Lease>, CoreError> {
+        if req.batch == 0 {
+            return Err(CoreError::InvalidBatch);
+        }
+        if req.lease.0 == 0 {
+            return Err(CoreError::InvalidLease);
+        }
+        if req.max_attempts == 0 {
+            return Err(CoreError::InvalidBudget);
+        }
+        let mut picked: Vec<usize> = (0..self.rows.len())
+            .filter(|&i| Self::is_claimable(policy, &self.rows[i], req.tenant_id, req.now, req.max_attempts))
+            .collect();
+        picked.sort_by_key(|&i| Self::order_key(policy.claim_order, &self.rows[i]));
+        picked.truncate(req.batch as usize);
+
+        let mut leases = Vec::with_capacity(picked.len());
+        for i in picked {
+            let fresh_token = match policy.token_kind {
+                TokenKind::Counter => LeaseToken(self.rows[i].lease_token.0 + 1),
+                TokenKind::Random => {
+                    self.random_tokens_issued += 1;
+                    LeaseToken(random_token(self.random_tokens_issued))
+                }
+            };
+            let row = &mut self.rows[i];
+            row.status = Status::InFlight;
+            row.lease_expires_at = Some(req.now.plus(req.lease));
+            match policy.claim_fence {
+                ClaimFence::OwnerAndToken => {
+                    row.lease_owner = Some(req.owner);
+                    row.lease_token = fresh_token;
+                }
+                ClaimFence::OwnerOnly => row.lease_owner = Some(req.owner),
+                ClaimFence::Unfenced => {}
+            }
+            if policy.attempts_at == AttemptsAt::Claim {
+                row.attempts += 1;
+            }
+            leases.push(Lease {
+                message_id: row.message_id,
+                tenant_id: row.tenant_id,
+                owner: req.owner,
+                token: row.lease_token,
+                attempts: row.attempts,
+                claim_seq: 0,
+            });
+        }
+        Ok(leases)
+    }
+
+    /// The fence of a terminal write: `None` when the write matches the row.
+    fn fence(policy: &Policy, row: &Row, lease: &Lease) -> Option<StaleReason> {
+        if policy.write_checks_tenant && row.tenant_id != lease.tenant_id {
+            return Some(StaleReason::WrongTenant);
+        }
+        let (owner, token) = match policy.write_fence {
+            WriteFence::MessageIdOnly => return None,
+            WriteFence::StatusOwnerToken => (true, true),
+            WriteFence::StatusToken => (false, true),
+            WriteFence::StatusOwner => (true, false),
+        };
+        if row.status != Status::InFlight {
+            Some(StaleReason::NotInFlight)
+        } else if owner && row.lease_owner != Some(lease.owner) {
+            Some(StaleReason::WrongOwner)
+        } else if token && row.lease_token != lease.token {
+            Some(StaleReason::WrongToken)
+        } else {
+            None
+        }
+    }
+
+    /// SPEC §3.3: a terminal write applies only where the fence matches, clears the lease, and
+    /// reports Stale otherwise. The lease's expiry is not part of the condition: a current token
+    /// proves nobody has claimed since.
+    pub fn write(&mut self, policy: &Policy, req: &WriteRequest) -> Result<WriteResult, CoreError> {
+        if req.max_attempts == 0 {
+            return Err(CoreError::InvalidBudget);
+        }
+        let i = self.index(req.lease.message_id).ok_or(CoreError::UnknownMessage(req.lease.message_id))?;
+        let row = &mut self.rows[i];
+        if let Some(reason) = Self::fence(policy, row, &req.lease) {
+            if policy.swallow_stale {
+                return Ok(WriteResult::Applied { status: row.status });
+            }
+            return Ok(WriteResult::Stale { reason });
+        }
+        row.lease_expires_at = None;
+        let keeps_owner =
+            matches!(req.kind, WriteKind::Ambiguous { .. }) && policy.ambiguous_shape == AmbiguousShape::KeepsOwner;
+        if !keeps_owner {
+            row.lease_owner = None;
+        }
+        match req.kind {
+            WriteKind::Published => {
+                row.status = Status::Published;
+                row.published_at = Some(req.now);
+            }
+            WriteKind::Ambiguous { code } | WriteKind::Retry { code } => {
+                if policy.attempts_at == AttemptsAt::FailureWrite {
+                    row.attempts += 1;
+                }
+                row.last_failure_code = Some(code);
+                if policy.exhausted_status && row.attempts >= req.max_attempts {
+                    row.status = Status::Exhausted;
+                } else {
+                    row.status =
+                        if matches!(req.kind, WriteKind::Ambiguous { .. }) { Status::Ambiguous } else { Status::Pending };
+                    if policy.retry_clock && !keeps_owner {
+                        row.next_attempt_at = Some(req.now.plus(policy.backoff.delay(row.attempts)));
+                    }
+                }
+            }
+            WriteKind::Failed { code } => {
+                row.status = Status::Failed;
+                row.last_failure_code = Some(code);
+            }
+            WriteKind::Exhausted { code } => {
+                row.status = Status::Exhausted;
+                row.last_failure_code = Some(code);
+            }
+        }
+        Ok(WriteResult::Applied { status: row.status })
+    }
+
+    /// SPEC §3.4: an IN_FLIGHT row whose lease expired with its budget spent can never be claimed
+    /// again; move it to EXHAUSTED. Returns the rows reaped, by message id.
+    pub fn reap(&mut self, now: Instant, max_attempts: u32) -> Vec<MessageId> {
+        let mut reaped = Vec::new();
+        for row in &mut self.rows {
+            let expired = row.lease_expires_at.is_some_and(|at| at <= now);
+            if row.status == Status::InFlight && expired && row.attempts >= max_attempts {
+                row.status = Status::Exhausted;
+                row.lease_owner = None;
+                row.lease_expires_at = None;
+                row.last_failure_code = Some(FailureCode::BudgetSpent);
+                reaped.push(row.message_id);
+            }
+        }
+        reaped
+    }
+
+    /// Operator requeue: FAILED or EXHAUSTED back to PENDING with a new attempt budget. The token
+    /// is kept, so a lease from before the requeue stays stale.
+    pub fn requeue(&mut self, policy: &Policy, message_id: MessageId) -> Result<RequeueResult, CoreError> {
+        let i = self.index(message_id).ok_or(CoreError::UnknownMessage(message_id))?;
+        let row = &mut self.rows[i];
+        if !matches!(row.status, Status::Failed | Status::Exhausted) {
+            return Ok(RequeueResult::NotRequeueable { status: row.status });
+        }
+        row.status = Status::Pending;
+        row.attempts = 0;
+        row.lease_owner = None;
+        row.lease_expires_at = None;
+        row.next_attempt_at = None;
+        if policy.requeue_resets_token {
+            row.lease_token = LeaseToken(0);
+        }
+        Ok(RequeueResult::Applied)
+    }
+}
+
+/// splitmix64's finaliser: a bijection on u64, so distinct claim numbers give distinct tokens, and
+/// every engine (SQL binds the value as a parameter) computes the same one.
+pub fn random_token(claim_number: u64) -> u64 {
+    let mut z = claim_number.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

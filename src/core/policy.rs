@@ -1,0 +1,525 @@
+//! Designs as data: a [`Policy`] is a set of switches over the one core.
+//!
+//! Every variant of SPEC §5 and every mutant of MUTANTS.md is a `Policy` value; no rule of the
+//! outbox is written twice. A policy belongs to a relay, so a fleet can mix generations over one
+//! table (a rolling upgrade). The switches that concern the database statements are read by
+//! [`Outbox`](super::outbox::Outbox); the ones under [`RelayPolicy`] by the relay cycle.
+
+use super::time::Duration;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// When `attempts` is counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttemptsAt {
+    /// By the claim, in the same statement that takes the lease (reference).
+    Claim,
+    /// By the AMBIGUOUS and retry writes (seed V2 and the V1 path): a relay that crashes, or loses
+    /// its connection, after publishing leaves no trace in the count.
+    FailureWrite,
+}
+
+/// What a claim writes besides status and expiry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClaimFence {
+    /// Sets `lease_owner` and increments `lease_token` (reference).
+    OwnerAndToken,
+    /// Sets `lease_owner` but leaves the token as it was (mutant `claim-no-token-bump`).
+    OwnerOnly,
+    /// Sets status and expiry only: no owner, no token (the V1 `leaseBatch`).
+    Unfenced,
+}
+
+/// What a terminal write checks besides `message_id`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WriteFence {
+    /// `status = IN_FLIGHT AND lease_owner = ? AND lease_token = ?` (reference).
+    StatusOwnerToken,
+    /// `status = IN_FLIGHT AND lease_token = ?` (seed 003's random tokens).
+    StatusToken,
+    /// `status = IN_FLIGHT AND lease_owner = ?` (mutant `write-owner-only`).
+    StatusOwner,
+    /// `message_id = ?` alone (the V1 AMBIGUOUS write; mutant `write-id-only`).
+    MessageIdOnly,
+}
+
+/// The claim's budget predicate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BudgetPredicate {
+    /// `attempts < max` (reference).
+    Strict,
+    /// `attempts <= max`: one attempt too many (mutant `exhaust-off-by-one`).
+    OneOver,
+    /// No predicate (the V1 path; mutant `no-budget-predicate`).
+    Absent,
+}
+
+/// What the AMBIGUOUS write leaves behind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AmbiguousShape {
+    /// Clears owner and expiry, sets the retry clock (reference, seed V2).
+    ClearsLease,
+    /// Clears expiry only, leaves `lease_owner` as it was and sets no retry time (the V1 path).
+    KeepsOwner,
+}
+
+/// Where a fresh lease token comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TokenKind {
+    /// `lease_token + 1`.
+    Counter,
+    /// A fresh random value compared for equality only (seed 003's uuid). The core stays
+    /// deterministic: the value is a bijective mix of a table-wide claim counter, so it is never
+    /// repeated and every engine computes the same one.
+    Random,
+}
+
+/// Whose clock supplies `now`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClockSource {
+    /// The database's (`clock_timestamp()`): one clock for every relay.
+    Database,
+    /// The relay's own, bound as a parameter; it may be skewed.
+    Relay,
+}
+
+/// The total order in which a claim takes claimable rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClaimOrder {
+    /// `COALESCE(next_attempt_at, created_at), message_id` (SPEC §3).
+    Due,
+    /// `created_at, tenant_id, message_id` (seed 003).
+    Created,
+}
+
+/// Which idempotency key a relay sends with a publication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IdempotencyKeyPolicy {
+    /// The row's `message_id`, on every attempt.
+    MessageId,
+    /// A new key per attempt (mutant `fresh-idempotency-key`).
+    PerAttempt,
+}
+
+/// What a relay records for a permanent rejection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RejectionWrite {
+    /// `mark_failed`.
+    MarkFailed,
+    /// `mark_retry`: the design has no failed state (seed 003).
+    MarkRetry,
+}
+
+/// Switches read by the relay cycle, not by the database statements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RelayPolicy {
+    pub idempotency_key: IdempotencyKeyPolicy,
+    pub rejection: RejectionWrite,
+    /// Writes PUBLISHED before the broker acknowledged (mutant `publish-before-ack`).
+    pub publish_before_ack: bool,
+    /// After losing the DB connection post-publish, republishes at once and records PUBLISHED
+    /// (mutant `retry-after-db-loss`).
+    pub republish_after_db_loss: bool,
+    /// The design runs the reaper (SPEC §3.4) as a periodic job beside its relays.
+    pub reaper: bool,
+    pub clock: ClockSource,
+}
+
+/// A design: every switch the core and the relay cycle read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Policy {
+    pub attempts_at: AttemptsAt,
+    pub claim_fence: ClaimFence,
+    pub write_fence: WriteFence,
+    pub budget: BudgetPredicate,
+    pub ambiguous_shape: AmbiguousShape,
+    pub token_kind: TokenKind,
+    pub claim_order: ClaimOrder,
+    /// Claim honours `next_attempt_at`, and AMBIGUOUS / retry writes set it.
+    pub retry_clock: bool,
+    /// The design has an EXHAUSTED status: a failure write past the budget moves there.
+    pub exhausted_status: bool,
+    /// Claim is scoped to one tenant.
+    pub claim_by_tenant: bool,
+    /// Terminal writes check the tenant.
+    pub write_checks_tenant: bool,
+    /// Claim takes IN_FLIGHT rows whose lease has not expired (mutant `steal-live-lease`).
+    pub claim_live_leases: bool,
+    /// Claim accepts PUBLISHED, FAILED and EXHAUSTED rows (mutant `claim-terminal`).
+    pub claim_terminal: bool,
+    /// A write that matched no row reports Applied (mutant `swallow-stale`).
+    pub swallow_stale: bool,
+    /// Requeue resets `lease_token` to 0 (mutant `token-reset-on-requeue`).
+    pub requeue_resets_token: bool,
+    pub backoff: Backoff,
+    pub relay: RelayPolicy,
+}
+
+/// The retry clock's delay: exponential in the attempt count, with a cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Backoff {
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+impl Backoff {
+    /// `min(base · 2^(attempts−1), cap)`, never less than 1 ms so a retry time is strictly later
+    /// than now.
+    pub fn delay(self, attempts: u32) -> Duration {
+        let doublings = attempts.saturating_sub(1).min(32);
+        let delay = self.base.0.saturating_mul(1u64 << doublings).min(self.cap.0);
+        Duration(delay.max(1))
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff { base: Duration(1_000), cap: Duration(60_000) }
+    }
+}
+
+/// The designs of SPEC §5.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Variant {
+    Reference,
+    SeedV2,
+    LegacyV1,
+    SeedTenant,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 4] = [Variant::Reference, Variant::SeedV2, Variant::LegacyV1, Variant::SeedTenant];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Reference => "reference",
+            Variant::SeedV2 => "seed-v2",
+            Variant::LegacyV1 => "legacy-v1",
+            Variant::SeedTenant => "seed-tenant",
+        }
+    }
+
+    pub fn summary(self) -> &'static str {
+        match self {
+            Variant::Reference => "SPEC §3 and §4: fenced claim and writes, attempts counted at claim, retry clock, reaper",
+            Variant::SeedV2 => "seed 000's messaging_outbox V2 as written: fenced, but attempts counted by the AMBIGUOUS write and `now` from the relay",
+            Variant::LegacyV1 => "seed 000's V1 leaseBatch path: no owner, no token bump, no retry clock, no budget; writes keyed on message_id",
+            Variant::SeedTenant => "seed 003's outbox_events: tenant-scoped SKIP LOCKED claim, attempts < 3 at claim, random tokens, no failed or exhausted state",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Variant> {
+        Variant::ALL.into_iter().find(|v| v.name() == text)
+    }
+
+    pub fn policy(self) -> Policy {
+        let reference = Policy::reference();
+        match self {
+            Variant::Reference => reference,
+            Variant::SeedV2 => Policy {
+                attempts_at: AttemptsAt::FailureWrite,
+                // messaging_outbox has no tenant column: one tenant's relay sees every row.
+                claim_by_tenant: false,
+                write_checks_tenant: false,
+                relay: RelayPolicy { reaper: false, clock: ClockSource::Relay, ..reference.relay },
+                ..reference
+            },
+            Variant::LegacyV1 => Policy {
+                attempts_at: AttemptsAt::FailureWrite,
+                claim_fence: ClaimFence::Unfenced,
+                // V1 has no owner or token column: its writes can only be keyed on message_id.
+                write_fence: WriteFence::MessageIdOnly,
+                budget: BudgetPredicate::Absent,
+                ambiguous_shape: AmbiguousShape::KeepsOwner,
+                retry_clock: false,
+                exhausted_status: false,
+                claim_by_tenant: false,
+                write_checks_tenant: false,
+                relay: RelayPolicy { reaper: false, clock: ClockSource::Relay, ..reference.relay },
+                ..reference
+            },
+            Variant::SeedTenant => Policy {
+                write_fence: WriteFence::StatusToken,
+                token_kind: TokenKind::Random,
+                claim_order: ClaimOrder::Created,
+                exhausted_status: false,
+                relay: RelayPolicy { reaper: false, rejection: RejectionWrite::MarkRetry, ..reference.relay },
+                ..reference
+            },
+        }
+    }
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The mistakes of MUTANTS.md, each one switch flipped on `reference`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mutant {
+    ClaimNoTokenBump,
+    WriteOwnerOnly,
+    WriteIdOnly,
+    SwallowStale,
+    StealLiveLease,
+    NoRetryClock,
+    NoBudgetPredicate,
+    ExhaustOffByOne,
+    ClaimTerminal,
+    PublishBeforeAck,
+    RetryAfterDbLoss,
+    FreshIdempotencyKey,
+    WriteIgnoresTenant,
+    TokenResetOnRequeue,
+}
+
+impl Mutant {
+    pub const ALL: [Mutant; 14] = [
+        Mutant::ClaimNoTokenBump,
+        Mutant::WriteOwnerOnly,
+        Mutant::WriteIdOnly,
+        Mutant::SwallowStale,
+        Mutant::StealLiveLease,
+        Mutant::NoRetryClock,
+        Mutant::NoBudgetPredicate,
+        Mutant::ExhaustOffByOne,
+        Mutant::ClaimTerminal,
+        Mutant::PublishBeforeAck,
+        Mutant::RetryAfterDbLoss,
+        Mutant::FreshIdempotencyKey,
+        Mutant::WriteIgnoresTenant,
+        Mutant::TokenResetOnRequeue,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::ClaimNoTokenBump => "claim-no-token-bump",
+            Mutant::WriteOwnerOnly => "write-owner-only",
+            Mutant::WriteIdOnly => "write-id-only",
+            Mutant::SwallowStale => "swallow-stale",
+            Mutant::StealLiveLease => "steal-live-lease",
+            Mutant::NoRetryClock => "no-retry-clock",
+            Mutant::NoBudgetPredicate => "no-budget-predicate",
+            Mutant::ExhaustOffByOne => "exhaust-off-by-one",
+            Mutant::ClaimTerminal => "claim-terminal",
+            Mutant::PublishBeforeAck => "publish-before-ack",
+            Mutant::RetryAfterDbLoss => "retry-after-db-loss",
+            Mutant::FreshIdempotencyKey => "fresh-idempotency-key",
+            Mutant::WriteIgnoresTenant => "write-ignores-tenant",
+            Mutant::TokenResetOnRequeue => "token-reset-on-requeue",
+        }
+    }
+
+    /// The mistake, in MUTANTS.md's words.
+    pub fn mistake(self) -> &'static str {
+        match self {
+            Mutant::ClaimNoTokenBump => "claim leaves lease_token unchanged",
+            Mutant::WriteOwnerOnly => "terminal writes check status and owner, not the token",
+            Mutant::WriteIdOnly => "terminal writes keyed on message_id alone",
+            Mutant::SwallowStale => "a write that matched no row is reported as applied",
+            Mutant::StealLiveLease => "claim takes IN_FLIGHT rows whose lease has not expired",
+            Mutant::NoRetryClock => "AMBIGUOUS/retry writes set no next_attempt_at and claim ignores it",
+            Mutant::NoBudgetPredicate => "claim omits attempts < max",
+            Mutant::ExhaustOffByOne => "the budget check lets one more attempt through (attempts <= max)",
+            Mutant::ClaimTerminal => "claim accepts PUBLISHED, FAILED or EXHAUSTED rows",
+            Mutant::PublishBeforeAck => "the row is marked PUBLISHED before the broker acknowledged",
+            Mutant::RetryAfterDbLoss => "after losing the DB connection post-publish, the relay republishes at once and records PUBLISHED",
+            Mutant::FreshIdempotencyKey => "each attempt sends a new idempotency key instead of message_id",
+            Mutant::WriteIgnoresTenant => "terminal writes do not check the tenant",
+            Mutant::TokenResetOnRequeue => "requeue resets lease_token to 0",
+        }
+    }
+
+    /// The switch flipped, as `field = value`, for listings.
+    pub fn switch(self) -> &'static str {
+        match self {
+            Mutant::ClaimNoTokenBump => "claim_fence = owner-only",
+            Mutant::WriteOwnerOnly => "write_fence = status-owner",
+            Mutant::WriteIdOnly => "write_fence = message-id-only",
+            Mutant::SwallowStale => "swallow_stale = true",
+            Mutant::StealLiveLease => "claim_live_leases = true",
+            Mutant::NoRetryClock => "retry_clock = false",
+            Mutant::NoBudgetPredicate => "budget = absent",
+            Mutant::ExhaustOffByOne => "budget = one-over",
+            Mutant::ClaimTerminal => "claim_terminal = true",
+            Mutant::PublishBeforeAck => "relay.publish_before_ack = true",
+            Mutant::RetryAfterDbLoss => "relay.republish_after_db_loss = true",
+            Mutant::FreshIdempotencyKey => "relay.idempotency_key = per-attempt",
+            Mutant::WriteIgnoresTenant => "write_checks_tenant = false",
+            Mutant::TokenResetOnRequeue => "requeue_resets_token = true",
+        }
+    }
+
+    /// The properties MUTANTS.md expects it to break (the tools must find one of them).
+    pub fn expected_kills(self) -> &'static [&'static str] {
+        match self {
+            Mutant::ClaimNoTokenBump => &["S1", "S2"],
+            Mutant::WriteOwnerOnly => &["S1"],
+            Mutant::WriteIdOnly => &["S1", "S4"],
+            Mutant::SwallowStale => &["S1"],
+            Mutant::StealLiveLease => &["S6", "S3"],
+            Mutant::NoRetryClock => &["S7", "L2"],
+            Mutant::NoBudgetPredicate => &["S3"],
+            Mutant::ExhaustOffByOne => &["S3", "L1"],
+            Mutant::ClaimTerminal => &["S4"],
+            Mutant::PublishBeforeAck => &["S5"],
+            Mutant::RetryAfterDbLoss => &["S3", "S5", "S7"],
+            Mutant::FreshIdempotencyKey => &["S8"],
+            Mutant::WriteIgnoresTenant => &["S9"],
+            Mutant::TokenResetOnRequeue => &["S2", "S1"],
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Mutant> {
+        Mutant::ALL.into_iter().find(|m| m.name() == text)
+    }
+
+    /// `reference` with this one switch flipped.
+    pub fn policy(self) -> Policy {
+        let mut p = Policy::reference();
+        match self {
+            Mutant::ClaimNoTokenBump => p.claim_fence = ClaimFence::OwnerOnly,
+            Mutant::WriteOwnerOnly => p.write_fence = WriteFence::StatusOwner,
+            Mutant::WriteIdOnly => p.write_fence = WriteFence::MessageIdOnly,
+            Mutant::SwallowStale => p.swallow_stale = true,
+            Mutant::StealLiveLease => p.claim_live_leases = true,
+            Mutant::NoRetryClock => p.retry_clock = false,
+            Mutant::NoBudgetPredicate => p.budget = BudgetPredicate::Absent,
+            Mutant::ExhaustOffByOne => p.budget = BudgetPredicate::OneOver,
+            Mutant::ClaimTerminal => p.claim_terminal = true,
+            Mutant::PublishBeforeAck => p.relay.publish_before_ack = true,
+            Mutant::RetryAfterDbLoss => p.relay.republish_after_db_loss = true,
+            Mutant::FreshIdempotencyKey => p.relay.idempotency_key = IdempotencyKeyPolicy::PerAttempt,
+            Mutant::WriteIgnoresTenant => p.write_checks_tenant = false,
+            Mutant::TokenResetOnRequeue => p.requeue_resets_token = true,
+        }
+        p
+    }
+}
+
+impl fmt::Display for Mutant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Policy {
+    /// The reference design of SPEC §3–§4.
+    pub fn reference() -> Policy {
+        Policy {
+            attempts_at: AttemptsAt::Claim,
+            claim_fence: ClaimFence::OwnerAndToken,
+            write_fence: WriteFence::StatusOwnerToken,
+            budget: BudgetPredicate::Strict,
+            ambiguous_shape: AmbiguousShape::ClearsLease,
+            token_kind: TokenKind::Counter,
+            claim_order: ClaimOrder::Due,
+            retry_clock: true,
+            exhausted_status: true,
+            claim_by_tenant: true,
+            write_checks_tenant: true,
+            claim_live_leases: false,
+            claim_terminal: false,
+            swallow_stale: false,
+            requeue_resets_token: false,
+            backoff: Backoff::default(),
+            relay: RelayPolicy {
+                idempotency_key: IdempotencyKeyPolicy::MessageId,
+                rejection: RejectionWrite::MarkFailed,
+                publish_before_ack: false,
+                republish_after_db_loss: false,
+                reaper: true,
+                clock: ClockSource::Database,
+            },
+        }
+    }
+
+    /// Every switch as `(name, value)`, in a fixed order, for listings and reports.
+    pub fn switches(&self) -> Vec<(&'static str, String)> {
+        fn s<T: Serialize>(value: &T) -> String {
+            match serde_json::to_value(value) {
+                Ok(serde_json::Value::String(text)) => text,
+                Ok(other) => other.to_string(),
+                Err(_) => "?".into(),
+            }
+        }
+        vec![
+            ("attempts_at", s(&self.attempts_at)),
+            ("claim_fence", s(&self.claim_fence)),
+            ("write_fence", s(&self.write_fence)),
+            ("budget", s(&self.budget)),
+            ("ambiguous_shape", s(&self.ambiguous_shape)),
+            ("token_kind", s(&self.token_kind)),
+            ("claim_order", s(&self.claim_order)),
+            ("retry_clock", s(&self.retry_clock)),
+            ("exhausted_status", s(&self.exhausted_status)),
+            ("claim_by_tenant", s(&self.claim_by_tenant)),
+            ("write_checks_tenant", s(&self.write_checks_tenant)),
+            ("claim_live_leases", s(&self.claim_live_leases)),
+            ("claim_terminal", s(&self.claim_terminal)),
+            ("swallow_stale", s(&self.swallow_stale)),
+            ("requeue_resets_token", s(&self.requeue_resets_token)),
+            ("backoff", format!("{}..{}", self.backoff.base, self.backoff.cap)),
+            ("relay.idempotency_key", s(&self.relay.idempotency_key)),
+            ("relay.rejection", s(&self.relay.rejection)),
+            ("relay.publish_before_ack", s(&self.relay.publish_before_ack)),
+            ("relay.republish_after_db_loss", s(&self.relay.republish_after_db_loss)),
+            ("relay.reaper", s(&self.relay.reaper)),
+            ("relay.clock", s(&self.relay.clock)),
+        ]
+    }
+}
+
+/// A design a relay can run: a variant of SPEC §5 or a mutant of MUTANTS.md.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Design {
+    Variant(Variant),
+    Mutant(Mutant),
+}
+
+impl Design {
+    pub fn policy(self) -> Policy {
+        match self {
+            Design::Variant(v) => v.policy(),
+            Design::Mutant(m) => m.policy(),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Design::Variant(v) => v.name(),
+            Design::Mutant(m) => m.name(),
+        }
+    }
+
+    /// Parses a variant or mutant name.
+    pub fn parse(text: &str) -> Option<Design> {
+        Variant::parse(text).map(Design::Variant).or_else(|| Mutant::parse(text).map(Design::Mutant))
+    }
+
+    /// Every valid name, variants first, for error messages.
+    pub fn all_names() -> Vec<&'static str> {
+        Variant::ALL.iter().map(|v| v.name()).chain(Mutant::ALL.iter().map(|m| m.name())).collect()
+    }
+}
+
+impl fmt::Display for Design {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,168 @@
+//! The outbox row of SPEC §2, its identifiers and its six statuses, and the lease a claim hands out.
+
+use super::time::Instant;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident($inner:ty), $prefix:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub $inner);
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!($prefix, "{}"), self.0)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// Unique id of an outbox row; also the idempotency key sent to the broker.
+    MessageId(u32), "m");
+id_type!(
+    /// Owning organisation of a row; claims and writes never cross tenants.
+    TenantId(u16), "tenant");
+id_type!(
+    /// Id of a relay process; the `lease_owner` of the rows it holds.
+    RelayId(u16), "r");
+id_type!(
+    /// The business entity whose change produced an event.
+    AggregateId(u32), "agg");
+id_type!(
+    /// A fencing token: +1 on every claim (or a fresh random value, for variants that use
+    /// random tokens), never reset, never decreased.
+    LeaseToken(u64), "#");
+
+/// The six statuses of SPEC §2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Status {
+    /// Written, not yet delivered; may carry a retry time.
+    Pending,
+    /// Leased to `lease_owner` under `lease_token`.
+    InFlight,
+    /// The broker acknowledged it. Terminal.
+    Published,
+    /// A publication was attempted and its outcome is unknown.
+    Ambiguous,
+    /// The broker definitively rejected it. Terminal.
+    Failed,
+    /// The attempt budget is spent without a confirmation. Terminal.
+    Exhausted,
+}
+
+impl Status {
+    pub const ALL: [Status; 6] = [
+        Status::Pending,
+        Status::InFlight,
+        Status::Published,
+        Status::Ambiguous,
+        Status::Failed,
+        Status::Exhausted,
+    ];
+
+    /// Terminal rows never change again, except through an operator requeue.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Status::Published | Status::Failed | Status::Exhausted)
+    }
+
+    /// The name used in SQL and in traces.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "PENDING",
+            Status::InFlight => "IN_FLIGHT",
+            Status::Published => "PUBLISHED",
+            Status::Ambiguous => "AMBIGUOUS",
+            Status::Failed => "FAILED",
+            Status::Exhausted => "EXHAUSTED",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why the last attempt did not end in PUBLISHED.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureCode {
+    /// The broker did not answer in time, or its acknowledgement was lost.
+    Timeout,
+    /// The broker refused for now (outage, throttling); nothing was stored.
+    Unavailable,
+    /// The broker rejected the message for good.
+    Rejected,
+    /// The attempt budget is spent.
+    BudgetSpent,
+}
+
+impl FailureCode {
+    pub const ALL: [FailureCode; 4] =
+        [FailureCode::Timeout, FailureCode::Unavailable, FailureCode::Rejected, FailureCode::BudgetSpent];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureCode::Timeout => "timeout",
+            FailureCode::Unavailable => "unavailable",
+            FailureCode::Rejected => "rejected",
+            FailureCode::BudgetSpent => "budget_spent",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<FailureCode> {
+        FailureCode::ALL.into_iter().find(|c| c.as_str() == text)
+    }
+}
+
+/// One outbox row (SPEC §2).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Row {
+    pub message_id: MessageId,
+    pub tenant_id: TenantId,
+    pub aggregate_id: AggregateId,
+    pub aggregate_version: u32,
+    pub status: Status,
+    pub attempts: u32,
+    pub lease_owner: Option<RelayId>,
+    pub lease_token: LeaseToken,
+    pub lease_expires_at: Option<Instant>,
+    pub next_attempt_at: Option<Instant>,
+    pub last_failure_code: Option<FailureCode>,
+    pub created_at: Instant,
+    pub published_at: Option<Instant>,
+}
+
+/// What a claim hands to the relay for one row: the proof it must show on its terminal write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Lease {
+    pub message_id: MessageId,
+    pub tenant_id: TenantId,
+    /// The relay that asked for the claim (even where an unfenced claim did not record it).
+    pub owner: RelayId,
+    pub token: LeaseToken,
+    /// The row's `attempts` right after the claim.
+    pub attempts: u32,
+    /// Ghost: which claim of this row, by any path, produced this lease (1 for the first).
+    /// Set by the [`Auditor`](super::audit::Auditor); the rules never read it, so an unfenced
+    /// path that leaves owner and token unchanged cannot hide a superseded claim from S1.
+    #[serde(default)]
+    pub claim_seq: u32,
+}
+
+/// A business row: the aggregate whose version an enqueue moves forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Aggregate {
+    pub tenant_id: TenantId,
+    pub aggregate_id: AggregateId,
+    pub version: u32,
+}

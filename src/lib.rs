@@ -1,0 +1,11 @@
+//! outbox-check: proves, or refutes with a counterexample, that a transactional-outbox relay with
+//! fenced leases is safe.
+//!
+//! Dependencies point one way, towards [`core`]: the [`relay`] cycle imports only the core; the
+//! [`world`] closes relays, table, broker and clock into one transition system; the engines
+//! (model checker, simulations, SQL stores, trace oracle) and the CLI sit on top.
+
+pub mod core;
+pub mod relay;
+pub mod search;
+pub mod world;
