@@ -1,0 +1,229 @@
+//! The rules of SPEC §3, one scenario each, on the core alone.
+
+use outbox_check::core::*;
+
+const MAX: u32 = 3;
+
+fn table(messages: u32) -> Outbox {
+    let mut outbox = Outbox::new();
+    for m in 0..messages {
+        let req = EnqueueRequest {
+            tenant_id: TenantId(0),
+            aggregate_id: AggregateId(m),
+            expected_version: 0,
+            message_id: MessageId(m),
+            now: Instant(u64::from(m)),
+        };
+        assert_eq!(outbox.enqueue(&req), Ok(EnqueueResult::Applied { version: 1 }));
+    }
+    outbox
+}
+
+fn claim(owner: u16, batch: u32, now: u64) -> ClaimRequest {
+    ClaimRequest {
+        tenant_id: TenantId(0),
+        owner: RelayId(owner),
+        batch,
+        lease: Duration(10),
+        now: Instant(now),
+        max_attempts: MAX,
+    }
+}
+
+fn write(lease: Lease, kind: WriteKind, now: u64) -> WriteRequest {
+    WriteRequest { lease, kind, now: Instant(now), max_attempts: MAX }
+}
+
+const TIMEOUT: WriteKind = WriteKind::Ambiguous { code: FailureCode::Timeout };
+
+#[test]
+fn enqueue_moves_the_aggregate_and_inserts_only_when_current() {
+    let mut outbox = table(1);
+    let stale = EnqueueRequest {
+        tenant_id: TenantId(0),
+        aggregate_id: AggregateId(0),
+        expected_version: 0,
+        message_id: MessageId(7),
+        now: Instant(5),
+    };
+    assert_eq!(outbox.enqueue(&stale), Ok(EnqueueResult::Stale { current_version: 1 }));
+    assert!(outbox.row(MessageId(7)).is_none(), "a stale business write inserts nothing");
+    let current = EnqueueRequest { expected_version: 1, ..stale };
+    assert_eq!(outbox.enqueue(&current), Ok(EnqueueResult::Applied { version: 2 }));
+    assert_eq!(outbox.row(MessageId(7)).map(|r| r.aggregate_version), Some(2));
+    let again = EnqueueRequest { expected_version: 2, ..stale };
+    assert_eq!(outbox.enqueue(&again), Err(CoreError::DuplicateMessageId(MessageId(7))));
+    assert_eq!(outbox.aggregate_version(TenantId(0), AggregateId(0)), 2, "a refused insert moves nothing");
+}
+
+#[test]
+fn claim_rejects_invalid_input() {
+    let mut outbox = table(1);
+    let p = Policy::reference();
+    assert_eq!(outbox.claim(&p, &ClaimRequest { batch: 0, ..claim(0, 1, 0) }), Err(CoreError::InvalidBatch));
+    assert_eq!(outbox.claim(&p, &ClaimRequest { lease: Duration(0), ..claim(0, 1, 0) }), Err(CoreError::InvalidLease));
+    assert_eq!(outbox.claim(&p, &ClaimRequest { max_attempts: 0, ..claim(0, 1, 0) }), Err(CoreError::InvalidBudget));
+    assert_eq!(outbox.rows()[0].status, Status::Pending, "a refused claim changes nothing");
+}
+
+#[test]
+fn claim_leases_in_due_order_and_counts_the_attempt() {
+    let mut outbox = table(3);
+    let p = Policy::reference();
+    let leases = outbox.claim(&p, &claim(4, 2, 10)).unwrap();
+    assert_eq!(leases.iter().map(|l| l.message_id.0).collect::<Vec<_>>(), [0, 1], "oldest first");
+    let row = outbox.row(MessageId(0)).unwrap();
+    assert_eq!(row.status, Status::InFlight);
+    assert_eq!(row.lease_owner, Some(RelayId(4)));
+    assert_eq!(row.lease_token, LeaseToken(1));
+    assert_eq!(row.lease_expires_at, Some(Instant(20)));
+    assert_eq!(row.attempts, 1);
+    assert_eq!(leases[0], Lease { message_id: MessageId(0), tenant_id: TenantId(0), owner: RelayId(4), token: LeaseToken(1), attempts: 1, claim_seq: 0 });
+    // m0 goes back with a retry time (t=1011) later than m1's and m2's creation; m1's lease
+    // expires at t=20 and its due time stays its creation: due order is m1, m2, m0.
+    outbox.write(&p, &write(leases[0], TIMEOUT, 11)).unwrap();
+    let next = outbox.claim(&p, &claim(4, 3, 2000)).unwrap();
+    assert_eq!(next.iter().map(|l| l.message_id.0).collect::<Vec<_>>(), [1, 2, 0]);
+}
+
+#[test]
+fn claim_skips_live_leases_retry_times_spent_budgets_and_other_tenants() {
+    let mut outbox = table(1);
+    let p = Policy::reference();
+    let first = outbox.claim(&p, &claim(0, 1, 0)).unwrap()[0];
+    assert!(outbox.claim(&p, &claim(1, 1, 9)).unwrap().is_empty(), "lease live until t=10");
+    let other = ClaimRequest { tenant_id: TenantId(1), ..claim(1, 1, 10) };
+    assert!(outbox.claim(&p, &other).unwrap().is_empty(), "another tenant's claim");
+    let second = outbox.claim(&p, &claim(1, 1, 10)).unwrap()[0];
+    assert_eq!((second.token, second.attempts), (LeaseToken(2), 2), "expired lease taken over");
+    assert_ne!(first.token, second.token);
+    outbox.write(&p, &write(second, TIMEOUT, 11)).unwrap();
+    let retry_at = outbox.row(MessageId(0)).unwrap().next_attempt_at.unwrap();
+    assert_eq!(retry_at, Instant(11).plus(p.backoff.delay(2)));
+    assert!(outbox.claim(&p, &claim(1, 1, retry_at.0 - 1)).unwrap().is_empty(), "retry clock");
+    let third = outbox.claim(&p, &claim(1, 1, retry_at.0)).unwrap()[0];
+    assert_eq!(third.attempts, MAX);
+    let later = third.attempts;
+    // Lease expires with the budget spent: nobody may claim it, the reaper exhausts it.
+    assert!(outbox.claim(&p, &claim(2, 1, 10_000)).unwrap().is_empty(), "budget spent at attempts = {later}");
+    assert_eq!(outbox.reap(Instant(10_000), MAX), [MessageId(0)]);
+    assert_eq!(outbox.row(MessageId(0)).unwrap().status, Status::Exhausted);
+}
+
+#[test]
+fn terminal_writes_are_fenced_and_say_why_they_are_stale() {
+    let mut outbox = table(1);
+    let p = Policy::reference();
+    let old = outbox.claim(&p, &claim(0, 1, 0)).unwrap()[0];
+    let new = outbox.claim(&p, &claim(1, 1, 10)).unwrap()[0];
+    let snapshot = outbox.clone();
+    let stale = |reason| Ok(WriteResult::Stale { reason });
+    assert_eq!(outbox.write(&p, &write(old, WriteKind::Published, 11)), stale(StaleReason::WrongOwner));
+    let same_owner_old_token = Lease { owner: new.owner, ..old };
+    assert_eq!(outbox.write(&p, &write(same_owner_old_token, WriteKind::Published, 11)), stale(StaleReason::WrongToken));
+    let other_tenant = Lease { tenant_id: TenantId(1), ..new };
+    assert_eq!(outbox.write(&p, &write(other_tenant, WriteKind::Published, 11)), stale(StaleReason::WrongTenant));
+    assert_eq!(outbox, snapshot, "stale writes change nothing");
+    assert_eq!(outbox.write(&p, &write(new, WriteKind::Published, 12)), Ok(WriteResult::Applied { status: Status::Published }));
+    let row = outbox.row(MessageId(0)).unwrap();
+    assert_eq!((row.lease_owner, row.lease_expires_at, row.published_at), (None, None, Some(Instant(12))));
+    assert_eq!(outbox.write(&p, &write(new, WriteKind::Published, 13)), stale(StaleReason::NotInFlight), "no double confirmation");
+    let ghost = Lease { message_id: MessageId(9), ..new };
+    assert_eq!(outbox.write(&p, &write(ghost, WriteKind::Published, 13)), Err(CoreError::UnknownMessage(MessageId(9))));
+}
+
+#[test]
+fn a_failure_write_past_the_budget_exhausts() {
+    let mut outbox = table(1);
+    let p = Policy::reference();
+    for now in [0, 5_000, 10_000] {
+        let lease = outbox.claim(&p, &claim(0, 1, now)).unwrap()[0];
+        let result = outbox.write(&p, &write(lease, WriteKind::Retry { code: FailureCode::Unavailable }, now + 1)).unwrap();
+        let expected = if lease.attempts < MAX { Status::Pending } else { Status::Exhausted };
+        assert_eq!(result, WriteResult::Applied { status: expected }, "attempt {}", lease.attempts);
+    }
+    let lease = Lease { message_id: MessageId(0), tenant_id: TenantId(0), owner: RelayId(0), token: LeaseToken(3), attempts: 3, claim_seq: 0 };
+    assert_eq!(
+        outbox.write(&p, &write(lease, WriteKind::Published, 20_000)),
+        Ok(WriteResult::Stale { reason: StaleReason::NotInFlight }),
+        "EXHAUSTED is absorbing"
+    );
+}
+
+#[test]
+fn requeue_keeps_the_token_and_starts_a_new_budget() {
+    let mut outbox = table(1);
+    let p = Policy::reference();
+    let lease = outbox.claim(&p, &claim(0, 1, 0)).unwrap()[0];
+    assert_eq!(outbox.requeue(&p, MessageId(0)), Ok(RequeueResult::NotRequeueable { status: Status::InFlight }));
+    outbox.write(&p, &write(lease, WriteKind::Failed { code: FailureCode::Rejected }, 1)).unwrap();
+    assert_eq!(outbox.requeue(&p, MessageId(0)), Ok(RequeueResult::Applied));
+    let row = outbox.row(MessageId(0)).unwrap();
+    assert_eq!((row.status, row.attempts, row.lease_token), (Status::Pending, 0, LeaseToken(1)));
+    let again = outbox.claim(&p, &claim(0, 1, 2)).unwrap()[0];
+    assert_eq!(again.token, LeaseToken(2), "the old lease's token is never handed out again");
+    assert_eq!(outbox.requeue(&p, MessageId(5)), Err(CoreError::UnknownMessage(MessageId(5))));
+}
+
+#[test]
+fn backoff_doubles_up_to_its_cap_and_is_never_zero() {
+    let b = Backoff { base: Duration(100), cap: Duration(350) };
+    let delays: Vec<u64> = (0..6).map(|a| b.delay(a).0).collect();
+    assert_eq!(delays, [100, 100, 200, 350, 350, 350]);
+    assert_eq!(Backoff { base: Duration(0), cap: Duration(0) }.delay(3), Duration(1));
+    assert_eq!(Backoff { base: Duration(u64::MAX / 2), cap: Duration(u64::MAX) }.delay(40).0, u64::MAX);
+}
+
+#[test]
+fn seed_v2_counts_attempts_at_the_ambiguous_write() {
+    let mut outbox = table(1);
+    let p = Variant::SeedV2.policy();
+    let lease = outbox.claim(&p, &claim(0, 1, 0)).unwrap()[0];
+    assert_eq!((lease.attempts, lease.token), (0, LeaseToken(1)), "fenced claim, no attempt counted");
+    outbox.write(&p, &write(lease, TIMEOUT, 1)).unwrap();
+    let row = outbox.row(MessageId(0)).unwrap();
+    assert_eq!((row.status, row.attempts, row.lease_owner), (Status::Ambiguous, 1, None));
+    assert!(row.next_attempt_at.is_some_and(|at| at > Instant(1)));
+}
+
+#[test]
+fn legacy_v1_leases_without_owner_or_token_and_writes_by_message_id() {
+    let mut outbox = table(1);
+    let p = Variant::LegacyV1.policy();
+    let lease = outbox.claim(&p, &claim(0, 1, 0)).unwrap()[0];
+    let row = outbox.row(MessageId(0)).unwrap().clone();
+    assert_eq!((row.status, row.lease_owner, row.lease_token, row.attempts), (Status::InFlight, None, LeaseToken(0), 0));
+    let takeover = outbox.claim(&p, &claim(1, 1, 10)).unwrap()[0];
+    assert_eq!(takeover.token, lease.token, "nothing tells the two leases apart");
+    // The first relay's AMBIGUOUS write goes through although its claim was superseded.
+    let result = outbox.write(&p, &write(lease, TIMEOUT, 11)).unwrap();
+    assert_eq!(result, WriteResult::Applied { status: Status::Ambiguous });
+    let row = outbox.row(MessageId(0)).unwrap();
+    assert_eq!((row.attempts, row.next_attempt_at, row.lease_expires_at), (1, None, None));
+}
+
+#[test]
+fn random_tokens_never_repeat_on_a_row() {
+    let mut outbox = table(1);
+    let p = Variant::SeedTenant.policy();
+    let mut seen = vec![LeaseToken(0)];
+    for now in [0, 10, 20] {
+        let lease = outbox.claim(&p, &claim(0, 1, now)).unwrap()[0];
+        assert!(!seen.contains(&lease.token), "token {} repeated", lease.token);
+        seen.push(lease.token);
+    }
+}
+
+#[test]
+fn the_auditor_stamps_the_latest_claim_and_catches_a_superseded_write() {
+    let mut outbox = table(1);
+    let mut auditor = Auditor::new(MAX);
+    let p = Mutant::WriteOwnerOnly.policy();
+    let first = auditor.claim(&mut outbox, &p, &claim(0, 1, 0), Instant(0)).unwrap()[0];
+    let second = auditor.claim(&mut outbox, &p, &claim(0, 1, 10), Instant(10)).unwrap()[0];
+    assert_eq!((first.claim_seq, second.claim_seq), (1, 2));
+    assert!(auditor.violations().is_empty());
+    auditor.write(&mut outbox, &p, &write(first, WriteKind::Published, 11)).unwrap();
+    let violations = auditor.take_violations();
+    assert_eq!(violations.iter().map(|v| v.property).collect::<Vec<_>>(), [Property::S1, Property::S5]);
+}

@@ -1,0 +1,142 @@
+//! Random walks through the whole world — relays running the sans-IO cycle, the broker, the
+//! consumer, crashes, lost connections, clock skew — for every variant and mutant. What a walk
+//! breaks is the auditor's finding, pinned here; `reference` must break nothing.
+
+use outbox_check::core::{Design, Mutant, Property, RelayId, TenantId, Variant};
+use outbox_check::search::{search, Finding};
+use outbox_check::world::{Faults, RelaySpec, WorldConfig};
+
+const SEEDS: u64 = 2000;
+const STEPS_MAX: usize = 80;
+
+/// Three relays of `design`: r1's clock runs 2 ms ahead; slot 2 reuses r0's id (a restarted relay
+/// while its paused predecessor still lives); one operator requeue; the application's enqueues
+/// (stale ones too) are steps of the walk.
+fn fleet(designs: [Design; 3]) -> WorldConfig {
+    let mut config = WorldConfig::small(designs[0], 3, 3);
+    for (i, design) in designs.into_iter().enumerate() {
+        config.relays[i].design = design;
+    }
+    config.relays[1].skew = 2;
+    config.relays[2].owner = RelayId(0);
+    config.requeues = 1;
+    config.enqueue_actions = true;
+    config
+}
+
+fn ids(found: &[Finding]) -> Vec<&'static str> {
+    found.iter().map(|f| f.property.id()).collect()
+}
+
+fn describe(design: &str, found: &[Finding]) -> String {
+    let mut text = format!("{design}: {:?}", ids(found));
+    for f in found {
+        text += &format!("\n  {} (seed {}, {} steps): {}", f.property.id(), f.seed, f.actions.len(), f.violation.detail);
+    }
+    text
+}
+
+#[test]
+fn reference_breaks_nothing_in_any_fleet_shape() {
+    let reference = Design::Variant(Variant::Reference);
+    let mut shapes = vec![fleet([reference; 3])];
+    let mut two_tenants = WorldConfig::small(reference, 2, 4);
+    two_tenants.tenants = 2;
+    two_tenants.relays[1].tenant_id = TenantId(1);
+    two_tenants.requeues = 2;
+    shapes.push(two_tenants);
+    let mut batch = WorldConfig::small(reference, 2, 3);
+    batch.batch = 2;
+    batch.max_attempts = 2;
+    shapes.push(batch);
+    for config in shapes {
+        let found = search(&config, SEEDS, STEPS_MAX);
+        assert!(found.is_empty(), "{}", describe("reference", &found));
+    }
+}
+
+#[test]
+fn world_search_pins_what_each_design_breaks() {
+    let pinned: &[(&str, &[&str])] = &[
+        ("reference", &[]),
+        ("seed-v2", &["S3", "S6", "S7"]),
+        ("legacy-v1", &["S1", "S2", "S3", "S4", "S6", "S7"]),
+        ("seed-tenant", &[]),
+        ("claim-no-token-bump", &["S1", "S2"]),
+        ("write-owner-only", &["S1"]),
+        ("write-id-only", &["S1", "S4"]),
+        ("swallow-stale", &["S1"]),
+        ("steal-live-lease", &["S3", "S6"]),
+        ("no-retry-clock", &["S7"]),
+        ("no-budget-predicate", &["S3"]),
+        ("exhaust-off-by-one", &["S3"]),
+        ("claim-terminal", &["S4"]),
+        ("publish-before-ack", &["S5"]),
+        ("retry-after-db-loss", &["S3", "S5"]),
+        ("fresh-idempotency-key", &["S8"]),
+        ("write-ignores-tenant", &[]),
+        ("token-reset-on-requeue", &["S1", "S2"]),
+    ];
+    let mut failures = Vec::new();
+    for &(name, expected) in pinned {
+        let design = Design::parse(name).expect("a design name");
+        let found = search(&fleet([design; 3]), SEEDS, STEPS_MAX);
+        println!("{}", describe(name, &found));
+        if ids(&found) != expected {
+            failures.push(format!("{name}: found {:?}, pinned {expected:?}", ids(&found)));
+        }
+        if let Design::Mutant(m) = design {
+            if !found.is_empty() && !found.iter().any(|f| m.expected_kills().contains(&f.property.id())) {
+                failures.push(format!("{name}: broke {:?}, none listed in MUTANTS.md", ids(&found)));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Every mutant is killed by at least one of the two searches (core-level in
+/// tests/core_properties.rs, world-level here); this one needs the relay cycle.
+#[test]
+fn relay_level_mutants_are_killed_by_the_world() {
+    for mutant in [Mutant::PublishBeforeAck, Mutant::RetryAfterDbLoss, Mutant::FreshIdempotencyKey] {
+        let design = Design::Mutant(mutant);
+        let found = search(&fleet([design; 3]), SEEDS, STEPS_MAX);
+        assert!(
+            found.iter().any(|f| mutant.expected_kills().contains(&f.property.id())),
+            "{}",
+            describe(mutant.name(), &found)
+        );
+    }
+}
+
+/// A rolling upgrade: a seed-v2 relay beside a legacy-v1 relay over one table. The legacy
+/// relay's unfenced claim leaves the V2 relay's token standing, so its writes go through.
+#[test]
+fn mixed_fleet_seed_v2_beside_legacy_v1() {
+    let v2 = Design::Variant(Variant::SeedV2);
+    let v1 = Design::Variant(Variant::LegacyV1);
+    let mut config = WorldConfig::small(v2, 2, 3);
+    config.relays[1].design = v1;
+    let found = search(&config, SEEDS, STEPS_MAX);
+    println!("{}", describe("seed-v2 + legacy-v1", &found));
+    assert_eq!(ids(&found), ["S1", "S2", "S3", "S4", "S7"]);
+    // S1 here is the V2 relay's fenced write applying after the V1 relay's unfenced claim.
+    let s1 = &found[0];
+    assert_eq!(s1.property, Property::S1);
+}
+
+/// Without faults and with a lease longer than any cycle, a single relay of any design breaks
+/// nothing but what the design lacks outright (legacy-v1 has no token to refresh): the findings
+/// above are the faults' doing, not the harness's.
+#[test]
+fn a_quiet_single_relay_world_breaks_nothing_even_for_legacy() {
+    for variant in Variant::ALL {
+        let mut config = WorldConfig::small(Design::Variant(variant), 1, 3);
+        config.faults = Faults::none();
+        config.lease = outbox_check::core::Duration(100);
+        config.relays = vec![RelaySpec { design: Design::Variant(variant), owner: RelayId(0), tenant_id: TenantId(0), skew: 0 }];
+        let found = search(&config, 500, STEPS_MAX);
+        let expected: &[&str] = if variant == Variant::LegacyV1 { &["S2"] } else { &[] };
+        assert_eq!(ids(&found), expected, "{}", describe(variant.name(), &found));
+    }
+}
