@@ -5,6 +5,7 @@
 //! [`world`] closes relays, table, broker and clock into one transition system; the engines
 //! (model checker, simulations, SQL stores, trace oracle) and the CLI sit on top.
 
+pub mod cli;
 pub mod core;
 pub mod relay;
 pub mod search;

@@ -1,3 +1,3 @@
-fn main() {
-    println!("outbox-check");
+fn main() -> std::process::ExitCode {
+    outbox_check::cli::main()
 }

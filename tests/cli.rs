@@ -1,0 +1,82 @@
+//! The binary as a user meets it: exit codes, one-line errors, the listings.
+
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(args).output().expect("the binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn help_lists_every_command_and_says_which_are_not_built() {
+    let out = run(&["--help"]);
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for command in ["verify", "check", "explore", "mutants", "sim", "conform", "trace", "variants"] {
+        assert!(help.contains(&format!("  {command} ")), "--help does not list {command}:\n{help}");
+    }
+    assert!(help.contains("not built yet"), "{help}");
+    assert!(help.contains("Exit codes"), "{help}");
+}
+
+#[test]
+fn variants_lists_every_variant_and_mutant() {
+    let out = run(&["variants"]);
+    assert!(out.status.success());
+    let listing = text(&out.stdout);
+    let names = [
+        "reference", "seed-v2", "legacy-v1", "seed-tenant", "claim-no-token-bump", "write-owner-only", "write-id-only",
+        "swallow-stale", "steal-live-lease", "no-retry-clock", "no-budget-predicate", "exhaust-off-by-one",
+        "claim-terminal", "publish-before-ack", "retry-after-db-loss", "fresh-idempotency-key", "write-ignores-tenant",
+        "token-reset-on-requeue",
+    ];
+    for name in names {
+        assert!(listing.contains(name), "variants does not list {name}");
+    }
+    let json: serde_json::Value = serde_json::from_slice(&run(&["variants", "--json"]).stdout).expect("valid JSON");
+    let listed: Vec<&str> = json.as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
+    assert_eq!(listed, names);
+}
+
+#[test]
+fn an_unknown_variant_is_one_line_naming_the_valid_ones_and_exit_2() {
+    let out = run(&["variants", "seed-v3"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("unknown design 'seed-v3'") && err.contains("reference, seed-v2, legacy-v1, seed-tenant"), "{err}");
+}
+
+#[test]
+fn bad_flags_and_unbuilt_commands_exit_2_with_one_line() {
+    for args in [&["verify", "--bogus"][..], &["verify", "--seeds", "zero"], &["nonsense"], &["check", "--variant", "reference"]] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("outbox-check: "), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn verify_passes_on_reference_and_reports_the_legacy_findings() {
+    let out = run(&["verify", "--seeds", "300", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let fleet = |name: &str| json["fleets"].as_array().unwrap().iter().find(|f| f["fleet"] == name).cloned().unwrap();
+    let violated = |name: &str| -> Vec<String> {
+        fleet(name)["properties"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["status"] == "violated")
+            .map(|p| p["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(violated("reference").is_empty());
+    let legacy = violated("legacy-v1");
+    assert!(legacy.contains(&"S1".to_string()) && legacy.contains(&"S3".to_string()), "{legacy:?}");
+}
