@@ -2,9 +2,10 @@
 //!
 //! Exit codes: 0 everything checked holds, 1 a property is violated, 2 bad input or environment.
 
+use crate::check::{check, CheckOptions, CheckReport, Kind, Verdict};
 use crate::core::{Design, Mutant, Property, RelayId, TenantId, Variant};
 use crate::search::{search, Finding};
-use crate::world::{RelaySpec, WorldConfig};
+use crate::world::{Faults, RelaySpec, WorldConfig};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -48,18 +49,132 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// [not built yet] Model-check a variant or fleet exhaustively with stateright.
-    Check(NotBuilt),
-    /// [not built yet] Open stateright's explorer on a variant or fleet.
-    Explore(NotBuilt),
-    /// [not built yet] Check every mutant of MUTANTS.md and say which property kills it.
-    Mutants(NotBuilt),
+    /// Model-check a variant or fleet exhaustively with stateright; shortest counterexamples.
+    #[command(after_help = "Examples:\n  outbox-check check --variant reference\n  outbox-check check --fleet seed-v2,legacy-v1 --json\n  outbox-check check --variant legacy-v1 --messages 1 --faults crash,broker-drop\n\n\
+        Exit: 0 every safety and liveness property holds, 1 one is violated (or the search was\n\
+        cut short by --timeout), 2 bad input. Counterexamples are written under --out as\n\
+        Markdown (with a Mermaid diagram) and JSON.")]
+    Check {
+        #[command(flatten)]
+        fleet: FleetArgs,
+        /// Checker threads.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+        threads: u64,
+        /// Stop the search after this many seconds (the result then says it is incomplete).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        timeout: Option<u64>,
+        /// Skip L1–L3 (they build the state graph a second time, in memory).
+        #[arg(long)]
+        no_liveness: bool,
+        /// Where counterexamples are written.
+        #[arg(long, default_value = "reports/counterexamples")]
+        out: std::path::PathBuf,
+        /// Write no files.
+        #[arg(long)]
+        no_write: bool,
+        /// The port printed in explorer links.
+        #[arg(long, default_value_t = 3000)]
+        explorer_port: u16,
+        /// Print one JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// No progress bar.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Open stateright's explorer on a variant or fleet, to step through states in a browser.
+    #[command(after_help = "Example: outbox-check explore --variant legacy-v1 --port 3000\n  then open http://127.0.0.1:3000/ (a counterexample's link from `check` opens at its path)")]
+    Explore {
+        #[command(flatten)]
+        fleet: FleetArgs,
+        /// Port on 127.0.0.1.
+        #[arg(long, default_value_t = 3000)]
+        port: u16,
+    },
+    /// Check every mutant of MUTANTS.md and say which property kills it, at what depth.
+    #[command(after_help = "Example: outbox-check mutants --json\n\nExit: 0 every mutant is killed, 1 one survives.")]
+    Mutants {
+        /// Checker threads.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+        threads: u64,
+        /// Print JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// No progress bar.
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// [not built yet] Deterministic simulation with madsim.
     Sim(NotBuilt),
     /// [not built yet] Differential conformance of the SQL stores against the core.
     Conform(NotBuilt),
     /// [not built yet] Check a recorded history against the model.
     Trace(NotBuilt),
+}
+
+/// Which fleet to check and its bounds.
+#[derive(clap::Args, Debug, Clone)]
+struct FleetArgs {
+    /// Every relay runs this design (a variant or a mutant).
+    #[arg(long, value_parser = parse_design, conflicts_with = "fleet", required_unless_present = "fleet")]
+    variant: Option<Design>,
+    /// One relay per design, comma-separated: a mixed fleet (a rolling upgrade).
+    #[arg(long, value_parser = parse_design, value_delimiter = ',')]
+    fleet: Vec<Design>,
+    /// Relays, with --variant.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=4))]
+    relays: u16,
+    /// Messages in the table.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=4))]
+    messages: u32,
+    /// Tenants; relay i and message i belong to tenant i mod T.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=4))]
+    tenants: u16,
+    /// The attempt budget.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=6))]
+    max_attempts: u32,
+    /// Faults: all, none, or a comma-separated list of crash, db-lost-before, db-lost-after,
+    /// broker-drop, broker-lost-ack, broker-duplicate, broker-reject, broker-unavailable,
+    /// clock-skew, misrouted-write.
+    #[arg(long, default_value = "all", value_parser = parse_faults)]
+    faults: Faults,
+    /// Operator requeues of FAILED/EXHAUSTED rows the environment may make.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
+    requeues: u8,
+}
+
+impl FleetArgs {
+    fn config(&self) -> WorldConfig {
+        let designs: Vec<Design> = match self.variant {
+            Some(design) => vec![design; self.relays as usize],
+            None => self.fleet.clone(),
+        };
+        let mut config = WorldConfig::fleet(&designs, self.messages, self.tenants, self.max_attempts, self.faults);
+        config.requeues = self.requeues;
+        config
+    }
+
+    /// The flags that reproduce this fleet.
+    fn command_line(&self) -> String {
+        let designs = match self.variant {
+            Some(d) => format!("--variant {d} --relays {}", self.relays),
+            None => format!("--fleet {}", self.fleet.iter().map(|d| d.name()).collect::<Vec<_>>().join(",")),
+        };
+        let faults = self.faults.names();
+        let faults = if faults.len() == Faults::NAMES.len() { "all".to_string() } else if faults.is_empty() { "none".into() } else { faults.join(",") };
+        let mut line = format!(
+            "{designs} --messages {} --tenants {} --max-attempts {} --faults {faults}",
+            self.messages, self.tenants, self.max_attempts
+        );
+        if self.requeues > 0 {
+            line += &format!(" --requeues {}", self.requeues);
+        }
+        line
+    }
+}
+
+fn parse_faults(text: &str) -> Result<Faults, String> {
+    Faults::parse(text)
 }
 
 #[derive(clap::Args, Debug)]
@@ -94,9 +209,17 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Verify { seeds, steps, json } => verify(seeds, steps as usize, json),
         Command::Variants { design, json } => variants(design, json),
-        Command::Check(_) => not_built("check", "exhaustive model checking with stateright (issue #3)"),
-        Command::Explore(_) => not_built("explore", "the stateright explorer (issue #3)"),
-        Command::Mutants(_) => not_built("mutants", "model checking of every mutant (issue #3)"),
+        Command::Check { fleet, threads, timeout, no_liveness, out, no_write, explorer_port, json, quiet } => {
+            let options = CheckOptions {
+                threads: threads as usize,
+                timeout: timeout.map(std::time::Duration::from_secs),
+                liveness: !no_liveness,
+                ..CheckOptions::default()
+            };
+            check_command(&fleet, &options, (!no_write).then_some(out.as_path()), explorer_port, json, quiet)
+        }
+        Command::Explore { fleet, port } => explore(&fleet, port),
+        Command::Mutants { threads, json, quiet } => mutants(threads as usize, json, quiet),
         Command::Sim(_) => not_built("sim", "deterministic simulation with madsim (issue #4)"),
         Command::Conform(_) => not_built("conform", "SQL conformance on SQLite and PostgreSQL (issue #5)"),
         Command::Trace(_) => not_built("trace", "the reference oracle for recorded histories (issue #6)"),
@@ -164,7 +287,7 @@ fn variants(only: Option<Design>, json: bool) -> ExitCode {
 }
 
 /// One row of the verdict matrix: a fleet and what the search found.
-struct Verdict {
+struct FleetFindings {
     name: String,
     findings: Vec<Finding>,
 }
@@ -189,9 +312,9 @@ fn verify_fleets() -> Vec<(String, WorldConfig)> {
 }
 
 fn verify(seeds: u64, steps: usize, json: bool) -> ExitCode {
-    let verdicts: Vec<Verdict> = verify_fleets()
+    let verdicts: Vec<FleetFindings> = verify_fleets()
         .into_iter()
-        .map(|(name, config)| Verdict { name, findings: search(&config, seeds, steps) })
+        .map(|(name, config)| FleetFindings { name, findings: search(&config, seeds, steps) })
         .collect();
     let reference_clean = verdicts.iter().any(|v| v.name == "reference" && v.findings.is_empty());
     if json {
@@ -244,6 +367,209 @@ fn verify(seeds: u64, steps: usize, json: bool) -> ExitCode {
         println!("{}", if reference_clean { "reference: no violation found." } else { "reference: VIOLATED." });
     }
     if reference_clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// A spinner on stderr with a state count, hidden when stderr is not a terminal or with --quiet.
+fn spinner(quiet: bool, what: &str) -> indicatif::ProgressBar {
+    let bar = if quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new_spinner() };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}").expect("a valid template"),
+    );
+    bar.set_message(what.to_string());
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
+
+fn check_command(
+    fleet: &FleetArgs,
+    options: &CheckOptions,
+    out: Option<&std::path::Path>,
+    explorer_port: u16,
+    json: bool,
+    quiet: bool,
+) -> ExitCode {
+    let config = fleet.config();
+    let bar = spinner(quiet, "model checking");
+    let report = check(&config, options, &|states, unique| {
+        bar.set_message(format!("model checking: {states} states generated, {unique} unique"));
+    });
+    bar.finish_and_clear();
+    let command = format!("outbox-check check {}", fleet.command_line());
+    let mut written = Vec::new();
+    if let Some(dir) = out {
+        match crate::report::write_counterexamples(&report, dir, &command) {
+            Ok(files) => written = files,
+            Err(error) => {
+                eprintln!("outbox-check: cannot write counterexamples under {}: {error}", dir.display());
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if json {
+        let mut value = serde_json::to_value(&report).expect("JSON of plain values");
+        value["variant"] = match fleet.variant {
+            Some(d) => serde_json::Value::String(d.name().to_string()),
+            None => serde_json::Value::Null,
+        };
+        println!("{}", serde_json::to_string_pretty(&value).expect("JSON of plain values"));
+    } else {
+        print_check(&report, explorer_port, &written);
+    }
+    if report.violated() || !report.decided() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) {
+    let c = &report.config;
+    println!(
+        "outbox-check check — {} ({} relays, {} messages, {} tenants, budget {}, faults: {})",
+        report.fleet.join(", "),
+        c.relays.len(),
+        c.messages,
+        c.tenants,
+        c.max_attempts,
+        c.faults.names().join(", ")
+    );
+    println!(
+        "{} states generated, {} unique, depth {}, {:.2} s{}{}\n",
+        report.states,
+        report.unique_states,
+        report.max_depth,
+        report.seconds,
+        if report.complete { "" } else { " — INCOMPLETE (timeout)" },
+        report.liveness_states.map(|n| format!("; liveness graph {n} states")).unwrap_or_default()
+    );
+    for p in &report.properties {
+        let status = match p.status {
+            Verdict::Holds => "holds",
+            Verdict::Violated => "VIOLATED",
+            Verdict::Reached => "reached",
+            Verdict::Unreached => "unreached",
+            Verdict::Unknown => "unknown",
+        };
+        let depth = p.counterexample.as_ref().map(|c| format!(" ({} steps)", c.len())).unwrap_or_default();
+        println!("  {:<9} {:<7} {}{depth}", status, p.id, p.name);
+        if let Some(note) = &p.note {
+            println!("  {:<17} {note}", "");
+        }
+        if p.status == Verdict::Violated {
+            if let Some(steps) = &p.counterexample {
+                for step in steps {
+                    if p.cycle_from == Some(step.index) {
+                        println!("  {:<17} — repeated forever from here —", "");
+                    }
+                    println!("  {:<17} {:>2}. {}", "", step.index, step.text.join("; "));
+                }
+            }
+            if let Some(path) = &p.explorer_path {
+                println!("  {:<17} explorer: http://127.0.0.1:{port}/#/steps/{path}", "");
+            }
+        }
+    }
+    let kinds = |k: Kind| report.properties.iter().filter(|p| p.kind == k).count();
+    println!(
+        "\n{} safety, {} reachability and {} liveness properties checked.",
+        kinds(Kind::Safety),
+        kinds(Kind::Reachability),
+        kinds(Kind::Liveness)
+    );
+    if !written.is_empty() {
+        println!("Counterexamples written: {}", written.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+    }
+}
+
+fn explore(fleet: &FleetArgs, port: u16) -> ExitCode {
+    use stateright::Model;
+    let address = format!("127.0.0.1:{port}");
+    // tiny_http panics on a port it cannot bind; find out first and say so on one line.
+    match std::net::TcpListener::bind(&address) {
+        Ok(listener) => drop(listener),
+        Err(error) => {
+            eprintln!("outbox-check: cannot listen on {address}: {error}");
+            return ExitCode::from(2);
+        }
+    }
+    let model = crate::model::OutboxModel::new(fleet.config());
+    println!("outbox-check explore — {} on http://{address}/ (Ctrl-C to stop)", model.config.relays.iter().map(|r| r.design.name()).collect::<Vec<_>>().join(", "));
+    model.checker().serve(address);
+    ExitCode::SUCCESS
+}
+
+/// The world every mutant is checked in: three relays competing for one message, the third
+/// reusing the first one's id (a restarted relay while its paused predecessor still lives), a
+/// second tenant (so a write can be mis-routed to it), one operator requeue, every fault.
+/// `reference` keeps every safety property in this world (a test checks it), so a violation
+/// here is the mutant's doing.
+pub fn mutant_config(design: Design) -> WorldConfig {
+    let mut config = WorldConfig::fleet(&[design, design, design], 1, 2, 3, Faults::all());
+    for relay in &mut config.relays {
+        relay.tenant_id = TenantId(0);
+    }
+    config.relays[2].owner = config.relays[0].owner;
+    config.requeues = 1;
+    config
+}
+
+fn mutants(threads: usize, json: bool, quiet: bool) -> ExitCode {
+    use stateright::{Checker, HasDiscoveries, Model};
+    let bar = if quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(Mutant::ALL.len() as u64) };
+    bar.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("a valid template"));
+    let mut rows = Vec::new();
+    for mutant in Mutant::ALL {
+        bar.set_message(mutant.name());
+        let model = crate::model::OutboxModel::new(mutant_config(Design::Mutant(mutant)));
+        let started = std::time::Instant::now();
+        // stateright finds whether a failure exists; the exact depth of the first one comes
+        // from our own breadth-first search (stateright keeps the last path it met).
+        let checker = model.clone().checker().threads(threads).finish_when(HasDiscoveries::AnyFailures).spawn_bfs().join();
+        let failing = checker.discoveries().keys().any(|name| crate::model::OutboxModel::spec_property(name).is_some());
+        let killers: Vec<(String, usize)> = if failing {
+            let safety: std::collections::BTreeSet<&'static str> = crate::model::SAFETY_NAMES.into_iter().collect();
+            crate::check::shortest_paths_until(&model, &safety, 1)
+                .into_iter()
+                .filter_map(|(name, actions, _)| {
+                    crate::model::OutboxModel::spec_property(name).map(|p| (p.id().to_string(), actions.len()))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        rows.push((mutant, killers, checker.unique_state_count(), started.elapsed().as_secs_f64()));
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let survivors: Vec<&str> = rows.iter().filter(|r| r.1.is_empty()).map(|r| r.0.name()).collect();
+    if json {
+        let list: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(m, killers, states, seconds)| {
+                serde_json::json!({
+                    "mutant": m.name(), "mistake": m.mistake(), "killed": !killers.is_empty(),
+                    "killed_by": killers.first().map(|k| &k.0), "depth": killers.first().map(|k| k.1),
+                    "mutants_md_expects": m.expected_kills(), "unique_states": states, "seconds": seconds,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "mutants": list, "survivors": survivors })).expect("JSON"));
+    } else {
+        println!("outbox-check mutants — each mutant's fleet: 3 relays on one message (the third reusing the first's id), 2 tenants, budget 3, every fault, 1 requeue\n");
+        println!("  {:<24} {:<8} {:>6} {:>10}  expected by MUTANTS.md", "mutant", "killed by", "depth", "states");
+        for (m, killers, states, _) in &rows {
+            match killers.first() {
+                Some((id, depth)) => println!("  {:<24} {:<8} {:>6} {:>10}  {}", m.name(), id, depth, states, m.expected_kills().join(" or ")),
+                None => println!("  {:<24} {:<8} {:>6} {:>10}  {}", m.name(), "SURVIVES", "-", states, m.expected_kills().join(" or ")),
+            }
+        }
+        println!("\n{} of {} mutants killed.", rows.len() - survivors.len(), rows.len());
+    }
+    if survivors.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

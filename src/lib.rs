@@ -6,7 +6,14 @@
 //! (model checker, simulations, SQL stores, trace oracle) and the CLI sit on top.
 
 pub mod cli;
+pub mod report;
 pub mod core;
+#[path = "../models/outbox.rs"]
+pub mod model;
+#[path = "../models/check.rs"]
+pub mod check;
+#[path = "../models/liveness.rs"]
+pub mod liveness;
 pub mod relay;
 pub mod search;
 pub mod world;

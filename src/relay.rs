@@ -159,6 +159,29 @@ impl Cycle {
         &mut self.leases
     }
 
+    /// Hashes this cycle and its pending effect as a relay of any name would have them: every
+    /// field but the leases' owner. Relays whose states hash alike here differ only by name.
+    pub fn hash_anonymous<H: std::hash::Hasher>(&self, effect: &Effect, state: &mut H) {
+        use std::hash::Hash;
+        fn lease<H: std::hash::Hasher>(l: &Lease, state: &mut H) {
+            (l.message_id, l.tenant_id, l.token, l.attempts, l.claim_seq).hash(state);
+        }
+        (self.phase, self.current, self.leases.len()).hash(state);
+        self.leases.iter().for_each(|l| lease(l, state));
+        match effect {
+            Effect::Claim { request } => (0u8, request.tenant_id, request.batch, request.now).hash(state),
+            Effect::Publish { lease: l, key } => {
+                (1u8, key).hash(state);
+                lease(l, state);
+            }
+            Effect::Write { request } => {
+                (2u8, request.kind, request.now).hash(state);
+                lease(&request.lease, state);
+            }
+            Effect::Done => 3u8.hash(state),
+        }
+    }
+
     /// The lease being worked on, if any.
     pub fn current_lease(&self) -> Option<&Lease> {
         match self.phase {

@@ -50,8 +50,7 @@ pub fn walk(config: &WorldConfig, seed: u64, steps_max: usize) -> Vec<Finding> {
         }
         let action = enabled[walker.below(enabled.len())];
         taken.push(action);
-        world.apply(config, action);
-        for violation in world.auditor.take_violations() {
+        for violation in world.apply(config, action).violations {
             if findings.iter().all(|f| f.property != violation.property) {
                 findings.push(Finding { property: violation.property, seed, actions: taken.clone(), violation });
             }

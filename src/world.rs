@@ -9,10 +9,12 @@
 //! which faults may strike and how the broker and the consumer behave.
 
 use crate::core::{
-    AggregateId, Auditor, Design, Duration, EnqueueRequest, IdempotencyKey, Instant, MessageId, Outbox, Policy,
-    RelayId, TenantId, Violation,
+    AggregateId, Auditor, ClaimRequest, Design, Duration, EnqueueRequest, EnqueueResult, FailureCode, IdempotencyKey,
+    Instant, Lease, LeaseToken, MessageId, Outbox, Policy, Property, RelayId, RequeueResult, Status, TenantId, Violation,
+    WriteRequest, WriteResult,
 };
-use crate::relay::{Clocks, Cycle, Effect, Input, LeaseResult, PublishOutcome, RelayConfig};
+use crate::core::policy::TokenKind;
+use crate::relay::{Clocks, Cycle, Effect, Input, LeaseResult, PublishOutcome, RelayConfig, Step};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -35,10 +37,16 @@ pub struct Faults {
     pub broker_reject: bool,
     /// The broker refuses for now (an outage), a definite retryable failure.
     pub broker_unavailable: bool,
+    /// Every other relay's clock runs one lease ahead of true time (matters to designs that take
+    /// `now` from the relay).
+    pub clock_skew: bool,
+    /// A terminal write goes out with another tenant's id (a mis-routed or confused caller, as
+    /// seed 003's test sends): what S9's "a write with another tenant is Stale" is about.
+    pub misrouted_write: bool,
 }
 
 impl Faults {
-    pub const NAMES: [&'static str; 8] = [
+    pub const NAMES: [&'static str; 10] = [
         "crash",
         "db-lost-before",
         "db-lost-after",
@@ -47,6 +55,8 @@ impl Faults {
         "broker-duplicate",
         "broker-reject",
         "broker-unavailable",
+        "clock-skew",
+        "misrouted-write",
     ];
 
     pub fn all() -> Faults {
@@ -59,6 +69,8 @@ impl Faults {
             broker_duplicate: true,
             broker_reject: true,
             broker_unavailable: true,
+            clock_skew: true,
+            misrouted_write: true,
         }
     }
 
@@ -72,6 +84,8 @@ impl Faults {
             broker_duplicate: false,
             broker_reject: false,
             broker_unavailable: false,
+            clock_skew: false,
+            misrouted_write: false,
         }
     }
 
@@ -85,6 +99,8 @@ impl Faults {
             "broker-duplicate" => &mut self.broker_duplicate,
             "broker-reject" => &mut self.broker_reject,
             "broker-unavailable" => &mut self.broker_unavailable,
+            "clock-skew" => &mut self.clock_skew,
+            "misrouted-write" => &mut self.misrouted_write,
             _ => return None,
         })
     }
@@ -139,8 +155,9 @@ pub struct WorldConfig {
     pub lease: Duration,
     /// How far one `Tick` moves the true clock.
     pub tick: Duration,
-    /// The true clock stops here: time is bounded so every run is finite.
-    pub time_max: Instant,
+    /// The true clock stops here, so every walk is finite. The model checker sets none: it
+    /// normalises time (only deadlines relative to now matter), so its graph is finite anyway.
+    pub time_max: Option<Instant>,
     /// The retry clock's base delay and cap, for every design in the fleet.
     pub backoff_base: Duration,
     pub backoff_cap: Duration,
@@ -165,10 +182,43 @@ impl WorldConfig {
             batch: 1,
             lease: Duration(2),
             tick: Duration(1),
-            time_max: Instant(12),
+            time_max: Some(Instant(12)),
             backoff_base: Duration(1),
             backoff_cap: Duration(4),
             faults: Faults::all(),
+            enqueue_actions: false,
+            requeues: 0,
+            permanent_outage: false,
+        }
+    }
+
+    /// A fleet with one relay per design, relay `i` serving tenant `i mod tenants`; with the
+    /// `clock-skew` fault every odd relay's clock runs one lease ahead. Lease 2 ticks, backoff
+    /// 1 doubling to 4 ticks.
+    pub fn fleet(designs: &[Design], messages: u32, tenants: u16, max_attempts: u32, faults: Faults) -> WorldConfig {
+        let lease = Duration(2);
+        let tenants = tenants.max(1);
+        WorldConfig {
+            relays: designs
+                .iter()
+                .enumerate()
+                .map(|(i, &design)| RelaySpec {
+                    design,
+                    owner: RelayId(i as u16),
+                    tenant_id: TenantId(i as u16 % tenants),
+                    skew: if faults.clock_skew && i % 2 == 1 { lease.0 as i64 } else { 0 },
+                })
+                .collect(),
+            messages,
+            tenants,
+            max_attempts,
+            batch: 1,
+            lease,
+            tick: Duration(1),
+            time_max: None,
+            backoff_base: Duration(1),
+            backoff_cap: Duration(4),
+            faults,
             enqueue_actions: false,
             requeues: 0,
             permanent_outage: false,
@@ -262,6 +312,8 @@ pub enum Action {
     Publish { relay: u16, fate: BrokerFate },
     /// A relay's terminal write reaches the database.
     Write { relay: u16, db: DbFate },
+    /// A relay's terminal write reaches the database with another tenant's id.
+    MisroutedWrite { relay: u16 },
     /// A relay crashes and restarts with nothing in memory.
     Crash { relay: u16 },
     /// The reaper job runs (when a design of the fleet has one).
@@ -274,54 +326,73 @@ pub enum Action {
     Requeue { message: u32 },
 }
 
-/// The consumer's view of one message: what the broker stored, deduplicated by key.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Delivery {
-    /// Copies the broker stored, duplicates included.
-    pub copies: u8,
-    /// Distinct idempotency keys stored: the effects the consumer applies.
-    pub keys: Vec<IdempotencyKey>,
-}
-
-/// One relay's in-memory state.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct RelayState {
-    /// The cycle under way and the effect it waits on; `None` when idle.
-    pub cycle: Option<(Cycle, Effect)>,
-    /// Writes this relay saw refused as Stale.
-    pub stale_writes: u8,
-}
-
-/// The whole world: small and hashable, so the model checker can keep it as its state.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct World {
-    pub now: Instant,
-    pub outbox: Outbox,
-    pub auditor: Auditor,
-    pub relays: Vec<RelayState>,
-    /// Indexed by message number.
-    pub deliveries: Vec<Delivery>,
-    pub enqueued: u32,
-    pub requeues_left: u8,
-    /// Ghost flags for the reachability properties of SPEC §7.
-    pub seen: Seen,
-}
-
-/// Situations worth reaching, so no safety check passes vacuously.
+/// Situations worth reaching, so no safety check passes vacuously. Flags of the last step only:
+/// sticky flags would multiply the model's state space for nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Seen {
     /// A stale write was attempted and refused.
     pub stale_refused: bool,
-    /// A message was stored twice and the consumer saw one effect.
+    /// A message was stored a second time and the consumer still saw one effect.
     pub duplicate_deduplicated: bool,
     /// A claim took over a row whose lease had expired.
     pub lease_taken_over: bool,
     /// A message reached EXHAUSTED.
     pub exhausted: bool,
-    /// A message that was AMBIGUOUS was later PUBLISHED.
+    /// A message that had been AMBIGUOUS was PUBLISHED.
     pub ambiguous_then_published: bool,
     /// A later event of an aggregate was published before an earlier one.
     pub order_overtaken: bool,
+}
+
+/// What the last step did, kept in the state for the model checker's properties.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StepFlags {
+    /// Bit `i` set: property `Property::SAFETY[i]` was violated by the last step.
+    pub violated: u16,
+    pub seen: Seen,
+}
+
+impl StepFlags {
+    pub fn violated(&self, property: Property) -> bool {
+        Property::SAFETY.iter().position(|p| *p == property).is_some_and(|i| self.violated & (1 << i) != 0)
+    }
+}
+
+/// What happened in one step, in the words of the operations (for reports and traces; never
+/// kept in the state).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    Enqueued { request: EnqueueRequest, result: EnqueueResult },
+    Claimed { relay: u16, request: ClaimRequest, leases: Vec<Lease>, db: DbFate },
+    Published { relay: u16, lease: Lease, key: IdempotencyKey, fate: BrokerFate },
+    Wrote { relay: u16, request: WriteRequest, result: Option<WriteResult>, db: DbFate },
+    Finished { relay: u16, message_id: MessageId, result: LeaseResult },
+    Crashed { relay: u16 },
+    Reaped { now: Instant, messages: Vec<MessageId> },
+    Ticked { now: Instant },
+    Requeued { message_id: MessageId, result: RequeueResult },
+}
+
+/// What [`World::apply`] returns.
+#[derive(Clone, Debug, Default)]
+pub struct StepReport {
+    pub events: Vec<Event>,
+    pub violations: Vec<Violation>,
+}
+
+/// The whole world: small and hashable, so the model checker can keep it as its state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct World {
+    /// The true clock.
+    pub now: Instant,
+    pub outbox: Outbox,
+    pub auditor: Auditor,
+    /// Each relay's cycle under way and the effect it waits on; `None` when idle.
+    pub relays: Vec<Option<(Cycle, Effect)>>,
+    pub enqueued: u32,
+    pub requeues_left: u8,
+    pub step: StepFlags,
 }
 
 impl World {
@@ -330,28 +401,23 @@ impl World {
             now: Instant(0),
             outbox: Outbox::new(),
             auditor: Auditor::new(config.max_attempts),
-            relays: vec![RelayState::default(); config.relays.len()],
-            deliveries: vec![Delivery::default(); config.messages as usize],
+            relays: vec![None; config.relays.len()],
             enqueued: 0,
             requeues_left: config.requeues,
-            seen: Seen::default(),
+            step: StepFlags::default(),
         };
         if !config.enqueue_actions {
+            let mut report = StepReport::default();
             for _ in 0..config.messages {
-                world.enqueue(config, false);
+                world.enqueue(config, false, &mut report);
             }
         }
         world
     }
 
-    pub fn violations(&self) -> &[Violation] {
-        self.auditor.violations()
-    }
-
     fn clocks(&self, config: &WorldConfig, relay: usize) -> Clocks {
         let skew = config.relays[relay].skew;
-        let relay_now = Instant(self.now.0.saturating_add_signed(skew));
-        Clocks { database: self.now, relay: relay_now }
+        Clocks { database: self.now, relay: Instant(self.now.0.saturating_add_signed(skew)) }
     }
 
     /// Every action enabled in this state, in a fixed order.
@@ -368,8 +434,15 @@ impl World {
         };
         for (i, relay) in self.relays.iter().enumerate() {
             let r = i as u16;
-            match &relay.cycle {
-                None => db_fates(actions, &|db| Action::Poll { relay: r, db }),
+            match relay {
+                // A claim whose connection dies before it runs changes nothing: the same as not
+                // polling, so it is no step of its own.
+                None => {
+                    actions.push(Action::Poll { relay: r, db: DbFate::Ok });
+                    if f.db_lost_after {
+                        actions.push(Action::Poll { relay: r, db: DbFate::LostAfter });
+                    }
+                }
                 Some((_, Effect::Publish { .. })) => {
                     if config.permanent_outage {
                         actions.push(Action::Publish { relay: r, fate: BrokerFate::Unavailable });
@@ -389,17 +462,25 @@ impl World {
                         }
                     }
                 }
-                Some((_, Effect::Write { .. })) => db_fates(actions, &|db| Action::Write { relay: r, db }),
+                Some((_, Effect::Write { .. })) => {
+                    db_fates(actions, &|db| Action::Write { relay: r, db });
+                    if f.misrouted_write && config.tenants > 1 {
+                        actions.push(Action::MisroutedWrite { relay: r });
+                    }
+                }
                 Some(_) => {}
             }
-            if f.crash && relay.cycle.is_some() {
+            if f.crash && relay.is_some() {
                 actions.push(Action::Crash { relay: r });
             }
         }
-        if config.has_reaper() {
+        // The reaper is enabled only when it has work: a reap that changes nothing is no step.
+        if config.has_reaper()
+            && self.outbox.rows().iter().any(|row| Outbox::is_reapable(row, self.now, config.max_attempts))
+        {
             actions.push(Action::Reap);
         }
-        if self.now.plus(config.tick) <= config.time_max {
+        if config.time_max.is_none_or(|max| self.now.plus(config.tick) <= max) {
             actions.push(Action::Tick);
         }
         if config.enqueue_actions && self.enqueued < config.messages {
@@ -408,190 +489,498 @@ impl World {
         }
         if self.requeues_left > 0 {
             for row in self.outbox.rows() {
-                if matches!(row.status, crate::core::Status::Failed | crate::core::Status::Exhausted) {
+                if matches!(row.status, Status::Failed | Status::Exhausted) {
                     actions.push(Action::Requeue { message: row.message_id.0 });
                 }
             }
         }
     }
 
-    /// Applies one action; returns the lease that ended with it, if any. Violations accumulate in
-    /// the auditor. Panics on an action that is not enabled: that is a bug of the driver.
-    pub fn apply(&mut self, config: &WorldConfig, action: Action) -> Option<(MessageId, LeaseResult)> {
+    /// Applies one action and reports what happened. Panics on an action that is not enabled:
+    /// that is a bug of the driver.
+    pub fn apply(&mut self, config: &WorldConfig, action: Action) -> StepReport {
+        let mut report = StepReport::default();
+        self.step = StepFlags::default();
         match action {
-            Action::Poll { relay, db } => self.poll(config, relay as usize, db),
-            Action::Publish { relay, fate } => self.publish(config, relay as usize, fate),
-            Action::Write { relay, db } => self.write(config, relay as usize, db),
+            Action::Poll { relay, db } => self.poll(config, relay as usize, db, &mut report),
+            Action::Publish { relay, fate } => self.publish(config, relay as usize, fate, &mut report),
+            Action::Write { relay, db } => self.write(config, relay as usize, db, false, &mut report),
+            Action::MisroutedWrite { relay } => self.write(config, relay as usize, DbFate::Ok, true, &mut report),
             Action::Crash { relay } => {
-                self.relays[relay as usize].cycle = None;
-                None
+                self.relays[relay as usize] = None;
+                report.events.push(Event::Crashed { relay });
             }
             Action::Reap => {
-                let reaped = self.auditor.reap(&mut self.outbox, self.now);
-                self.seen.exhausted |= !reaped.is_empty();
-                None
+                let messages = self.auditor.reap(&mut self.outbox, self.now);
+                self.step.seen.exhausted |= !messages.is_empty();
+                report.events.push(Event::Reaped { now: self.now, messages });
             }
             Action::Tick => {
                 self.now = self.now.plus(config.tick);
-                None
+                report.events.push(Event::Ticked { now: self.now });
             }
-            Action::Enqueue { stale } => {
-                self.enqueue(config, stale);
-                None
-            }
+            Action::Enqueue { stale } => self.enqueue(config, stale, &mut report),
             Action::Requeue { message } => {
                 // The operator's tool ships with the fleet's first design.
                 let policy = config.policy(0);
                 self.requeues_left -= 1;
-                let _ = self.auditor.requeue(&mut self.outbox, &policy, MessageId(message));
-                None
+                let message_id = MessageId(message);
+                if let Ok(result) = self.auditor.requeue(&mut self.outbox, &policy, message_id) {
+                    report.events.push(Event::Requeued { message_id, result });
+                }
             }
         }
+        report.violations = self.auditor.take_violations();
+        for v in &report.violations {
+            if let Some(i) = Property::SAFETY.iter().position(|p| *p == v.property) {
+                self.step.violated |= 1 << i;
+            }
+        }
+        report
     }
 
-    fn enqueue(&mut self, config: &WorldConfig, stale: bool) {
+    fn enqueue(&mut self, config: &WorldConfig, stale: bool, report: &mut StepReport) {
         let n = self.enqueued;
         // Two messages per aggregate, so an ordering per aggregate exists to be overtaken.
         let aggregate = AggregateId(n / 2);
         let tenant = config.message_tenant(n);
         let current = self.outbox.aggregate_version(tenant, aggregate);
-        let req = EnqueueRequest {
+        let request = EnqueueRequest {
             tenant_id: tenant,
             aggregate_id: aggregate,
             expected_version: if stale { current + 1 } else { current },
             message_id: MessageId(n),
             now: self.now,
         };
-        if let Ok(crate::core::EnqueueResult::Applied { .. }) = self.auditor.enqueue(&mut self.outbox, &req) {
-            self.enqueued += 1;
+        if let Ok(result) = self.auditor.enqueue(&mut self.outbox, &request) {
+            if let EnqueueResult::Applied { .. } = result {
+                self.enqueued += 1;
+            }
+            report.events.push(Event::Enqueued { request, result });
         }
     }
 
-    fn poll(&mut self, config: &WorldConfig, r: usize, db: DbFate) -> Option<(MessageId, LeaseResult)> {
+    fn poll(&mut self, config: &WorldConfig, r: usize, db: DbFate, report: &mut StepReport) {
         let relay_config = config.relay_config(r);
         let clocks = self.clocks(config, r);
         let (mut cycle, effect) = Cycle::start(&relay_config, clocks);
         let Effect::Claim { request } = effect else {
-            unreachable!("a cycle claims after reaping");
+            unreachable!("a cycle starts with its claim");
         };
-        let step = match db {
-            DbFate::LostBefore => cycle.resume(&relay_config, Input::ConnectionLost, clocks),
-            DbFate::Ok | DbFate::LostAfter => {
-                let before = self.outbox.clone();
-                let leases = self
-                    .auditor
-                    .claim(&mut self.outbox, &relay_config.policy, &request, self.now)
-                    .unwrap_or_default();
-                for lease in &leases {
-                    if let Some(old) = before.row(lease.message_id) {
-                        if old.status == crate::core::Status::InFlight {
-                            self.seen.lease_taken_over = true;
-                        }
-                    }
-                }
-                if db == DbFate::LostAfter {
-                    cycle.resume(&relay_config, Input::ConnectionLost, clocks)
-                } else {
-                    cycle.claimed(&relay_config, leases, clocks)
-                }
-            }
+        let mut leases = Vec::new();
+        if db != DbFate::LostBefore {
+            let taken_over: Vec<MessageId> = self
+                .outbox
+                .rows()
+                .iter()
+                .filter(|row| row.status == Status::InFlight)
+                .map(|row| row.message_id)
+                .collect();
+            leases = self.auditor.claim(&mut self.outbox, &relay_config.policy, &request, self.now).unwrap_or_default();
+            self.step.seen.lease_taken_over = leases.iter().any(|l| taken_over.contains(&l.message_id));
+        }
+        report.events.push(Event::Claimed { relay: r as u16, request, leases: leases.clone(), db });
+        let step = if db == DbFate::Ok {
+            cycle.claimed(&relay_config, leases, clocks)
+        } else {
+            cycle.resume(&relay_config, Input::ConnectionLost, clocks)
         };
-        self.settle(r, cycle, step.effect);
-        step.finished
+        self.settle(r, cycle, step, report);
     }
 
-    fn publish(&mut self, config: &WorldConfig, r: usize, fate: BrokerFate) -> Option<(MessageId, LeaseResult)> {
+    fn publish(&mut self, config: &WorldConfig, r: usize, fate: BrokerFate, report: &mut StepReport) {
         let relay_config = config.relay_config(r);
         let clocks = self.clocks(config, r);
-        let (mut cycle, effect) = self.relays[r].cycle.take().expect("publish from an idle relay");
+        let (mut cycle, effect) = self.relays[r].take().expect("publish from an idle relay");
         let Effect::Publish { lease, key } = effect else {
             unreachable!("publish action without a pending publication");
         };
         let stores = fate.stores();
-        self.auditor.published(lease.message_id, key, stores > 0);
-        let delivery = &mut self.deliveries[lease.message_id.0 as usize];
-        delivery.copies = delivery.copies.saturating_add(stores);
-        if stores > 0 && !delivery.keys.contains(&key) {
-            delivery.keys.push(key);
-            delivery.keys.sort();
-        }
-        if delivery.copies >= 2 && delivery.keys.len() == 1 {
-            self.seen.duplicate_deduplicated = true;
-        }
+        let stored_before = self.auditor.ghost(lease.message_id).is_some_and(|g| g.stored);
+        self.auditor.published(&lease, key, stores > 0);
+        // The consumer deduplicates by key: a second copy under the message id is no new effect.
+        let stable_key = key == IdempotencyKey::Message { message_id: lease.message_id };
+        self.step.seen.duplicate_deduplicated = stable_key && stores > 0 && (stored_before || stores > 1);
+        report.events.push(Event::Published { relay: r as u16, lease, key, fate });
         let step = cycle.resume(&relay_config, Input::Published { outcome: fate.outcome() }, clocks);
-        self.settle(r, cycle, step.effect);
-        step.finished
+        self.settle(r, cycle, step, report);
     }
 
-    fn write(&mut self, config: &WorldConfig, r: usize, db: DbFate) -> Option<(MessageId, LeaseResult)> {
+    fn write(&mut self, config: &WorldConfig, r: usize, db: DbFate, misrouted: bool, report: &mut StepReport) {
         let relay_config = config.relay_config(r);
         let clocks = self.clocks(config, r);
-        let (mut cycle, effect) = self.relays[r].cycle.take().expect("write from an idle relay");
-        let Effect::Write { request } = effect else {
+        let (mut cycle, effect) = self.relays[r].take().expect("write from an idle relay");
+        let Effect::Write { mut request } = effect else {
             unreachable!("write action without a pending write");
         };
-        let input = match db {
-            DbFate::LostBefore => Input::ConnectionLost,
-            DbFate::Ok | DbFate::LostAfter => {
-                let was = self.outbox.row(request.lease.message_id).map(|row| row.status);
-                let result = self.auditor.write(&mut self.outbox, &relay_config.policy, &request);
-                let Ok(result) = result else {
-                    unreachable!("a relay's lease names a row of the table");
-                };
-                match result {
-                    crate::core::WriteResult::Stale { .. } => {
-                        self.seen.stale_refused = true;
-                        self.relays[r].stale_writes = self.relays[r].stale_writes.saturating_add(1);
-                    }
-                    crate::core::WriteResult::Applied { status } => {
-                        self.note_applied(request.lease.message_id, was, status);
-                    }
+        if misrouted {
+            let other = (request.lease.tenant_id.0 + 1) % config.tenants.max(1);
+            request.lease.tenant_id = TenantId(other);
+        }
+        // The statement's `now` is read when it runs, not when the relay decided to write.
+        request.now = match relay_config.policy.relay.clock {
+            crate::core::policy::ClockSource::Database => clocks.database,
+            crate::core::policy::ClockSource::Relay => clocks.relay,
+        };
+        let mut result = None;
+        if db != DbFate::LostBefore {
+            let id = request.lease.message_id;
+            let was_ambiguous = self.outbox.row(id).is_some_and(|row| row.last_failure_code == Some(FailureCode::Timeout));
+            let applied = self.auditor.write(&mut self.outbox, &relay_config.policy, &request);
+            let Ok(applied) = applied else {
+                unreachable!("a relay's lease names a row of the table");
+            };
+            result = Some(applied);
+            match applied {
+                WriteResult::Stale { .. } => self.step.seen.stale_refused = true,
+                WriteResult::Applied { status: Status::Exhausted } => self.step.seen.exhausted = true,
+                WriteResult::Applied { status: Status::Published } => {
+                    self.step.seen.ambiguous_then_published = was_ambiguous;
+                    self.step.seen.order_overtaken = self.overtakes(id);
                 }
-                if db == DbFate::LostAfter {
-                    Input::ConnectionLost
-                } else {
-                    Input::Written { result }
-                }
+                WriteResult::Applied { .. } => {}
             }
+        }
+        report.events.push(Event::Wrote { relay: r as u16, request, result, db });
+        let input = match (db, result) {
+            (DbFate::Ok, Some(result)) => Input::Written { result },
+            _ => Input::ConnectionLost,
         };
         let step = cycle.resume(&relay_config, input, clocks);
-        self.settle(r, cycle, step.effect);
-        step.finished
+        self.settle(r, cycle, step, report);
     }
 
-    fn note_applied(&mut self, id: MessageId, _was: Option<crate::core::Status>, status: crate::core::Status) {
-        use crate::core::{FailureCode, Status};
-        match status {
-            Status::Exhausted => self.seen.exhausted = true,
-            Status::Published => {
-                let row = self.outbox.row(id).cloned();
-                if let Some(row) = row {
-                    if row.last_failure_code == Some(FailureCode::Timeout) {
-                        self.seen.ambiguous_then_published = true;
-                    }
-                    let overtaken = self.outbox.rows().iter().any(|other| {
-                        other.aggregate_id == row.aggregate_id
-                            && other.tenant_id == row.tenant_id
-                            && other.aggregate_version < row.aggregate_version
-                            && other.status != Status::Published
-                    });
-                    self.seen.order_overtaken |= overtaken;
-                }
-            }
-            _ => {}
-        }
+    /// `id` was just published while an earlier event of its aggregate was not.
+    fn overtakes(&self, id: MessageId) -> bool {
+        let Some(row) = self.outbox.row(id) else { return false };
+        self.outbox.rows().iter().any(|other| {
+            other.aggregate_id == row.aggregate_id
+                && other.tenant_id == row.tenant_id
+                && other.aggregate_version < row.aggregate_version
+                && other.status != Status::Published
+        })
     }
 
     /// Keeps the cycle if it has more to do; a relay whose cycle is done is idle again.
-    fn settle(&mut self, r: usize, cycle: Cycle, effect: Effect) {
-        self.relays[r].cycle = if effect == Effect::Done { None } else { Some((cycle, effect)) };
+    fn settle(&mut self, r: usize, cycle: Cycle, step: Step, report: &mut StepReport) {
+        if let Some((message_id, result)) = step.finished {
+            report.events.push(Event::Finished { relay: r as u16, message_id, result });
+        }
+        self.relays[r] = if step.effect == Effect::Done { None } else { Some((cycle, step.effect)) };
+    }
+
+    /// Rewrites the state into a canonical representative that behaves the same from here on, so
+    /// the model checker collapses states that differ only in what cannot matter any more:
+    ///
+    /// - **time**: instants older than `now − W` (W the largest negative clock skew of the
+    ///   fleet, within which a relay's own clock may still compare them) are only ever compared
+    ///   for order (due order), so they become their ranks; expiries among them only ever say
+    ///   "expired", so they become 0; `published_at` is bookkeeping no rule reads, so it becomes 0;
+    ///   later instants keep their distance from `now`. A quiet tick then leads back to the same
+    ///   state, and time needs no bound.
+    /// - **tokens** (counter kind): a row's token and the tokens of the leases held for it are
+    ///   compared for equality and grow by exactly 1, never past the row's; renaming them to their
+    ///   ranks keeps every comparison. Not done when a design resets tokens (a reset token is
+    ///   compared with larger ones, and a +1 could then meet a renamed value it would never meet).
+    /// - **random tokens**: renamed to ranks, and the random source restarted, whose first value
+    ///   is no small rank.
+    /// - **ghost claim numbers**: compared for equality only, the row's being the largest: ranks.
+    /// - **counters** compared only with the budget (attempts, publications) saturate at
+    ///   `max + 1`; a lease's pending write's `now` is overwritten when it runs, so it becomes 0;
+    ///   the lifetime publication count is not a state at all.
+    pub fn normalise(&mut self, config: &WorldConfig) -> Vec<usize> {
+        let cap = config.max_attempts + 1;
+        self.normalise_time(config);
+        self.erase_stale_leases(config);
+        let resets_tokens = (0..config.relays.len()).any(|i| config.policy(i).requeue_resets_token);
+        let random = (0..config.relays.len()).any(|i| config.policy(i).token_kind == TokenKind::Random);
+        for m in 0..self.outbox.rows().len() {
+            let id = self.outbox.rows()[m].message_id;
+            if !resets_tokens {
+                let mut tokens = vec![self.outbox.rows()[m].lease_token.0];
+                self.each_lease(&mut |l| {
+                    if l.message_id == id {
+                        tokens.push(l.token.0)
+                    }
+                });
+                tokens.sort_unstable();
+                tokens.dedup();
+                let rank = |t: u64| tokens.binary_search(&t).unwrap_or(0) as u64;
+                let row = &mut self.outbox.rows_mut()[m];
+                row.lease_token = LeaseToken(rank(row.lease_token.0));
+                self.each_lease(&mut |l| {
+                    if l.message_id == id {
+                        l.token = LeaseToken(rank(l.token.0));
+                    }
+                });
+            }
+            let claims = self.auditor.ghost(id).map(|g| g.claims).unwrap_or(0);
+            let requeued = self.auditor.ghost(id).map(|g| g.requeued_after_claim).unwrap_or(0);
+            let mut seqs = vec![claims, requeued];
+            self.each_lease(&mut |l| {
+                if l.message_id == id {
+                    seqs.push(l.claim_seq)
+                }
+            });
+            seqs.sort_unstable();
+            seqs.dedup();
+            let rank = |c: u32| seqs.binary_search(&c).unwrap_or(0) as u32;
+            self.each_lease(&mut |l| {
+                if l.message_id == id {
+                    l.claim_seq = rank(l.claim_seq);
+                    l.attempts = l.attempts.min(cap);
+                }
+            });
+            let row = &mut self.outbox.rows_mut()[m];
+            row.attempts = row.attempts.min(cap);
+            if let Some(ghost) = self.auditor.ghosts_mut().iter_mut().find(|g| g.message_id == id.0) {
+                ghost.claims = rank(ghost.claims);
+                ghost.requeued_after_claim = rank(ghost.requeued_after_claim);
+                ghost.publications = ghost.publications.min(cap);
+                ghost.publications_previous = ghost.publications_previous.min(cap);
+                ghost.publications_total = 0;
+                ghost.tokens_seen.clear();
+            }
+        }
+        if random {
+            self.outbox.restart_random_tokens();
+        }
+        self.each_effect_write(&mut |request| request.now = Instant(0));
+        self.erase_dead_fields(config);
+        self.canonical_relay_order(config)
+    }
+
+    /// In a fleet where every claim bumps the token and every write checks it, a lease whose
+    /// claim is no longer the row's latest can only ever be refused: its token, attempts and
+    /// pending write kind are dead, so superseded leases look alike (token 0, which no later
+    /// claim hands out). Its ghost claim number stays: it says which budget its publications
+    /// count against.
+    fn erase_stale_leases(&mut self, config: &WorldConfig) {
+        use crate::core::policy::{ClaimFence, WriteFence};
+        let fenced = (0..config.relays.len()).all(|i| {
+            let p = config.policy(i);
+            p.claim_fence == ClaimFence::OwnerAndToken
+                && matches!(p.write_fence, WriteFence::StatusOwnerToken | WriteFence::StatusToken)
+                && !p.swallow_stale
+                && !p.requeue_resets_token
+        });
+        if !fenced {
+            return;
+        }
+        let latest: Vec<(MessageId, u32)> =
+            self.auditor.ghosts().iter().map(|g| (MessageId(g.message_id), g.claims)).collect();
+        let is_stale = |l: &Lease| latest.iter().any(|&(m, c)| m == l.message_id && c != l.claim_seq);
+        for (cycle, effect) in self.relays.iter_mut().flatten() {
+            for lease in cycle.leases_mut() {
+                if is_stale(lease) {
+                    *lease = Lease { token: LeaseToken(0), attempts: 0, ..*lease };
+                }
+            }
+            match effect {
+                Effect::Publish { lease, .. } if is_stale(lease) => {
+                    *lease = Lease { token: LeaseToken(0), attempts: 0, ..*lease };
+                }
+                Effect::Write { request } if is_stale(&request.lease) => {
+                    request.lease = Lease { token: LeaseToken(0), attempts: 0, ..request.lease };
+                    request.kind = crate::core::WriteKind::Published;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Relays that run the same design for the same tenant (with the same skew, where the
+    /// design reads the relay's clock) under owner ids no other slot shares are interchangeable:
+    /// renaming their owner ids in rows and leases and swapping their states gives a world that
+    /// behaves the same. Picks, among such swaps, the world with the smallest fingerprint.
+    /// Returns the permutation applied: new slot `i` holds what slot `perm[i]` held.
+    fn canonical_relay_order(&mut self, config: &WorldConfig) -> Vec<usize> {
+        let n = config.relays.len();
+        let mut perm: Vec<usize> = (0..n).collect();
+        if n < 2 {
+            return perm;
+        }
+        let key = |i: usize| {
+            let spec = &config.relays[i];
+            let skew_matters = config.policy(i).relay.clock == crate::core::policy::ClockSource::Relay;
+            (spec.design, spec.tenant_id, if skew_matters { spec.skew } else { 0 })
+        };
+        let unique_owner = |i: usize| config.relays.iter().filter(|r| r.owner == config.relays[i].owner).count() == 1;
+        let anonymous = |world: &World, i: usize| {
+            use std::hash::{Hash, Hasher};
+            let mut h = stable_hasher();
+            match &world.relays[i] {
+                None => 0u8.hash(&mut h),
+                Some((cycle, effect)) => cycle.hash_anonymous(effect, &mut h),
+            }
+            h.finish()
+        };
+        for a in 0..n {
+            for b in (a + 1)..n {
+                if key(a) != key(b) || !unique_owner(a) || !unique_owner(b) {
+                    continue;
+                }
+                let (ka, kb) = (anonymous(self, a), anonymous(self, b));
+                let swap = match kb.cmp(&ka) {
+                    std::cmp::Ordering::Less => true,
+                    std::cmp::Ordering::Greater => false,
+                    // Alike but for names: which relay holds which row's lease decides.
+                    std::cmp::Ordering::Equal => fingerprint(&self.swapped(config, a, b)) < fingerprint(self),
+                };
+                if swap {
+                    *self = self.swapped(config, a, b);
+                    perm.swap(a, b);
+                }
+            }
+        }
+        perm
+    }
+
+    /// This world with relay slots `i` and `j` exchanged and their owner ids renamed.
+    fn swapped(&self, config: &WorldConfig, i: usize, j: usize) -> World {
+        let (a, b) = (config.relays[i].owner, config.relays[j].owner);
+        let rename = |o: RelayId| if o == a { b } else if o == b { a } else { o };
+        let mut world = self.clone();
+        world.relays.swap(i, j);
+        for row in world.outbox.rows_mut() {
+            row.lease_owner = row.lease_owner.map(rename);
+        }
+        world.each_lease(&mut |l| l.owner = rename(l.owner));
+        world
+    }
+
+    /// Fields no rule and no check can read again become constants.
+    ///
+    /// - `last_failure_code` is read by nothing but the "AMBIGUOUS later PUBLISHED" reachability
+    ///   check, which needs only whether it says timeout.
+    /// - In a fleet whose every design keeps terminal rows terminal (claims skip them, writes
+    ///   check the status first, a stale write says Stale) and with no requeue left, a terminal
+    ///   row is only ever compared by status: its other fields, the tokens, attempts and write
+    ///   kinds of the leases still held for it, and the broker-stored ghost
+    ///   (S5 judges a row when it becomes PUBLISHED) are dead. Its publication count stays while
+    ///   a lease for it is held, since a stale relay may still publish it (S3).
+    fn erase_dead_fields(&mut self, config: &WorldConfig) {
+        use crate::core::policy::WriteFence;
+        let terminal_safe = self.requeues_left == 0
+            && (0..config.relays.len()).all(|i| {
+                let p = config.policy(i);
+                !p.claim_terminal && p.write_fence != WriteFence::MessageIdOnly && !p.swallow_stale
+            });
+        let mut dead: Vec<MessageId> = Vec::new();
+        for row in self.outbox.rows_mut() {
+            if row.last_failure_code != Some(FailureCode::Timeout) {
+                row.last_failure_code = None;
+            }
+            if terminal_safe && row.status.is_terminal() {
+                *row = crate::core::Row {
+                    attempts: 0,
+                    lease_owner: None,
+                    lease_token: LeaseToken(0),
+                    lease_expires_at: None,
+                    next_attempt_at: None,
+                    last_failure_code: None,
+                    created_at: Instant(0),
+                    published_at: None,
+                    ..row.clone()
+                };
+                dead.push(row.message_id);
+            }
+        }
+        if dead.is_empty() {
+            return;
+        }
+        let mut held: Vec<MessageId> = Vec::new();
+        self.each_lease(&mut |l| {
+            if dead.contains(&l.message_id) {
+                held.push(l.message_id);
+                l.token = LeaseToken(0);
+                l.attempts = 0;
+            }
+        });
+        for (_, effect) in self.relays.iter_mut().flatten() {
+            if let Effect::Write { request } = effect {
+                if dead.contains(&request.lease.message_id) {
+                    request.kind = crate::core::WriteKind::Published;
+                }
+            }
+        }
+        for ghost in self.auditor.ghosts_mut() {
+            if dead.contains(&MessageId(ghost.message_id)) {
+                ghost.stored = false;
+                if !held.contains(&MessageId(ghost.message_id)) {
+                    ghost.publications = 0;
+                }
+            }
+        }
+    }
+
+    fn normalise_time(&mut self, config: &WorldConfig) {
+        let window = config.relays.iter().map(|r| r.skew.min(0).unsigned_abs()).max().unwrap_or(0);
+        let now = self.now.0;
+        let horizon = now.saturating_sub(window);
+        let mut old: Vec<u64> = Vec::new();
+        for row in self.outbox.rows() {
+            old.push(row.created_at.0);
+            old.extend(row.next_attempt_at.map(|t| t.0));
+        }
+        old.retain(|&t| t < horizon);
+        old.sort_unstable();
+        old.dedup();
+        let base = old.len() as u64;
+        let map = |t: u64| {
+            if t < horizon {
+                old.binary_search(&t).unwrap_or(0) as u64
+            } else {
+                base + (t - horizon)
+            }
+        };
+        for row in self.outbox.rows_mut() {
+            row.created_at = Instant(map(row.created_at.0));
+            row.next_attempt_at = row.next_attempt_at.map(|t| Instant(map(t.0)));
+            row.lease_expires_at = row.lease_expires_at.map(|t| Instant(if t.0 < horizon { 0 } else { map(t.0) }));
+            row.published_at = row.published_at.map(|_| Instant(0));
+        }
+        self.now = Instant(map(now));
+    }
+
+    /// Calls `f` on every copy of a lease the relays hold (in their cycles and pending effects).
+    fn each_lease(&mut self, f: &mut dyn FnMut(&mut Lease)) {
+        for (cycle, effect) in self.relays.iter_mut().flatten() {
+            cycle.leases_mut().iter_mut().for_each(&mut *f);
+            match effect {
+                Effect::Publish { lease, .. } => f(lease),
+                Effect::Write { request } => f(&mut request.lease),
+                Effect::Claim { .. } | Effect::Done => {}
+            }
+        }
+    }
+
+    fn each_effect_write(&mut self, f: &mut dyn FnMut(&mut WriteRequest)) {
+        for (_, effect) in self.relays.iter_mut().flatten() {
+            if let Effect::Write { request } = effect {
+                f(request);
+            }
+        }
     }
 
     /// Every message has reached a terminal status.
-    pub fn all_terminal(&self) -> bool {
-        self.enqueued == self.deliveries.len() as u32
-            && self.outbox.rows().iter().all(|row| row.status.is_terminal())
+    pub fn all_terminal(&self, config: &WorldConfig) -> bool {
+        self.enqueued == config.messages && self.outbox.rows().iter().all(|row| row.status.is_terminal())
     }
+}
+
+/// A hasher with fixed seeds: the same hashes in every run and on every machine.
+pub fn stable_hasher() -> ahash::AHasher {
+    use std::hash::BuildHasher;
+    ahash::RandomState::with_seeds(0x6f75_7462_6f78, 0x6368_6563_6b, 7, 11).build_hasher()
+}
+
+/// A fixed 64-bit hash of a value.
+pub fn fingerprint<T: std::hash::Hash>(value: &T) -> u64 {
+    use std::hash::Hasher;
+    let mut hasher = stable_hasher();
+    value.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl fmt::Display for Action {
@@ -600,6 +989,7 @@ impl fmt::Display for Action {
             Action::Poll { relay, db } => write!(f, "r{relay} polls (db {db:?})"),
             Action::Publish { relay, fate } => write!(f, "r{relay} publishes (broker {fate:?})"),
             Action::Write { relay, db } => write!(f, "r{relay} writes (db {db:?})"),
+            Action::MisroutedWrite { relay } => write!(f, "r{relay} writes with another tenant's id"),
             Action::Crash { relay } => write!(f, "r{relay} crashes"),
             Action::Reap => write!(f, "reaper runs"),
             Action::Tick => write!(f, "tick"),

@@ -66,7 +66,7 @@ fn world_search_pins_what_each_design_breaks() {
         ("write-owner-only", &["S1"]),
         ("write-id-only", &["S1", "S4"]),
         ("swallow-stale", &["S1"]),
-        ("steal-live-lease", &["S3", "S6"]),
+        ("steal-live-lease", &["S6"]),
         ("no-retry-clock", &["S7"]),
         ("no-budget-predicate", &["S3"]),
         ("exhaust-off-by-one", &["S3"]),
@@ -75,7 +75,7 @@ fn world_search_pins_what_each_design_breaks() {
         ("retry-after-db-loss", &["S3", "S5"]),
         ("fresh-idempotency-key", &["S8"]),
         ("write-ignores-tenant", &[]),
-        ("token-reset-on-requeue", &["S1", "S2"]),
+        ("token-reset-on-requeue", &["S2"]),
     ];
     let mut failures = Vec::new();
     for &(name, expected) in pinned {

@@ -130,6 +130,12 @@ pub struct RowGhost {
     pub tokens_seen: Vec<LeaseToken>,
     /// Publications asked of the broker in the current budget (a requeue starts a new one).
     pub publications: u32,
+    /// Publications in the budget before the last requeue: a relay still holding a lease from
+    /// before the requeue publishes against the budget its claim was counted in.
+    pub publications_previous: u32,
+    /// The value of `claims` when the row was last requeued: leases with a larger `claim_seq`
+    /// belong to the current budget.
+    pub requeued_after_claim: u32,
     /// Publications over the row's whole life.
     pub publications_total: u32,
     /// The broker stored the message at least once.
@@ -185,7 +191,7 @@ impl Auditor {
         self.violations.push(Violation { property, detail });
     }
 
-    /// Checks that hold for any row after any step: S3's count and S5.
+    /// S3's count on a row a step touched.
     fn check_row(&mut self, row: &Row) {
         if row.attempts > self.max_attempts {
             self.violated(
@@ -193,8 +199,13 @@ impl Auditor {
                 format!("{} has attempts = {} over the budget of {}", row.message_id, row.attempts, self.max_attempts),
             );
         }
-        if row.status == Status::Published && !self.ghost(row.message_id).is_some_and(|g| g.stored) {
-            self.violated(Property::S5, format!("{} is PUBLISHED but the broker never stored it", row.message_id));
+    }
+
+    /// S5 when a row becomes PUBLISHED: the broker stored the message.
+    fn check_confirmation(&mut self, before: &Row, after: &Row) {
+        let confirmed = after.status == Status::Published && before.status != Status::Published;
+        if confirmed && !self.ghost(after.message_id).is_some_and(|g| g.stored) {
+            self.violated(Property::S5, format!("{} became PUBLISHED but the broker never stored it", after.message_id));
         }
     }
 
@@ -359,6 +370,7 @@ impl Auditor {
         }
         self.check_absorbing(&old, &new, &what);
         self.check_token_kept(&old, &new, &what);
+        self.check_confirmation(&old, &new);
         self.check_row(&new);
         Ok(result)
     }
@@ -385,24 +397,34 @@ impl Auditor {
             self.check_token_kept(&old, &new, "requeue");
         }
         if result == RequeueResult::Applied {
-            self.ghost_mut(id).publications = 0;
+            let ghost = self.ghost_mut(id);
+            ghost.publications_previous = ghost.publications;
+            ghost.publications = 0;
+            ghost.requeued_after_claim = ghost.claims;
         }
         Ok(result)
     }
 
-    /// A relay asked the broker to publish `message_id` with `key`; `stored` is whether the broker
-    /// stored it. Checks S3 (publications within budget) and S8 (the key is the message id).
-    pub fn published(&mut self, message_id: MessageId, key: IdempotencyKey, stored: bool) {
+    /// A relay asked the broker to publish under `lease` with `key`; `stored` is whether the
+    /// broker stored it. Checks S3 (publications within the budget the lease's claim belongs to)
+    /// and S8 (the key is the message id).
+    pub fn published(&mut self, lease: &Lease, key: IdempotencyKey, stored: bool) {
         let max = self.max_attempts;
+        let message_id = lease.message_id;
         let ghost = self.ghost_mut(message_id);
-        ghost.publications += 1;
+        let count = if lease.claim_seq > ghost.requeued_after_claim {
+            ghost.publications += 1;
+            ghost.publications
+        } else {
+            ghost.publications_previous += 1;
+            ghost.publications_previous
+        };
         ghost.publications_total += 1;
         ghost.stored |= stored;
-        let count = ghost.publications;
         if count > max {
             self.violated(
                 Property::S3,
-                format!("{message_id} was published {count} times, over the budget of {max}"),
+                format!("{message_id} was published {count} times in one budget, over the budget of {max}"),
             );
         }
         if key != (IdempotencyKey::Message { message_id }) {

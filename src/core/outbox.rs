@@ -167,6 +167,12 @@ impl Outbox {
         &mut self.rows
     }
 
+    /// Used by normalising engines: restarts the source of random tokens. Sound only when every
+    /// token it issued before is renamed to a value it never issues (see `World::normalise`).
+    pub fn restart_random_tokens(&mut self) {
+        self.random_tokens_issued = 0;
+    }
+
     /// SPEC §3.1: the aggregate moves from `expected_version` to the next only if it is there now;
     /// the outbox row is inserted only if that update changed a row.
     pub fn enqueue(&mut self, req: &EnqueueRequest) -> Result<EnqueueResult, CoreError> {
@@ -367,13 +373,17 @@ impl Outbox {
         Ok(WriteResult::Applied { status: row.status })
     }
 
+    /// The reaper's predicate: IN_FLIGHT, lease expired, budget spent.
+    pub fn is_reapable(row: &Row, now: Instant, max_attempts: u32) -> bool {
+        row.status == Status::InFlight && row.lease_expires_at.is_some_and(|at| at <= now) && row.attempts >= max_attempts
+    }
+
     /// SPEC §3.4: an IN_FLIGHT row whose lease expired with its budget spent can never be claimed
     /// again; move it to EXHAUSTED. Returns the rows reaped, by message id.
     pub fn reap(&mut self, now: Instant, max_attempts: u32) -> Vec<MessageId> {
         let mut reaped = Vec::new();
         for row in &mut self.rows {
-            let expired = row.lease_expires_at.is_some_and(|at| at <= now);
-            if row.status == Status::InFlight && expired && row.attempts >= max_attempts {
+            if Self::is_reapable(row, now, max_attempts) {
                 row.status = Status::Exhausted;
                 row.lease_owner = None;
                 row.lease_expires_at = None;

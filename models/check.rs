@@ -1,0 +1,295 @@
+//! `check`: model-check a fleet exhaustively and say, for every property of SPEC §7, whether it
+//! holds — with the shortest counterexample where it does not.
+//!
+//! Safety and reachability run on stateright's BFS over the normalised model (multi-threaded for
+//! the complete check; single-threaded again, stopping as soon as every discovery is made, for
+//! the shortest paths, since only single-threaded BFS is exactly breadth-first). Liveness runs
+//! on the same normalised world with the lasso search of [`crate::liveness`].
+
+use crate::liveness::{check_l1, check_l2, check_l3, Graph, LassoVerdict};
+use crate::model::{replay, OutboxModel, ReplayStep, REACHABILITY, SAFETY_NAMES};
+use crate::world::{Action, WorldConfig};
+use serde::Serialize;
+use stateright::{Checker, Model};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct CheckOptions {
+    pub threads: usize,
+    /// Stop the safety search here (the result then says it is incomplete).
+    pub timeout: Option<Duration>,
+    /// Check L1–L3 (builds the graph a second time, in memory).
+    pub liveness: bool,
+    /// The liveness graph's size limit; past it liveness is reported as not checked.
+    pub liveness_states_max: usize,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions { threads: 2, timeout: None, liveness: true, liveness_states_max: 2_000_000 }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Safety,
+    Reachability,
+    Liveness,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Holds,
+    Violated,
+    Reached,
+    Unreached,
+    /// The search stopped before it could decide (timeout, or a graph over the size limit).
+    Unknown,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PropertyResult {
+    pub id: String,
+    pub name: String,
+    pub kind: Kind,
+    pub status: Verdict,
+    /// The path, replayed with real relay names and true times; for liveness, the prefix then
+    /// the cycle.
+    pub counterexample: Option<Vec<ReplayStep>>,
+    /// For liveness: the step where the repeated cycle starts (1-based).
+    pub cycle_from: Option<usize>,
+    /// The path as the explorer's action indices (`0/3/1/…`), to open at `/#/steps/…`.
+    pub explorer_path: Option<String>,
+    /// Why the verdict is unknown, when it is.
+    pub note: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckReport {
+    pub fleet: Vec<String>,
+    pub config: WorldConfig,
+    pub states: usize,
+    pub unique_states: usize,
+    pub max_depth: usize,
+    pub seconds: f64,
+    pub complete: bool,
+    pub liveness_states: Option<usize>,
+    pub properties: Vec<PropertyResult>,
+}
+
+impl CheckReport {
+    /// Some safety or liveness property is violated.
+    pub fn violated(&self) -> bool {
+        self.properties.iter().any(|p| p.status == Verdict::Violated)
+    }
+
+    /// Every safety and liveness property was decided.
+    pub fn decided(&self) -> bool {
+        self.properties.iter().all(|p| p.status != Verdict::Unknown)
+    }
+
+    pub fn property(&self, id: &str) -> Option<&PropertyResult> {
+        self.properties.iter().find(|p| p.id == id)
+    }
+}
+
+/// Model-checks `config`. `progress` is called now and then with (states, unique states).
+pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(usize, usize) + Sync)) -> CheckReport {
+    let model = OutboxModel::new(config.clone());
+    let started = Instant::now();
+    let mut builder = model.clone().checker().threads(options.threads.max(1));
+    if let Some(timeout) = options.timeout {
+        builder = builder.timeout(timeout);
+    }
+    let checker = builder.spawn_bfs();
+    while !checker.is_done() {
+        progress(checker.state_count(), checker.unique_state_count());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let checker = checker.join();
+    let seconds = started.elapsed().as_secs_f64();
+    let complete = options.timeout.is_none_or(|t| started.elapsed() < t);
+    let found: BTreeSet<&'static str> = checker.discoveries().keys().copied().collect();
+
+    // stateright's BFS keeps the last path it met for a discovery, not the first, so the
+    // shortest paths come from a breadth-first search of our own that stops once it has them.
+    let paths = shortest_paths(&model, &found);
+    let path_of = |name: &str| paths.iter().find(|(n, _, _)| *n == name);
+
+    let mut properties = Vec::new();
+    for (i, name) in SAFETY_NAMES.iter().enumerate() {
+        let id = crate::core::Property::SAFETY[i].id();
+        let hit = path_of(name);
+        properties.push(PropertyResult {
+            id: id.to_string(),
+            name: name[id.len() + 1..].to_string(),
+            kind: Kind::Safety,
+            status: match (hit, complete) {
+                (Some(_), _) => Verdict::Violated,
+                (None, true) => Verdict::Holds,
+                (None, false) => Verdict::Unknown,
+            },
+            counterexample: hit.map(|(_, actions, _)| replay(config, actions)),
+            cycle_from: None,
+            explorer_path: hit.map(|(_, _, encoded)| encoded.clone()),
+            note: (hit.is_none() && !complete).then(|| "the search stopped at its timeout".to_string()),
+        });
+    }
+    for r in REACHABILITY.iter() {
+        let hit = path_of(r.name);
+        let (id, name) = r.name.split_once(' ').unwrap_or((r.name, r.name));
+        properties.push(PropertyResult {
+            id: id.to_string(),
+            name: name.to_string(),
+            kind: Kind::Reachability,
+            status: if hit.is_some() { Verdict::Reached } else { Verdict::Unreached },
+            counterexample: hit.map(|(_, actions, _)| replay(config, actions)),
+            cycle_from: None,
+            explorer_path: hit.map(|(_, _, encoded)| encoded.clone()),
+            note: None,
+        });
+    }
+    let mut liveness_states = None;
+    if options.liveness {
+        let (results, states) = liveness(config, options.liveness_states_max);
+        liveness_states = states;
+        properties.extend(results);
+    }
+    CheckReport {
+        fleet: config.relays.iter().map(|r| r.design.name().to_string()).collect(),
+        config: config.clone(),
+        states: checker.state_count(),
+        unique_states: checker.unique_state_count(),
+        max_depth: checker.max_depth(),
+        seconds,
+        complete,
+        liveness_states,
+        properties,
+    }
+}
+
+/// Breadth-first from the initial state until every property in `targets` is discovered; returns
+/// for each the shortest path, as actions and as the explorer's encoded action indices.
+pub fn shortest_paths(model: &OutboxModel, targets: &BTreeSet<&'static str>) -> Vec<(&'static str, Vec<Action>, String)> {
+    shortest_paths_until(model, targets, targets.len())
+}
+
+/// Like [`shortest_paths`], stopping once `enough` of the targets are discovered (all those at
+/// the depth where the last of them was found).
+pub fn shortest_paths_until(
+    model: &OutboxModel,
+    targets: &BTreeSet<&'static str>,
+    enough: usize,
+) -> Vec<(&'static str, Vec<Action>, String)> {
+    use std::collections::{HashMap, VecDeque};
+    let fp = crate::world::fingerprint::<crate::world::World>;
+    let properties: Vec<_> = model.properties().into_iter().filter(|p| targets.contains(p.name)).collect();
+    let violated = |p: &stateright::Property<OutboxModel>, w: &crate::world::World| match p.expectation {
+        stateright::Expectation::Sometimes => (p.condition)(model, w),
+        _ => !(p.condition)(model, w),
+    };
+    let mut found: Vec<(&'static str, Vec<usize>)> = Vec::new();
+    let init = model.init_states().remove(0);
+    let init_fp = fp(&init);
+    let mut parent: HashMap<u64, Option<(u64, usize)>> = HashMap::from([(init_fp, None)]);
+    let mut queue = VecDeque::from([(init_fp, init)]);
+    let path_to = |parent: &HashMap<u64, Option<(u64, usize)>>, mut at: u64| {
+        let mut indices = Vec::new();
+        while let Some(Some((p, i))) = parent.get(&at) {
+            indices.push(*i);
+            at = *p;
+        }
+        indices.reverse();
+        indices
+    };
+    let mut actions = Vec::new();
+    while let Some((at, state)) = queue.pop_front() {
+        for p in &properties {
+            if found.iter().all(|(n, _)| *n != p.name) && violated(p, &state) {
+                found.push((p.name, path_to(&parent, at)));
+            }
+        }
+        if found.len() >= enough.min(properties.len()) {
+            break;
+        }
+        actions.clear();
+        model.actions(&state, &mut actions);
+        for (i, action) in actions.drain(..).enumerate() {
+            let Some(next) = model.next_state(&state, action) else { continue };
+            let next_fp = fp(&next);
+            if let std::collections::hash_map::Entry::Vacant(e) = parent.entry(next_fp) {
+                e.insert(Some((at, i)));
+                queue.push_back((next_fp, next));
+            }
+        }
+    }
+    found
+        .into_iter()
+        .map(|(name, indices)| {
+            let mut state = model.init_states().remove(0);
+            let mut path_actions = Vec::new();
+            let mut all = Vec::new();
+            for i in &indices {
+                all.clear();
+                model.actions(&state, &mut all);
+                let action = all[*i];
+                path_actions.push(action);
+                state = model.next_state(&state, action).expect("a model step");
+            }
+            let encoded = std::iter::once("0".to_string()).chain(indices.iter().map(|i| i.to_string())).collect::<Vec<_>>().join("/");
+            (name, path_actions, encoded)
+        })
+        .collect()
+}
+
+fn liveness(config: &WorldConfig, states_max: usize) -> (Vec<PropertyResult>, Option<usize>) {
+    use crate::core::Property as P;
+    let result = |p: P, verdict: Option<LassoVerdict>, world: &WorldConfig, note: Option<String>| {
+        let (status, counterexample, cycle_from) = match verdict {
+            None => (Verdict::Unknown, None, None),
+            Some(LassoVerdict { lasso: None, .. }) => (Verdict::Holds, None, None),
+            Some(LassoVerdict { lasso: Some(lasso), .. }) => {
+                let mut actions = lasso.prefix.clone();
+                actions.extend(lasso.cycle.iter().copied());
+                (Verdict::Violated, Some(replay(world, &actions)), Some(lasso.prefix.len() + 1))
+            }
+        };
+        PropertyResult {
+            id: p.id().to_string(),
+            name: p.sentence().to_string(),
+            kind: Kind::Liveness,
+            status,
+            counterexample,
+            cycle_from,
+            explorer_path: None,
+            note,
+        }
+    };
+    let mut out = Vec::new();
+    let mut states = None;
+    match Graph::build(config, states_max) {
+        Ok(graph) => {
+            states = Some(graph.len());
+            out.push(result(P::L1, Some(check_l1(&graph, config)), config, None));
+            out.push(result(P::L3, Some(check_l3(&graph, config)), config, None));
+        }
+        Err(too_large) => {
+            let note = format!("not checked: the liveness graph passed {} states", too_large.states);
+            out.push(result(P::L1, None, config, Some(note.clone())));
+            out.push(result(P::L3, None, config, Some(note)));
+        }
+    }
+    let mut outage = config.clone();
+    outage.permanent_outage = true;
+    match Graph::build(&outage, states_max) {
+        Ok(graph) => out.insert(1, result(P::L2, Some(check_l2(&graph, &outage)), &outage, None)),
+        Err(too_large) => out.insert(
+            1,
+            result(P::L2, None, &outage, Some(format!("not checked: the outage graph passed {} states", too_large.states))),
+        ),
+    }
+    (out, states)
+}

@@ -1,0 +1,245 @@
+//! The outbox as a stateright model: the [`World`] of relays, one table, a broker and a clock,
+//! explored exhaustively.
+//!
+//! Every transition is one [`Action`] of the world, which runs the sans-IO relay cycle over the
+//! core and checks each operation with the core's auditor; this file adds no outbox rule. After
+//! each step the state is [normalised](World::normalise) (time relative to now, tokens and ghost
+//! claim numbers by rank, budget counters saturated), so the reachable graph is finite without
+//! a bound on time and states that can no longer be told apart collapse.
+//!
+//! Symmetry. stateright 0.31 applies `symmetry()` only in its DFS and simulation checkers, and
+//! only BFS gives shortest counterexamples. The normalisation is applied inside `next_state`
+//! instead, so every checker — BFS included — explores the reduced graph, and a BFS path in the
+//! reduced graph replays step for step in the unreduced world (normalisation never permutes
+//! relays or messages, so an action means the same thing in both): shortest counterexamples and
+//! a reduced complete check from one model.
+//!
+//! Properties: S1–S10 as `always` over the last step's audit; SPEC §7's reachability list as
+//! `sometimes`, each paired with the safety property it exercises, so no check passes vacuously.
+//! Liveness is checked separately (see [`crate::liveness`]), because stateright's `eventually`
+//! is sound only on acyclic paths and this graph has cycles (a quiet tick returns to its state).
+
+use crate::core::Property as Spec;
+use crate::world::{Action, Event, World, WorldConfig};
+use stateright::{Model, Property};
+
+/// The model: a world configuration; the state is the [`World`].
+#[derive(Clone, Debug)]
+pub struct OutboxModel {
+    pub config: WorldConfig,
+    /// Normalise every state (the default). Off, the model is the plain world — bounded by the
+    /// configuration's `time_max` — which the tests compare against to show the reductions
+    /// change no verdict.
+    pub normalise: bool,
+}
+
+/// A `sometimes` property of SPEC §7's reachability list and the safety property it exercises.
+pub struct Reachability {
+    pub name: &'static str,
+    pub exercises: &'static str,
+}
+
+pub const REACHABILITY: [Reachability; 6] = [
+    Reachability { name: "R-S1 a stale write is attempted and refused", exercises: "S1" },
+    Reachability { name: "R-S8 a message is published twice and the consumer sees one effect", exercises: "S8" },
+    Reachability { name: "R-S6 a lease expires and is taken over", exercises: "S6" },
+    Reachability { name: "R-S3 the budget is exhausted", exercises: "S3" },
+    Reachability { name: "R-S7 an AMBIGUOUS message is later PUBLISHED", exercises: "S7" },
+    Reachability { name: "R-order a later event of an aggregate is published before an earlier one", exercises: "ordering" },
+];
+
+/// The `always` property names, `"S1 no stale terminal write succeeds"` and so on.
+pub const SAFETY_NAMES: [&str; 10] = [
+    "S1 no stale terminal write succeeds",
+    "S2 fresh token per claim",
+    "S3 attempts within budget",
+    "S4 terminal is absorbing",
+    "S5 no invented confirmation",
+    "S6 one live lease",
+    "S7 retry clock respected",
+    "S8 stable idempotency key",
+    "S9 tenant isolation",
+    "S10 atomic enqueue",
+];
+
+macro_rules! safety {
+    ($($i:literal),*) => {
+        [$(Property::always(SAFETY_NAMES[$i], |_: &OutboxModel, s: &World| s.step.violated & (1 << $i) == 0)),*]
+    };
+}
+
+impl OutboxModel {
+    pub fn new(config: WorldConfig) -> OutboxModel {
+        OutboxModel { config, normalise: true }
+    }
+
+    /// The plain world, without reductions; needs a `time_max` to be finite.
+    pub fn unreduced(config: WorldConfig) -> OutboxModel {
+        OutboxModel { config, normalise: false }
+    }
+
+    /// The safety property a name belongs to.
+    pub fn spec_property(name: &str) -> Option<Spec> {
+        SAFETY_NAMES.iter().position(|n| *n == name).map(|i| Spec::SAFETY[i])
+    }
+}
+
+impl Model for OutboxModel {
+    type State = World;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<World> {
+        let mut world = World::new(&self.config);
+        if self.normalise {
+            world.normalise(&self.config);
+        }
+        vec![world]
+    }
+
+    fn actions(&self, state: &World, actions: &mut Vec<Action>) {
+        state.actions(&self.config, actions);
+    }
+
+    fn next_state(&self, last: &World, action: Action) -> Option<World> {
+        let mut next = last.clone();
+        next.apply(&self.config, action);
+        if self.normalise {
+            next.normalise(&self.config);
+        }
+        Some(next)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        let mut properties: Vec<Property<Self>> = safety!(0, 1, 2, 3, 4, 5, 6, 7, 8, 9).into_iter().collect();
+        properties.extend([
+            Property::sometimes(REACHABILITY[0].name, |_, s: &World| s.step.seen.stale_refused),
+            Property::sometimes(REACHABILITY[1].name, |_, s: &World| s.step.seen.duplicate_deduplicated),
+            Property::sometimes(REACHABILITY[2].name, |_, s: &World| s.step.seen.lease_taken_over),
+            Property::sometimes(REACHABILITY[3].name, |_, s: &World| s.step.seen.exhausted),
+            Property::sometimes(REACHABILITY[4].name, |_, s: &World| s.step.seen.ambiguous_then_published),
+            Property::sometimes(REACHABILITY[5].name, |_, s: &World| s.step.seen.order_overtaken),
+        ]);
+        properties
+    }
+
+    fn format_action(&self, action: &Action) -> String {
+        action.to_string()
+    }
+
+    fn format_step(&self, last: &World, action: Action) -> Option<String> {
+        let mut next = last.clone();
+        let report = next.apply(&self.config, action);
+        let mut text: Vec<String> = report.events.iter().map(describe).collect();
+        text.extend(report.violations.iter().map(|v| format!("VIOLATION {v}")));
+        Some(text.join("\n"))
+    }
+}
+
+/// One event in plain words: who did what to which row, with token, attempts and now.
+pub fn describe(event: &Event) -> String {
+    use crate::world::DbFate;
+    let db = |db: &DbFate| match db {
+        DbFate::Ok => String::new(),
+        DbFate::LostBefore => " — connection lost before the statement ran".into(),
+        DbFate::LostAfter => " — committed, but the connection was lost before the reply".into(),
+    };
+    match event {
+        Event::Enqueued { request, result } => format!(
+            "app enqueues {} for {} v{} at t={}: {result:?}",
+            request.message_id, request.aggregate_id, request.expected_version, request.now.0
+        ),
+        Event::Claimed { relay, request, leases, db: fate } => {
+            let got: Vec<String> = leases
+                .iter()
+                .map(|l| format!("{} token {} attempts {}", l.message_id, l.token, l.attempts))
+                .collect();
+            format!(
+                "r{relay} claims for {} at now={}: {}{}",
+                request.tenant_id,
+                request.now.0,
+                if got.is_empty() { "nothing".into() } else { got.join(", ") },
+                db(fate)
+            )
+        }
+        Event::Published { relay, lease, key, fate } => {
+            let key = match key {
+                crate::core::IdempotencyKey::Message { message_id } => format!("key {message_id}"),
+                crate::core::IdempotencyKey::Other { value } => format!("key {value:#x} (not the message id)"),
+            };
+            format!("r{relay} publishes {} ({key}): broker {fate:?}", lease.message_id)
+        }
+        Event::Wrote { relay, request, result, db: fate } => format!(
+            "r{relay} {}({}, token {}, attempts {}) at now={}: {}{}",
+            request.kind.name(),
+            request.lease.message_id,
+            request.lease.token,
+            request.lease.attempts,
+            request.now.0,
+            match result {
+                Some(crate::core::WriteResult::Applied { status }) => format!("Applied → {status}"),
+                Some(crate::core::WriteResult::Stale { reason }) => format!("Stale ({reason:?})"),
+                None => "not run".into(),
+            },
+            db(fate)
+        ),
+        Event::Finished { relay, message_id, result } => format!("r{relay} reports {message_id}: {}", result.as_str()),
+        Event::Crashed { relay } => format!("r{relay} crashes and restarts with nothing in memory"),
+        Event::Reaped { now, messages } => format!("reaper at t={}: {messages:?} exhausted", now.0),
+        Event::Ticked { now } => format!("time advances to t={}", now.0),
+        Event::Requeued { message_id, result } => format!("operator requeues {message_id}: {result:?}"),
+    }
+}
+
+/// One step of a replayed path, in the unnormalised world: real relay ids and real times.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ReplayStep {
+    pub index: usize,
+    /// The action with the relay named as the fleet names it.
+    pub action: Action,
+    /// True time after the step.
+    pub now: u64,
+    pub events: Vec<Event>,
+    pub text: Vec<String>,
+    pub violations: Vec<crate::core::Violation>,
+}
+
+/// Replays a path of model actions in the unnormalised world.
+///
+/// The model's states are normalised, and normalisation may exchange interchangeable relays, so
+/// a path's relay indices name canonical slots. The replay tracks the permutation each step
+/// applied and renames the relays back, and runs the real world beside the canonical one, so the
+/// steps carry true times and the fleet's own relay names.
+pub fn replay(config: &WorldConfig, actions: &[Action]) -> Vec<ReplayStep> {
+    let mut canonical = World::new(config);
+    let mut real_of: Vec<usize> = canonical.normalise(config);
+    let mut real = World::new(config);
+    let mut steps = Vec::with_capacity(actions.len());
+    for (index, &action) in actions.iter().enumerate() {
+        let real_action = rename_relay(action, &real_of);
+        let report = real.apply(config, real_action);
+        canonical.apply(config, action);
+        let perm = canonical.normalise(config);
+        real_of = perm.iter().map(|&old| real_of[old]).collect();
+        steps.push(ReplayStep {
+            index: index + 1,
+            action: real_action,
+            now: real.now.0,
+            text: report.events.iter().map(describe).collect(),
+            events: report.events,
+            violations: report.violations,
+        });
+    }
+    steps
+}
+
+fn rename_relay(action: Action, real_of: &[usize]) -> Action {
+    let map = |r: u16| real_of.get(r as usize).map(|&x| x as u16).unwrap_or(r);
+    match action {
+        Action::Poll { relay, db } => Action::Poll { relay: map(relay), db },
+        Action::Publish { relay, fate } => Action::Publish { relay: map(relay), fate },
+        Action::Write { relay, db } => Action::Write { relay: map(relay), db },
+        Action::Crash { relay } => Action::Crash { relay: map(relay) },
+        Action::MisroutedWrite { relay } => Action::MisroutedWrite { relay: map(relay) },
+        other => other,
+    }
+}

@@ -1,0 +1,173 @@
+//! Reports a person can read: counterexamples as Markdown with a Mermaid sequence diagram, and
+//! as JSON. Presentation only: no outbox rule lives here.
+
+use crate::check::{CheckReport, Kind, PropertyResult, Verdict};
+use crate::model::ReplayStep;
+use crate::world::{BrokerFate, DbFate, Event};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// A file-system friendly name for a fleet: `reference-x2`, `seed-v2+legacy-v1`.
+pub fn fleet_slug(fleet: &[String]) -> String {
+    if !fleet.is_empty() && fleet.iter().all(|d| *d == fleet[0]) {
+        format!("{}-x{}", fleet[0], fleet.len())
+    } else {
+        fleet.join("+")
+    }
+}
+
+/// The Mermaid sequence diagram of a path: a lane per relay, the database and the broker.
+pub fn mermaid(steps: &[ReplayStep], relays: usize, cycle_from: Option<usize>) -> String {
+    let mut out = String::from("sequenceDiagram\n");
+    for r in 0..relays {
+        let _ = writeln!(out, "    participant r{r}");
+    }
+    out.push_str("    participant DB\n    participant Broker\n");
+    for step in steps {
+        if cycle_from == Some(step.index) {
+            let _ = writeln!(out, "    Note over DB: — the cycle below repeats forever —");
+        }
+        for event in &step.events {
+            out.push_str(&mermaid_event(event));
+        }
+        for v in &step.violations {
+            let _ = writeln!(out, "    Note over DB: ✗ {} {}", v.property.id(), mermaid_text(&v.detail));
+        }
+    }
+    out
+}
+
+fn mermaid_text(text: &str) -> String {
+    text.replace([';', '#'], " ").replace("  ", " ")
+}
+
+fn mermaid_event(event: &Event) -> String {
+    let lost = |db: &DbFate| match db {
+        DbFate::Ok => "",
+        DbFate::LostBefore => " (connection lost before it ran)",
+        DbFate::LostAfter => " (committed, reply lost)",
+    };
+    match event {
+        Event::Enqueued { request, result } => {
+            format!("    Note over DB: app enqueues {} — {:?}\n", request.message_id, result)
+        }
+        Event::Claimed { relay, request, leases, db } => {
+            let got: Vec<String> =
+                leases.iter().map(|l| format!("{} token {} attempts {}", l.message_id, l.token.0, l.attempts)).collect();
+            let mut s = format!("    r{relay}->>DB: claim at now={}\n", request.now.0);
+            if *db == DbFate::Ok {
+                let _ = writeln!(s, "    DB-->>r{relay}: {}", if got.is_empty() { "nothing".into() } else { got.join(", ") });
+            } else {
+                let _ = writeln!(s, "    DB--xr{relay}: {}{}", got.join(", "), lost(db));
+            }
+            s
+        }
+        Event::Published { relay, lease, fate, .. } => {
+            let answer = match fate {
+                BrokerFate::Ack => "ack (stored)",
+                BrokerFate::Duplicate => "ack (stored twice)",
+                BrokerFate::Drop => "timeout (dropped, not stored)",
+                BrokerFate::LostAck => "timeout (stored, ack lost)",
+                BrokerFate::Unavailable => "unavailable (not stored)",
+                BrokerFate::Reject => "rejected for good",
+            };
+            format!("    r{relay}->>Broker: publish {} key {}\n    Broker-->>r{relay}: {answer}\n", lease.message_id, lease.message_id)
+        }
+        Event::Wrote { relay, request, result, db } => {
+            let mut s = format!(
+                "    r{relay}->>DB: {}({} token {}) at now={}\n",
+                request.kind.name(),
+                request.lease.message_id,
+                request.lease.token.0,
+                request.now.0
+            );
+            let answer = match result {
+                Some(crate::core::WriteResult::Applied { status }) => format!("Applied → {status}"),
+                Some(crate::core::WriteResult::Stale { reason }) => format!("Stale ({reason:?})"),
+                None => "not run".into(),
+            };
+            if *db == DbFate::Ok {
+                let _ = writeln!(s, "    DB-->>r{relay}: {answer}");
+            } else {
+                let _ = writeln!(s, "    DB--xr{relay}: {answer}{}", lost(db));
+            }
+            s
+        }
+        Event::Finished { relay, message_id, result } => {
+            format!("    Note over r{relay}: {message_id}: {}\n", result.as_str())
+        }
+        Event::Crashed { relay } => format!("    Note over r{relay}: crashes, restarts empty\n"),
+        Event::Reaped { now, messages } => format!("    Note over DB: reaper at t={}: {:?} → EXHAUSTED\n", now.0, messages),
+        Event::Ticked { now } => format!("    Note over DB: t={}\n", now.0),
+        Event::Requeued { message_id, result } => format!("    Note over DB: operator requeues {message_id}: {result:?}\n"),
+    }
+}
+
+/// A counterexample in words and as a diagram, with the command that reproduces it.
+pub fn counterexample_markdown(report: &CheckReport, property: &PropertyResult, command: &str) -> String {
+    let mut out = String::new();
+    let fleet = report.fleet.join(", ");
+    let what = match property.kind {
+        Kind::Reachability => "example",
+        _ => "counterexample",
+    };
+    let _ = writeln!(out, "# {} {} — {what} for {fleet}\n", property.id, property.name);
+    let _ = writeln!(
+        out,
+        "Fleet: {fleet} ({} relays, {} messages, budget {}, faults: {}). Reproduce:\n\n```sh\n{command}\n```\n",
+        report.config.relays.len(),
+        report.config.messages,
+        report.config.max_attempts,
+        report.config.faults.names().join(", ")
+    );
+    if let Some(path) = &property.explorer_path {
+        let _ = writeln!(out, "Open it in the explorer (`outbox-check explore …` with the same fleet): `/#/steps/{path}`\n");
+    }
+    let Some(steps) = &property.counterexample else {
+        return out;
+    };
+    if property.kind == Kind::Liveness {
+        let _ = writeln!(
+            out,
+            "A fair run that never satisfies the property: the steps up to {} happen once, then the steps from there on repeat forever with no fault.\n",
+            property.cycle_from.map(|c| c.to_string()).unwrap_or_default()
+        );
+    } else {
+        let _ = writeln!(out, "The shortest path ({} steps):\n", steps.len());
+    }
+    for step in steps {
+        if property.cycle_from == Some(step.index) {
+            out.push_str("\n*The cycle, repeated forever:*\n\n");
+        }
+        let _ = writeln!(out, "{}. {}", step.index, step.text.join("; "));
+        for v in &step.violations {
+            let _ = writeln!(out, "   - **✗ {}**", v);
+        }
+    }
+    let _ = writeln!(out, "\n```mermaid\n{}```", mermaid(steps, report.config.relays.len(), property.cycle_from));
+    out
+}
+
+/// Writes every violated property's counterexample (and the ordering example, which SPEC wants
+/// shown) under `dir/<fleet>/`, as `.md` and `.json`. Returns the files written.
+pub fn write_counterexamples(report: &CheckReport, dir: &Path, command: &str) -> std::io::Result<Vec<PathBuf>> {
+    let folder = dir.join(fleet_slug(&report.fleet));
+    let mut written = Vec::new();
+    for property in &report.properties {
+        let shown = property.status == Verdict::Violated || property.id == "R-order" && property.status == Verdict::Reached;
+        if !shown || property.counterexample.is_none() {
+            continue;
+        }
+        std::fs::create_dir_all(&folder)?;
+        let md = folder.join(format!("{}.md", property.id));
+        std::fs::write(&md, counterexample_markdown(report, property, command))?;
+        let json = folder.join(format!("{}.json", property.id));
+        let body = serde_json::json!({
+            "fleet": report.fleet, "config": report.config, "property": property, "command": command,
+        });
+        std::fs::write(&json, serde_json::to_string_pretty(&body).expect("JSON of plain values"))?;
+        written.push(md);
+        written.push(json);
+    }
+    Ok(written)
+}

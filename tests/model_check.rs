@@ -1,0 +1,206 @@
+//! The stateright model: pinned state counts, the verdicts it discovers for every variant and a
+//! mixed fleet, shortest counterexamples that replay, and reductions that change no verdict.
+
+use outbox_check::check::{check, CheckOptions, CheckReport, Verdict};
+use outbox_check::core::{Design, Mutant, Property, Variant};
+use outbox_check::model::{replay, OutboxModel, SAFETY_NAMES};
+use outbox_check::world::{Faults, WorldConfig};
+use stateright::{Checker, Model};
+use std::collections::BTreeSet;
+
+fn fleet(designs: &[&str], messages: u32) -> WorldConfig {
+    let designs: Vec<Design> = designs.iter().map(|d| Design::parse(d).expect("a design")).collect();
+    WorldConfig::fleet(&designs, messages, 1, 3, Faults::all())
+}
+
+fn run(config: &WorldConfig) -> CheckReport {
+    check(config, &CheckOptions { threads: 1, ..CheckOptions::default() }, &|_, _| {})
+}
+
+/// (id, status, counterexample length) of every property that does not simply hold.
+fn findings(report: &CheckReport) -> Vec<(String, &'static str, usize)> {
+    report
+        .properties
+        .iter()
+        .filter(|p| p.status != Verdict::Holds)
+        .map(|p| {
+            let status = match p.status {
+                Verdict::Violated => "violated",
+                Verdict::Reached => "reached",
+                Verdict::Unreached => "unreached",
+                Verdict::Unknown => "unknown",
+                Verdict::Holds => "holds",
+            };
+            (p.id.clone(), status, p.counterexample.as_ref().map_or(0, |c| c.len()))
+        })
+        .collect()
+}
+
+fn owned(rows: &[(&str, &'static str, usize)]) -> Vec<(String, &'static str, usize)> {
+    rows.iter().map(|&(id, s, n)| (id.to_string(), s, n)).collect()
+}
+
+#[test]
+fn reference_holds_everything_and_reaches_every_situation() {
+    let report = run(&fleet(&["reference", "reference"], 1));
+    assert!(report.complete && !report.violated());
+    assert_eq!(report.unique_states, 1889, "the model's shape changed");
+    assert_eq!(
+        findings(&report),
+        owned(&[
+            ("R-S1", "reached", 6),
+            ("R-S8", "reached", 2),
+            ("R-S6", "reached", 4),
+            ("R-S3", "reached", 9),
+            ("R-S7", "reached", 7),
+            // One message has no later event to overtake; see the two-message test.
+            ("R-order", "unreached", 0),
+        ])
+    );
+}
+
+#[test]
+fn legacy_v1_breaks_s1_and_s3_with_shortest_counterexamples() {
+    let report = run(&fleet(&["legacy-v1", "legacy-v1"], 1));
+    assert_eq!(report.unique_states, 79234, "the model's shape changed");
+    assert_eq!(
+        findings(&report),
+        owned(&[
+            ("S1", "violated", 4),
+            ("S2", "violated", 1),
+            ("S3", "violated", 10),
+            ("S4", "violated", 6),
+            ("S6", "violated", 2),
+            ("S7", "violated", 3),
+            ("R-S1", "unreached", 0),
+            ("R-S8", "reached", 2),
+            ("R-S6", "reached", 2),
+            ("R-S3", "unreached", 0),
+            ("R-S7", "reached", 6),
+            ("R-order", "unreached", 0),
+            ("L2", "violated", 20),
+            ("L3", "violated", 8),
+        ])
+    );
+}
+
+#[test]
+fn the_other_variants_and_a_mixed_fleet_are_reported_as_found() {
+    let seed_v2 = run(&fleet(&["seed-v2", "seed-v2"], 1));
+    let violated = |r: &CheckReport| -> Vec<String> {
+        r.properties.iter().filter(|p| p.status == Verdict::Violated).map(|p| p.id.clone()).collect()
+    };
+    // Attempts counted only by the AMBIGUOUS write: crashes publish for free (S3); `now` from a
+    // skewed relay clock takes live leases and early retries (S6, S7).
+    assert_eq!(violated(&seed_v2), ["S3", "S6", "S7"]);
+    // No EXHAUSTED state: a row over budget is never terminal (L1), not under an outage (L2).
+    let seed_tenant = run(&fleet(&["seed-tenant", "seed-tenant"], 1));
+    assert_eq!(violated(&seed_tenant), ["L1", "L2", "L3"]);
+    // A rolling upgrade: the V1 relay's unfenced claim leaves the V2 relay's token standing.
+    let mixed = run(&fleet(&["seed-v2", "legacy-v1"], 1));
+    assert_eq!(violated(&mixed), ["S1", "S2", "S3", "S4", "S6", "S7", "L2", "L3"]);
+    let s1 = mixed.property("S1").and_then(|p| p.counterexample.clone()).expect("a counterexample");
+    let writer = s1.last().expect("a step").action;
+    assert!(matches!(writer, outbox_check::world::Action::Write { relay: 0, .. }), "the seed-v2 relay's write applies: {writer:?}");
+}
+
+#[test]
+fn every_counterexample_replays_to_its_violation() {
+    for designs in [&["legacy-v1", "legacy-v1"][..], &["seed-v2", "seed-v2"], &["seed-v2", "legacy-v1"]] {
+        let config = fleet(designs, 1);
+        let report = run(&config);
+        for p in report.properties.iter().filter(|p| p.status == Verdict::Violated && p.id.starts_with('S')) {
+            let steps = p.counterexample.as_ref().expect("a counterexample");
+            let actions: Vec<_> = steps.iter().map(|s| s.action).collect();
+            // Replay the fleet-named actions in the plain world, with no normalisation at all.
+            let mut world = outbox_check::world::World::new(&config);
+            let mut last = Vec::new();
+            for action in actions {
+                last = world.apply(&config, action).violations;
+            }
+            let property = Property::parse(&p.id).expect("an id");
+            assert!(last.iter().any(|v| v.property == property), "{designs:?} {}: replay ends with {last:?}", p.id);
+        }
+    }
+}
+
+/// The reductions (time, tokens, claim numbers, dead fields, relay symmetry) change no verdict:
+/// the plain world, bounded in time, finds the same safety violations and reachable situations.
+#[test]
+fn reductions_change_no_verdict() {
+    // legacy-v1 has no budget, so its plain world grows with every tick; the budgeted designs
+    // have plain worlds small enough to explore in a test.
+    let designs: Vec<Design> = [Variant::Reference, Variant::SeedV2, Variant::SeedTenant]
+        .map(Design::Variant)
+        .into_iter()
+        .chain([Mutant::ClaimNoTokenBump, Mutant::WriteOwnerOnly, Mutant::StealLiveLease, Mutant::ExhaustOffByOne].map(Design::Mutant))
+        .collect();
+    for design in designs {
+        let mut config = WorldConfig::fleet(&[design, design], 1, 1, 2, Faults::parse("crash,broker-drop,clock-skew").unwrap());
+        config.relays[1].owner = config.relays[0].owner;
+        let reduced = OutboxModel::new(config.clone()).checker().spawn_bfs().join();
+        config.time_max = Some(outbox_check::core::Instant(6));
+        let plain = OutboxModel::unreduced(config).checker().spawn_bfs().join();
+        let names = |c: &dyn Fn() -> BTreeSet<&'static str>| c();
+        let reduced_found = names(&|| reduced.discoveries().keys().copied().collect());
+        let plain_found = names(&|| plain.discoveries().keys().copied().collect());
+        println!("{design}: reduced {} states, plain {}", reduced.unique_state_count(), plain.unique_state_count());
+        assert_eq!(reduced_found, plain_found, "{design}: reduced {} states, plain {}", reduced.unique_state_count(), plain.unique_state_count());
+        assert!(reduced.unique_state_count() < plain.unique_state_count(), "{design}: the reductions reduce");
+    }
+}
+
+#[test]
+fn every_mutant_is_killed_by_a_property_mutants_md_lists() {
+    let pinned: &[(Mutant, &str, usize)] = &[
+        (Mutant::ClaimNoTokenBump, "S2", 1),
+        (Mutant::WriteOwnerOnly, "S1", 6),
+        (Mutant::WriteIdOnly, "S1", 6),
+        (Mutant::SwallowStale, "S1", 3),
+        (Mutant::StealLiveLease, "S6", 2),
+        (Mutant::NoRetryClock, "S7", 3),
+        (Mutant::NoBudgetPredicate, "S3", 10),
+        (Mutant::ExhaustOffByOne, "S3", 10),
+        (Mutant::ClaimTerminal, "S4", 4),
+        (Mutant::PublishBeforeAck, "S5", 2),
+        (Mutant::RetryAfterDbLoss, "S5", 5),
+        (Mutant::FreshIdempotencyKey, "S8", 2),
+        (Mutant::WriteIgnoresTenant, "S9", 3),
+        (Mutant::TokenResetOnRequeue, "S2", 4),
+    ];
+    let safety: BTreeSet<&'static str> = SAFETY_NAMES.into_iter().collect();
+    for &(mutant, property, depth) in pinned {
+        let model = OutboxModel::new(outbox_check::cli::mutant_config(Design::Mutant(mutant)));
+        let first = outbox_check::check::shortest_paths_until(&model, &safety, 1);
+        let killers: Vec<(String, usize)> = first
+            .iter()
+            .map(|(name, actions, _)| (OutboxModel::spec_property(name).unwrap().id().to_string(), actions.len()))
+            .collect();
+        assert!(killers.contains(&(property.to_string(), depth)), "{mutant}: killed by {killers:?}, pinned {property} at {depth}");
+        assert!(mutant.expected_kills().contains(&property), "{mutant}: {property} is not what MUTANTS.md lists");
+    }
+}
+
+/// The world the mutants are checked in is one `reference` survives, so each kill is the
+/// mutant's doing.
+#[test]
+fn reference_survives_the_mutants_world() {
+    let model = OutboxModel::new(outbox_check::cli::mutant_config(Design::Variant(Variant::Reference)));
+    let checker = model.checker().threads(2).spawn_bfs().join();
+    let violated: Vec<&str> = checker.discoveries().keys().copied().filter(|n| OutboxModel::spec_property(n).is_some()).collect();
+    assert!(violated.is_empty(), "{violated:?}");
+    assert!(checker.unique_state_count() > 10_000);
+}
+
+#[test]
+fn two_messages_show_that_reference_does_not_keep_order_per_aggregate() {
+    let mut config = fleet(&["reference"], 2);
+    config.faults = Faults::parse("broker-drop").unwrap();
+    let report = run(&config);
+    assert!(!report.violated());
+    let order = report.property("R-order").expect("the ordering property");
+    assert_eq!(order.status, Verdict::Reached);
+    let steps = order.counterexample.as_ref().unwrap();
+    assert!(steps.last().unwrap().text.iter().any(|t| t.contains("m1") && t.contains("PUBLISHED")), "{steps:#?}");
+    let _ = replay;
+}
