@@ -149,7 +149,8 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
             counterexample: hit.map(|(_, actions, _)| replay(config, actions)),
             cycle_from: None,
             explorer_path: hit.map(|(_, _, encoded)| encoded.clone()),
-            note: None,
+            note: (id == "R-order" && config.messages < 2)
+                .then(|| "needs two events of one aggregate: --messages 2".to_string()),
         });
     }
     let mut liveness_states = None;

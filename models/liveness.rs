@@ -60,8 +60,11 @@ impl Graph {
     pub fn build(config: &WorldConfig, states_max: usize) -> Result<Graph, TooLarge> {
         let mut init = World::new(config);
         init.normalise(config);
-        let mut index: HashMap<World, u32> = HashMap::new();
-        index.insert(init.clone(), 0);
+        // States by fingerprint, as the checker dedups them; the states themselves live once, in
+        // `graph.states`.
+        let fingerprint = crate::world::fingerprint::<World>;
+        let mut index: HashMap<u64, u32> = HashMap::new();
+        index.insert(fingerprint(&init), 0);
         let mut graph = Graph { states: vec![init], parent: vec![None], edges: Vec::new() };
         let mut actions = Vec::new();
         let mut next = 0usize;
@@ -75,14 +78,15 @@ impl Graph {
                 successor.apply(config, action);
                 successor.normalise(config);
                 successor.step = Default::default();
-                let target = match index.get(&successor) {
+                let key = fingerprint(&successor);
+                let target = match index.get(&key) {
                     Some(&i) => i,
                     None => {
                         let i = graph.states.len() as u32;
                         if graph.states.len() >= states_max {
                             return Err(TooLarge { states: graph.states.len() });
                         }
-                        index.insert(successor.clone(), i);
+                        index.insert(key, i);
                         graph.states.push(successor);
                         graph.parent.push(Some((next as u32, action)));
                         i

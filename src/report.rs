@@ -121,7 +121,8 @@ pub fn counterexample_markdown(report: &CheckReport, property: &PropertyResult, 
         report.config.faults.names().join(", ")
     );
     if let Some(path) = &property.explorer_path {
-        let _ = writeln!(out, "Open it in the explorer (`outbox-check explore …` with the same fleet): `/#/steps/{path}`\n");
+        let explore = command.replacen("outbox-check check", "outbox-check explore", 1);
+        let _ = writeln!(out, "Step through it in the explorer: run `{explore}` and open <http://127.0.0.1:3000/#/steps/{path}>.\n");
     }
     let Some(steps) = &property.counterexample else {
         return out;
