@@ -108,8 +108,21 @@ enum Command {
     Sim(NotBuilt),
     /// [not built yet] Differential conformance of the SQL stores against the core.
     Conform(NotBuilt),
-    /// [not built yet] Check a recorded history against the model.
-    Trace(NotBuilt),
+    /// Check histories recorded by any implementation against the model (the reference oracle).
+    #[command(after_help = "Example: outbox-check trace relay-run.jsonl --json\n\n\
+        The format: docs/trace-format.md. Exit: 0 every history is consistent with the model,\n\
+        1 one diverges (the first divergence is printed), 2 a file cannot be read or parsed.")]
+    Trace {
+        /// Trace files (JSON Lines with a header line).
+        #[arg(required = true)]
+        files: Vec<std::path::PathBuf>,
+        /// Check against this design instead of the one the header names.
+        #[arg(long, value_parser = parse_design)]
+        variant: Option<Design>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Which fleet to check and its bounds.
@@ -223,7 +236,7 @@ pub fn main() -> ExitCode {
         Command::Mutants { threads, json, quiet } => mutants(threads as usize, json, quiet),
         Command::Sim(_) => not_built("sim", "deterministic simulation with madsim (issue #4)"),
         Command::Conform(_) => not_built("conform", "SQL conformance on SQLite and PostgreSQL (issue #5)"),
-        Command::Trace(_) => not_built("trace", "the reference oracle for recorded histories (issue #6)"),
+        Command::Trace { files, variant, json } => trace(&files, variant, json),
     }
 }
 
@@ -574,5 +587,75 @@ fn mutants(threads: usize, json: bool, quiet: bool) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+fn trace(files: &[std::path::PathBuf], variant: Option<Design>, json: bool) -> ExitCode {
+    use crate::oracle::Oracle;
+    let mut verdicts = Vec::new();
+    let mut diverged = false;
+    for file in files {
+        let name = file.display().to_string();
+        let text = match std::fs::read_to_string(file) {
+            Ok(text) => text,
+            Err(error) => {
+                eprintln!("outbox-check: cannot read {name}: {error}");
+                return ExitCode::from(2);
+            }
+        };
+        let (header, events) = match crate::trace::parse(&name, &text) {
+            Ok(parsed) => parsed,
+            Err(error) => {
+                eprintln!("outbox-check: {error}");
+                return ExitCode::from(2);
+            }
+        };
+        let mut oracle = match variant {
+            Some(design) => Oracle::for_design(design, header.max_attempts, header.backoff_base, header.backoff_cap),
+            None => match Oracle::new(&header) {
+                Ok(oracle) => oracle,
+                Err(error) => {
+                    eprintln!("outbox-check: {name}: {error}");
+                    return ExitCode::from(2);
+                }
+            },
+        };
+        let mut divergence = None;
+        for (line, event) in &events {
+            if let Err(d) = oracle.feed(*line, event) {
+                divergence = Some(d);
+                break;
+            }
+        }
+        match divergence {
+            Some(d) => {
+                diverged = true;
+                if !json {
+                    println!("{name}: DIVERGES at {d}");
+                    for row in &d.rows {
+                        println!("  row before: {}", serde_json::to_string(row).unwrap_or_default());
+                    }
+                }
+                verdicts.push(serde_json::json!({ "file": name, "verdict": "diverges", "divergence": d }));
+            }
+            None => {
+                let accepted = oracle.finish();
+                if !json {
+                    println!("{name}: consistent with the model ({} events)", accepted.events);
+                    for r in &accepted.resolutions {
+                        println!("  unknown outcome resolved as: {r}");
+                    }
+                }
+                verdicts.push(serde_json::json!({ "file": name, "verdict": "consistent", "accepted": accepted }));
+            }
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&verdicts).expect("JSON"));
+    }
+    if diverged {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     }
 }

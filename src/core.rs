@@ -12,7 +12,7 @@ pub mod time;
 
 pub use audit::{Auditor, IdempotencyKey, Property, RowGhost, Violation};
 pub use outbox::{
-    random_token, ClaimRequest, CoreError, EnqueueRequest, EnqueueResult, Outbox, RequeueResult, StaleReason,
+    random_token, ClaimRefusal, ClaimRequest, CoreError, EnqueueRequest, EnqueueResult, Outbox, RequeueResult, StaleReason,
     WriteKind, WriteRequest, WriteResult,
 };
 pub use policy::{Backoff, Design, Mutant, Policy, Variant};

@@ -15,5 +15,7 @@ pub mod check;
 #[path = "../models/liveness.rs"]
 pub mod liveness;
 pub mod relay;
+pub mod oracle;
 pub mod search;
+pub mod trace;
 pub mod world;

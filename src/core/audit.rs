@@ -266,7 +266,38 @@ impl Auditor {
     ) -> Result<Vec<Lease>, CoreError> {
         let before: Vec<Row> = outbox.rows().to_vec();
         let mut leases = outbox.claim(policy, req)?;
-        for lease in &mut leases {
+        self.audit_claim(&before, outbox, policy, req, &mut leases, true_now);
+        Ok(leases)
+    }
+
+    /// Claims exactly `ids` (see [`Outbox::claim_exactly`]) with the checks of [`Auditor::claim`].
+    pub fn claim_exactly(
+        &mut self,
+        outbox: &mut Outbox,
+        policy: &Policy,
+        req: &ClaimRequest,
+        ids: &[MessageId],
+        true_now: Instant,
+    ) -> Result<Result<Vec<Lease>, (MessageId, crate::core::outbox::ClaimRefusal)>, CoreError> {
+        // Only the named rows can change: snapshot those, not the table.
+        let before: Vec<Row> = ids.iter().filter_map(|id| outbox.row(*id).cloned()).collect();
+        let claimed = outbox.claim_exactly(policy, req, ids)?;
+        Ok(claimed.map(|mut leases| {
+            self.audit_claim(&before, outbox, policy, req, &mut leases, true_now);
+            leases
+        }))
+    }
+
+    fn audit_claim(
+        &mut self,
+        before: &[Row],
+        outbox: &Outbox,
+        policy: &Policy,
+        req: &ClaimRequest,
+        leases: &mut [Lease],
+        true_now: Instant,
+    ) {
+        for lease in leases.iter_mut() {
             let Some(old) = before.iter().find(|r| r.message_id == lease.message_id) else {
                 continue;
             };
@@ -318,7 +349,6 @@ impl Auditor {
             }
             self.check_row(&new);
         }
-        Ok(leases)
     }
 
     /// SPEC §3.3 with S1 (only the latest claim's writer may apply; a Stale write changes

@@ -95,6 +95,23 @@ pub struct WriteRequest {
     pub max_attempts: u32,
 }
 
+/// Why a claim may not take a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClaimRefusal {
+    OtherTenant,
+    Terminal,
+    LiveLease,
+    RetryClock,
+    BudgetSpent,
+    /// More rows than the batch asked for.
+    OverBatch,
+    /// Not in the claim's order.
+    OutOfOrder,
+    /// The same row twice.
+    Twice,
+}
+
 /// Why a terminal write matched no row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -263,39 +280,100 @@ impl Outbox {
         picked.sort_by_key(|&i| Self::order_key(policy.claim_order, &self.rows[i]));
         picked.truncate(req.batch as usize);
 
-        let mut leases = Vec::with_capacity(picked.len());
-        for i in picked {
-            let fresh_token = match policy.token_kind {
-                TokenKind::Counter => LeaseToken(self.rows[i].lease_token.0 + 1),
-                TokenKind::Random => {
-                    self.random_tokens_issued += 1;
-                    LeaseToken(random_token(self.random_tokens_issued))
-                }
-            };
-            let row = &mut self.rows[i];
-            row.status = Status::InFlight;
-            row.lease_expires_at = Some(req.now.plus(req.lease));
-            match policy.claim_fence {
-                ClaimFence::OwnerAndToken => {
-                    row.lease_owner = Some(req.owner);
-                    row.lease_token = fresh_token;
-                }
-                ClaimFence::OwnerOnly => row.lease_owner = Some(req.owner),
-                ClaimFence::Unfenced => {}
-            }
-            if policy.attempts_at == AttemptsAt::Claim {
-                row.attempts += 1;
-            }
-            leases.push(Lease {
-                message_id: row.message_id,
-                tenant_id: row.tenant_id,
-                owner: req.owner,
-                token: row.lease_token,
-                attempts: row.attempts,
-                claim_seq: 0,
-            });
+        Ok(picked.into_iter().map(|i| self.lease_row(policy, req, i)).collect())
+    }
+
+    /// Claims exactly `ids`, in that order, as a claim that returned them would have: each must
+    /// be claimable, and they must come in the policy's order. For checking an implementation
+    /// whose claim may skip rows another transaction holds locked (`SKIP LOCKED`): it returns a
+    /// subset of what this table would, never a row it would refuse. `Err` names the first row
+    /// that breaks the rule, with the reason.
+    pub fn claim_exactly(
+        &mut self,
+        policy: &Policy,
+        req: &ClaimRequest,
+        ids: &[MessageId],
+    ) -> Result<Result<Vec<Lease>, (MessageId, ClaimRefusal)>, CoreError> {
+        if req.batch == 0 {
+            return Err(CoreError::InvalidBatch);
         }
-        Ok(leases)
+        if req.lease.0 == 0 {
+            return Err(CoreError::InvalidLease);
+        }
+        if req.max_attempts == 0 {
+            return Err(CoreError::InvalidBudget);
+        }
+        let mut rows = Vec::with_capacity(ids.len());
+        for &id in ids {
+            let i = self.index(id).ok_or(CoreError::UnknownMessage(id))?;
+            if let Some(refusal) = Self::refusal(policy, &self.rows[i], req.tenant_id, req.now, req.max_attempts) {
+                return Ok(Err((id, refusal)));
+            }
+            if rows.contains(&i) {
+                return Ok(Err((id, ClaimRefusal::Twice)));
+            }
+            rows.push(i);
+        }
+        if rows.len() > req.batch as usize {
+            return Ok(Err((ids[req.batch as usize], ClaimRefusal::OverBatch)));
+        }
+        for pair in rows.windows(2) {
+            if Self::order_key(policy.claim_order, &self.rows[pair[0]]) > Self::order_key(policy.claim_order, &self.rows[pair[1]]) {
+                return Ok(Err((self.rows[pair[1]].message_id, ClaimRefusal::OutOfOrder)));
+            }
+        }
+        Ok(Ok(rows.into_iter().map(|i| self.lease_row(policy, req, i)).collect()))
+    }
+
+    /// Why the claim predicate refuses `row`, or `None` if it is claimable.
+    pub fn refusal(policy: &Policy, row: &Row, tenant_id: TenantId, now: Instant, max_attempts: u32) -> Option<ClaimRefusal> {
+        if Self::is_claimable(policy, row, tenant_id, now, max_attempts) {
+            return None;
+        }
+        Some(if policy.claim_by_tenant && row.tenant_id != tenant_id {
+            ClaimRefusal::OtherTenant
+        } else if row.status.is_terminal() {
+            ClaimRefusal::Terminal
+        } else if row.lease_expires_at.is_some_and(|at| at > now) {
+            ClaimRefusal::LiveLease
+        } else if row.next_attempt_at.is_some_and(|at| at > now) {
+            ClaimRefusal::RetryClock
+        } else {
+            ClaimRefusal::BudgetSpent
+        })
+    }
+
+    /// One row's share of a claim, in the statement that takes the lease.
+    fn lease_row(&mut self, policy: &Policy, req: &ClaimRequest, i: usize) -> Lease {
+        let fresh_token = match policy.token_kind {
+            TokenKind::Counter => LeaseToken(self.rows[i].lease_token.0 + 1),
+            TokenKind::Random => {
+                self.random_tokens_issued += 1;
+                LeaseToken(random_token(self.random_tokens_issued))
+            }
+        };
+        let row = &mut self.rows[i];
+        row.status = Status::InFlight;
+        row.lease_expires_at = Some(req.now.plus(req.lease));
+        match policy.claim_fence {
+            ClaimFence::OwnerAndToken => {
+                row.lease_owner = Some(req.owner);
+                row.lease_token = fresh_token;
+            }
+            ClaimFence::OwnerOnly => row.lease_owner = Some(req.owner),
+            ClaimFence::Unfenced => {}
+        }
+        if policy.attempts_at == AttemptsAt::Claim {
+            row.attempts += 1;
+        }
+        Lease {
+            message_id: row.message_id,
+            tenant_id: row.tenant_id,
+            owner: req.owner,
+            token: row.lease_token,
+            attempts: row.attempts,
+            claim_seq: 0,
+        }
     }
 
     /// The fence of a terminal write: `None` when the write matches the row.

@@ -1,0 +1,457 @@
+//! The reference oracle: replays a history recorded by any implementation on the core and says
+//! whether the model allows it — or where it first does not.
+//!
+//! Feed it [`trace::Event`](crate::trace::Event)s in the order the implementation committed them.
+//! Each event is applied to the model (the core through the auditor, with the trace's own `now`)
+//! and what the implementation reported is compared with what the model says. A statement whose
+//! outcome the implementation could not learn (a lost connection) is checked under both
+//! resolutions — committed or not — and the history is accepted if any resolution stays
+//! consistent; the verdict says which one was used.
+//!
+//! ```
+//! use outbox_check::oracle::Oracle;
+//! use outbox_check::trace::{parse, Event};
+//!
+//! let text = r#"{"format":"outbox-check-trace","version":1,"max_attempts":3}
+//! {"event":"enqueue","tenant":"t","aggregate":"a","expected_version":0,"message":"m1","now":0,"result":"applied"}
+//! {"event":"claim","relay":"r1","tenant":"t","batch":1,"lease_ms":30000,"now":10,"leases":[{"message":"m1","token":"1","attempts":1}]}
+//! {"event":"publish","relay":"r1","message":"m1","key":"m1","answer":"ack"}
+//! {"event":"write","relay":"r1","write":"mark_published","message":"m1","tenant":"t","token":"1","now":20,"result":"applied"}"#;
+//! let (header, events) = parse("example.jsonl", text).unwrap();
+//! let mut oracle = Oracle::new(&header).unwrap();
+//! for (line, event) in &events {
+//!     oracle.feed(*line, event).unwrap();
+//! }
+//! assert!(oracle.finish().resolutions.is_empty());
+//! ```
+
+use crate::core::{
+    AggregateId, Auditor, ClaimRefusal, ClaimRequest, Design, Duration, EnqueueRequest, EnqueueResult, FailureCode,
+    IdempotencyKey, Instant, Lease, LeaseToken, MessageId, Outbox, Policy, Property, RelayId, RequeueResult, Row,
+    TenantId, WriteKind, WriteRequest, WriteResult,
+};
+use crate::trace::{Event, Header, Outcome, PublishAnswer, WriteReport};
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// Where the history first leaves what the model allows.
+#[derive(Clone, Debug, Serialize)]
+pub struct Divergence {
+    pub line: usize,
+    pub event: String,
+    /// The property the implementation broke, where one is to blame.
+    pub property: Option<Property>,
+    pub expected: String,
+    pub got: String,
+    /// The model's rows the event touched, as they were before it.
+    pub rows: Vec<Row>,
+}
+
+impl std::fmt::Display for Divergence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "line {}: ", self.line)?;
+        if let Some(p) = self.property {
+            write!(f, "{p}: ")?;
+        }
+        write!(f, "the model allows {}, the implementation reported {}\n  event: {}", self.expected, self.got, self.event)
+    }
+}
+
+/// An accepted history: how many events, and which resolution of each unknown outcome was used.
+#[derive(Clone, Debug, Serialize)]
+pub struct Accepted {
+    pub events: usize,
+    pub resolutions: Vec<String>,
+}
+
+/// A lease the implementation holds, under its own token string.
+#[derive(Clone, Debug)]
+struct Held {
+    relay: RelayId,
+    token: String,
+    lease: Lease,
+}
+
+/// One way the history so far can have happened.
+#[derive(Clone, Debug)]
+struct Branch {
+    outbox: Outbox,
+    auditor: Auditor,
+    held: Vec<Held>,
+    resolutions: Vec<String>,
+}
+
+/// Branches beyond this many are pruned (each unknown outcome can double them).
+const BRANCHES_MAX: usize = 64;
+
+pub struct Oracle {
+    policy: Policy,
+    max_attempts: u32,
+    names: HashMap<(u8, String), u32>,
+    branches: Vec<Branch>,
+    events: usize,
+}
+
+impl Oracle {
+    pub fn new(header: &Header) -> Result<Oracle, String> {
+        let variant = header.variant.as_deref().unwrap_or("reference");
+        let design = Design::parse(variant)
+            .ok_or_else(|| format!("unknown variant '{variant}'; valid: {}", Design::all_names().join(", ")))?;
+        Ok(Oracle::for_design(design, header.max_attempts, header.backoff_base, header.backoff_cap))
+    }
+
+    /// An oracle for `design` with a budget and the retry clock's base and cap.
+    pub fn for_design(design: Design, max_attempts: u32, backoff_base: Option<u64>, backoff_cap: Option<u64>) -> Oracle {
+        let mut policy = design.policy();
+        if let Some(base) = backoff_base {
+            policy.backoff.base = Duration(base);
+        }
+        if let Some(cap) = backoff_cap {
+            policy.backoff.cap = Duration(cap);
+        }
+        Oracle {
+            policy,
+            max_attempts,
+            names: HashMap::new(),
+            branches: vec![Branch { outbox: Outbox::new(), auditor: Auditor::new(max_attempts), held: Vec::new(), resolutions: Vec::new() }],
+            events: 0,
+        }
+    }
+
+    /// The implementation's name for a thing, as a small number (in order of first appearance).
+    fn id(&mut self, kind: u8, name: &str) -> u32 {
+        let next = self.names.len() as u32;
+        *self.names.entry((kind, name.to_string())).or_insert(next)
+    }
+
+    fn message(&mut self, name: &str) -> MessageId {
+        MessageId(self.id(0, name))
+    }
+
+    fn tenant(&mut self, name: &str) -> TenantId {
+        TenantId(self.id(1, name) as u16)
+    }
+
+    fn relay(&mut self, name: &str) -> RelayId {
+        RelayId(self.id(2, name) as u16)
+    }
+
+    fn aggregate(&mut self, name: &str) -> AggregateId {
+        AggregateId(self.id(3, name))
+    }
+
+    /// Checks one event. After a divergence the oracle's state is only kept when several
+    /// resolutions were open; a caller should stop at the first divergence.
+    pub fn feed(&mut self, line: usize, event: &Event) -> Result<(), Divergence> {
+        let plan = self.plan(event);
+        let mut next = Vec::new();
+        let mut first_error = None;
+        let branches = std::mem::take(&mut self.branches);
+        let kept = branches.clone_if_many();
+        for branch in branches {
+            match self.step(branch, line, event, &plan) {
+                Ok(successors) => next.extend(successors),
+                Err(divergence) => {
+                    first_error.get_or_insert(divergence);
+                }
+            }
+        }
+        if next.is_empty() {
+            // Keep the state from before the event, so the caller may go on if it wants.
+            self.branches = kept.unwrap_or_default();
+            return Err(first_error.unwrap_or_else(|| Divergence {
+                line,
+                event: event_json(event),
+                property: None,
+                expected: "no history".into(),
+                got: "an event".into(),
+                rows: Vec::new(),
+            }));
+        }
+        next.truncate(BRANCHES_MAX);
+        self.branches = next;
+        self.events += 1;
+        Ok(())
+    }
+
+    /// The verdict on everything fed so far.
+    pub fn finish(self) -> Accepted {
+        let resolutions = self.branches.into_iter().next().map(|b| b.resolutions).unwrap_or_default();
+        Accepted { events: self.events, resolutions }
+    }
+
+    /// The event with the implementation's names turned into the model's ids.
+    fn plan(&mut self, event: &Event) -> Plan {
+        match event {
+            Event::Enqueue { tenant, aggregate, message, .. } => {
+                Plan::Ids { tenant: self.tenant(tenant), relay: RelayId(0), messages: vec![self.message(message)], aggregate: self.aggregate(aggregate) }
+            }
+            Event::Claim { relay, tenant, leases, .. } => Plan::Ids {
+                tenant: self.tenant(tenant),
+                relay: self.relay(relay),
+                messages: leases.iter().map(|l| self.message(&l.message)).collect(),
+                aggregate: AggregateId(0),
+            },
+            Event::Publish { relay, message, .. } => {
+                Plan::Ids { tenant: TenantId(0), relay: self.relay(relay), messages: vec![self.message(message)], aggregate: AggregateId(0) }
+            }
+            Event::Write { relay, message, tenant, .. } => {
+                Plan::Ids { tenant: self.tenant(tenant), relay: self.relay(relay), messages: vec![self.message(message)], aggregate: AggregateId(0) }
+            }
+            Event::Reap { messages, .. } => Plan::Ids {
+                tenant: TenantId(0),
+                relay: RelayId(0),
+                messages: messages.iter().map(|m| self.message(m)).collect(),
+                aggregate: AggregateId(0),
+            },
+            Event::Requeue { message, .. } => {
+                Plan::Ids { tenant: TenantId(0), relay: RelayId(0), messages: vec![self.message(message)], aggregate: AggregateId(0) }
+            }
+            Event::Clock { .. } | Event::Fault { .. } => Plan::Nothing,
+        }
+    }
+
+    /// The successors of one branch under `event`, or why it cannot happen there.
+    fn step(&self, branch: Branch, line: usize, event: &Event, plan: &Plan) -> Result<Vec<Branch>, Divergence> {
+        let Plan::Ids { tenant, relay, messages, aggregate } = plan.clone() else {
+            return Ok(vec![branch]);
+        };
+        let diverge = |property: Option<Property>, expected: String, got: String, rows: Vec<Row>| Divergence {
+            line,
+            event: event_json(event),
+            property,
+            expected,
+            got,
+            rows,
+        };
+        let rows_of = |b: &Branch, ids: &[MessageId]| ids.iter().filter_map(|id| b.outbox.row(*id).cloned()).collect::<Vec<_>>();
+        let audited = |b: &mut Branch, before: Vec<Row>| -> Result<(), Divergence> {
+            match b.auditor.take_violations().into_iter().next() {
+                None => Ok(()),
+                Some(v) => Err(diverge(Some(v.property), "no violation".into(), v.detail, before)),
+            }
+        };
+        let mut b = branch;
+        match event {
+            Event::Enqueue { expected_version, now, result, .. } => {
+                let req = EnqueueRequest {
+                    tenant_id: tenant,
+                    aggregate_id: aggregate,
+                    expected_version: *expected_version,
+                    message_id: messages[0],
+                    now: Instant(*now),
+                };
+                let model = b.auditor.enqueue(&mut b.outbox, &req).map_err(|e| diverge(Some(Property::S10), "a valid enqueue".into(), e.to_string(), Vec::new()))?;
+                let model_says = match model {
+                    EnqueueResult::Applied { .. } => "applied",
+                    EnqueueResult::Stale { .. } => "stale",
+                };
+                if model_says != result {
+                    return Err(diverge(Some(Property::S10), model_says.into(), result.clone(), Vec::new()));
+                }
+                audited(&mut b, Vec::new())?;
+                Ok(vec![b])
+            }
+            Event::Claim { batch, lease_ms, now, leases, outcome, .. } => {
+                let req = ClaimRequest {
+                    tenant_id: tenant,
+                    owner: relay,
+                    batch: *batch,
+                    lease: Duration(*lease_ms),
+                    now: Instant(*now),
+                    max_attempts: self.max_attempts,
+                };
+                if *outcome == Outcome::Unknown {
+                    // Not committed, or committed with leases nobody learnt of.
+                    let mut committed = b.clone();
+                    let _ = committed.auditor.claim(&mut committed.outbox, &self.policy, &req, Instant(*now));
+                    committed.resolutions.push(format!("line {line}: claim committed"));
+                    let mut not = b;
+                    not.resolutions.push(format!("line {line}: claim not committed"));
+                    return Ok(vec![not, committed]);
+                }
+                let before = rows_of(&b, &messages);
+                let claimed = b
+                    .auditor
+                    .claim_exactly(&mut b.outbox, &self.policy, &req, &messages, Instant(*now))
+                    .map_err(|e| diverge(None, "a valid claim".into(), e.to_string(), before.clone()))?;
+                match claimed {
+                    Err((id, refusal)) => {
+                        let property = match refusal {
+                            ClaimRefusal::OtherTenant => Some(Property::S9),
+                            ClaimRefusal::Terminal => Some(Property::S4),
+                            ClaimRefusal::LiveLease => Some(Property::S6),
+                            ClaimRefusal::RetryClock => Some(Property::S7),
+                            ClaimRefusal::BudgetSpent => Some(Property::S3),
+                            ClaimRefusal::OverBatch | ClaimRefusal::OutOfOrder | ClaimRefusal::Twice => None,
+                        };
+                        let name = self.name_of(0, id.0);
+                        Err(diverge(property, format!("no claim of {name} ({refusal:?})"), format!("a claim of {name}"), before))
+                    }
+                    Ok(model_leases) => {
+                        for (got, lease) in leases.iter().zip(&model_leases) {
+                            if got.attempts != lease.attempts {
+                                return Err(diverge(
+                                    Some(Property::S3),
+                                    format!("attempts = {} after the claim of {}", lease.attempts, got.message),
+                                    format!("attempts = {}", got.attempts),
+                                    before,
+                                ));
+                            }
+                            b.held.push(Held { relay, token: got.token.clone(), lease: *lease });
+                        }
+                        audited(&mut b, before)?;
+                        Ok(vec![b])
+                    }
+                }
+            }
+            Event::Publish { message, key, answer, stored, .. } => {
+                let id = messages[0];
+                let lease = b
+                    .held
+                    .iter()
+                    .rev()
+                    .find(|h| h.relay == relay && h.lease.message_id == id)
+                    .map(|h| h.lease)
+                    .unwrap_or(Lease { message_id: id, tenant_id: tenant, owner: relay, token: LeaseToken(u64::MAX), attempts: 0, claim_seq: u32::MAX });
+                let key = if key == message { IdempotencyKey::Message { message_id: id } } else { IdempotencyKey::Other { value: fnv(key) } };
+                let stored = stored.unwrap_or(*answer == PublishAnswer::Ack);
+                let before = rows_of(&b, &messages);
+                b.auditor.published(&lease, key, stored);
+                audited(&mut b, before)?;
+                Ok(vec![b])
+            }
+            Event::Write { write, token, now, code, result, status, .. } => {
+                let id = messages[0];
+                let kind = write_kind(write, *code).ok_or_else(|| diverge(None, "a known write".into(), write.clone(), Vec::new()))?;
+                let mut lease = b
+                    .held
+                    .iter()
+                    .rev()
+                    .find(|h| h.relay == relay && h.lease.message_id == id && h.token == *token)
+                    .map(|h| h.lease)
+                    .unwrap_or(Lease { message_id: id, tenant_id: tenant, owner: relay, token: LeaseToken(u64::MAX), attempts: 0, claim_seq: u32::MAX });
+                lease.tenant_id = tenant;
+                let req = WriteRequest { lease, kind, now: Instant(*now), max_attempts: self.max_attempts };
+                let before = rows_of(&b, &messages);
+                // Only an unknown outcome needs the branch where the write did not happen.
+                let unapplied = (*result == WriteReport::Unknown).then(|| b.clone());
+                let mut applied = b;
+                let model = applied
+                    .auditor
+                    .write(&mut applied.outbox, &self.policy, &req)
+                    .map_err(|e| diverge(None, "a write to a known row".into(), e.to_string(), before.clone()))?;
+                match result {
+                    WriteReport::Unknown => {
+                        let mut b = unapplied.expect("kept for an unknown outcome");
+                        applied.resolutions.push(format!("line {line}: {write} committed"));
+                        b.resolutions.push(format!("line {line}: {write} not committed"));
+                        let mut out = vec![b];
+                        if applied.auditor.violations().is_empty() {
+                            out.push(applied);
+                        }
+                        Ok(out)
+                    }
+                    WriteReport::Applied | WriteReport::Stale => {
+                        let model_says = match model {
+                            WriteResult::Applied { .. } => WriteReport::Applied,
+                            WriteResult::Stale { .. } => WriteReport::Stale,
+                        };
+                        if model_says != *result {
+                            // A superseded lease's write breaks S1; the latest lease's second
+                            // write to a row it already ended breaks S4.
+                            let latest = applied.auditor.ghost(id).is_some_and(|g| g.claims == req.lease.claim_seq);
+                            let property = match (model, *result) {
+                                (WriteResult::Stale { reason: crate::core::StaleReason::WrongTenant }, _) => Some(Property::S9),
+                                (WriteResult::Stale { reason: crate::core::StaleReason::NotInFlight }, _)
+                                    if latest && before.first().is_some_and(|r| r.status.is_terminal()) =>
+                                {
+                                    Some(Property::S4)
+                                }
+                                (WriteResult::Stale { .. }, WriteReport::Applied) => Some(Property::S1),
+                                _ => None,
+                            };
+                            return Err(diverge(property, format!("{model:?}"), format!("{result:?}"), before));
+                        }
+                        if let (Some(got), WriteResult::Applied { status: expected }) = (status, model) {
+                            if *got != expected {
+                                return Err(diverge(None, format!("status {expected}"), format!("status {got}"), before));
+                            }
+                        }
+                        audited(&mut applied, before)?;
+                        Ok(vec![applied])
+                    }
+                }
+            }
+            Event::Reap { now, .. } => {
+                let before = rows_of(&b, &messages);
+                let mut reaped = b.auditor.reap(&mut b.outbox, Instant(*now));
+                let mut expected = messages.clone();
+                reaped.sort();
+                expected.sort();
+                if reaped != expected {
+                    let names = |ids: &[MessageId]| ids.iter().map(|m| self.name_of(0, m.0)).collect::<Vec<_>>().join(", ");
+                    return Err(diverge(None, format!("reaping [{}]", names(&reaped)), format!("[{}]", names(&expected)), before));
+                }
+                audited(&mut b, before)?;
+                Ok(vec![b])
+            }
+            Event::Requeue { result, .. } => {
+                let before = rows_of(&b, &messages);
+                let model = b
+                    .auditor
+                    .requeue(&mut b.outbox, &self.policy, messages[0])
+                    .map_err(|e| diverge(None, "a requeue of a known row".into(), e.to_string(), before.clone()))?;
+                let model_says = if model == RequeueResult::Applied { "applied" } else { "not_requeueable" };
+                if model_says != result {
+                    return Err(diverge(None, model_says.into(), result.clone(), before));
+                }
+                audited(&mut b, before)?;
+                Ok(vec![b])
+            }
+            Event::Clock { .. } | Event::Fault { .. } => Ok(vec![b]),
+        }
+    }
+
+    fn name_of(&self, kind: u8, id: u32) -> String {
+        self.names.iter().find(|((k, _), v)| *k == kind && **v == id).map(|((_, n), _)| n.clone()).unwrap_or_else(|| id.to_string())
+    }
+}
+
+/// Branches are cloned before an event only when there are several (a divergence then keeps
+/// the old ones); a lone branch is consumed, so a long history costs no copies.
+trait CloneIfMany {
+    fn clone_if_many(&self) -> Option<Vec<Branch>>;
+}
+
+impl CloneIfMany for Vec<Branch> {
+    fn clone_if_many(&self) -> Option<Vec<Branch>> {
+        (self.len() > 1).then(|| self.clone())
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Plan {
+    Ids { tenant: TenantId, relay: RelayId, messages: Vec<MessageId>, aggregate: AggregateId },
+    Nothing,
+}
+
+fn event_json(event: &Event) -> String {
+    serde_json::to_string(event).unwrap_or_else(|_| event.name().to_string())
+}
+
+fn write_kind(name: &str, code: Option<FailureCode>) -> Option<WriteKind> {
+    Some(match name {
+        "mark_published" => WriteKind::Published,
+        "mark_ambiguous" => WriteKind::Ambiguous { code: code.unwrap_or(FailureCode::Timeout) },
+        "mark_retry" => WriteKind::Retry { code: code.unwrap_or(FailureCode::Unavailable) },
+        "mark_failed" => WriteKind::Failed { code: code.unwrap_or(FailureCode::Rejected) },
+        "mark_exhausted" => WriteKind::Exhausted { code: code.unwrap_or(FailureCode::BudgetSpent) },
+        _ => return None,
+    })
+}
+
+/// FNV-1a: a stable number for a key that is not the message id.
+fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}

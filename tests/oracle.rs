@@ -1,0 +1,125 @@
+//! The reference oracle on recorded histories: every fixture gets its verdict, bad input is one
+//! clear error with line and column, and no input makes the parser or the oracle panic.
+
+use outbox_check::oracle::Oracle;
+use outbox_check::trace::parse;
+use rand::{Rng, SeedableRng};
+use std::path::Path;
+use std::process::Command;
+
+/// Runs a trace through the oracle: `Ok(resolutions)` or `Err((property id, line))`.
+fn verdict(file: &str, text: &str) -> Result<Vec<String>, (Option<String>, usize)> {
+    let (header, events) = parse(file, text).expect("a fixture parses");
+    let mut oracle = Oracle::new(&header).expect("a known variant");
+    for (line, event) in &events {
+        if let Err(d) = oracle.feed(*line, event) {
+            return Err((d.property.map(|p| p.id().to_string()), d.line));
+        }
+    }
+    Ok(oracle.finish().resolutions)
+}
+
+#[test]
+fn every_fixture_gets_its_verdict() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/traces");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let result = verdict(&name, &text);
+        if name.starts_with("valid-") {
+            assert!(result.is_ok(), "{name}: {result:?}");
+        } else {
+            // invalid-s7-…: rejected, with S7 named.
+            let expected = name.split('-').nth(1).unwrap().to_uppercase();
+            match result {
+                Err((Some(property), line)) => {
+                    assert_eq!(property, expected, "{name}: diverged at line {line}");
+                    assert_eq!(line, text.lines().count(), "{name}: the divergence is the last line");
+                }
+                other => panic!("{name}: expected a divergence naming {expected}, got {other:?}"),
+            }
+        }
+        seen += 1;
+    }
+    assert!(seen >= 13, "only {seen} fixtures");
+}
+
+#[test]
+fn unknown_outcomes_are_checked_under_both_resolutions() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/traces");
+    let read = |n: &str| std::fs::read_to_string(dir.join(n)).unwrap();
+    let committed = verdict("c", &read("valid-unknown-write-committed.jsonl")).unwrap();
+    assert_eq!(committed, ["line 5: mark_published committed"]);
+    let not = verdict("n", &read("valid-unknown-write-not-committed.jsonl")).unwrap();
+    assert_eq!(not, ["line 5: mark_published not committed"]);
+}
+
+#[test]
+fn bad_input_is_one_error_with_line_and_column_and_exit_2() {
+    let header = r#"{"format":"outbox-check-trace","version":1,"max_attempts":3}"#;
+    let cases = [
+        ("truncated", format!("{header}\n{{\"event\":\"clock\",\"now\":"), "2:"),
+        ("wrong type", format!("{header}\n{{\"event\":\"clock\",\"now\":\"soon\"}}"), "2:"),
+        ("unknown event", format!("{header}\n{{\"event\":\"teleport\"}}"), "2:"),
+        ("version", r#"{"format":"outbox-check-trace","version":9,"max_attempts":3}"#.to_string(), "1:1: unsupported trace version 9"),
+        ("not a trace", r#"{"format":"csv","version":1,"max_attempts":3}"#.to_string(), "1:1: not an outbox-check trace"),
+        ("empty", String::new(), "1:1: empty trace"),
+    ];
+    let dir = std::env::temp_dir().join(format!("outbox-check-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (what, text, expected) in cases {
+        let file = dir.join(format!("{}.jsonl", what.replace(' ', "-")));
+        std::fs::write(&file, &text).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).arg("trace").arg(&file).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{what}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
+        assert!(err.contains(&format!("{}:{expected}", file.display())), "{what}: {err}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(["trace", "/nonexistent/trace.jsonl"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A bounded fuzz run: fixtures with bytes flipped, dropped and duplicated; parsing and checking
+/// may refuse them, never panic.
+#[test]
+fn mutated_traces_never_panic() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/traces");
+    let fixtures: Vec<Vec<u8>> =
+        std::fs::read_dir(&dir).unwrap().map(|e| std::fs::read(e.unwrap().path()).unwrap()).collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let alphabet = b"{}[]\":,0123456789abcdefghijklmnopqrstuvwxyz_- \n";
+    let started = std::time::Instant::now();
+    let mut cases = 0;
+    while cases < 20_000 && started.elapsed() < std::time::Duration::from_secs(20) {
+        let mut bytes = fixtures[rng.gen_range(0..fixtures.len())].clone();
+        for _ in 0..rng.gen_range(1..6) {
+            let at = rng.gen_range(0..bytes.len().max(1));
+            match rng.gen_range(0..3) {
+                0 if !bytes.is_empty() => {
+                    let i = at.min(bytes.len() - 1);
+                    bytes[i] = alphabet[rng.gen_range(0..alphabet.len())];
+                }
+                1 if !bytes.is_empty() => {
+                    bytes.remove(at.min(bytes.len() - 1));
+                }
+                _ => bytes.insert(at.min(bytes.len()), alphabet[rng.gen_range(0..alphabet.len())]),
+            }
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        if let Ok((header, events)) = parse("fuzz", &text) {
+            if let Ok(mut oracle) = Oracle::new(&header) {
+                for (line, event) in &events {
+                    if oracle.feed(*line, event).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        cases += 1;
+    }
+    assert!(cases >= 1_000, "only {cases} cases in the time bound");
+}
