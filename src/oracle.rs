@@ -45,6 +45,9 @@ pub struct Divergence {
     pub got: String,
     /// The model's rows the event touched, as they were before it.
     pub rows: Vec<Row>,
+    /// Unknown outcomes opened more resolutions than the oracle keeps, some were dropped: the
+    /// divergence may belong to a dropped one.
+    pub resolutions_dropped: bool,
 }
 
 impl std::fmt::Display for Divergence {
@@ -53,7 +56,11 @@ impl std::fmt::Display for Divergence {
         if let Some(p) = self.property {
             write!(f, "{p}: ")?;
         }
-        write!(f, "the model allows {}, the implementation reported {}\n  event: {}", self.expected, self.got, self.event)
+        write!(f, "the model allows {}, the implementation reported {}\n  event: {}", self.expected, self.got, self.event)?;
+        if self.resolutions_dropped {
+            write!(f, "\n  (too many unknown outcomes: {BRANCHES_MAX} resolutions were kept, others dropped)")?;
+        }
+        Ok(())
     }
 }
 
@@ -65,7 +72,7 @@ pub struct Accepted {
 }
 
 /// A lease the implementation holds, under its own token string.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 struct Held {
     relay: RelayId,
     token: String,
@@ -82,7 +89,7 @@ struct Branch {
 }
 
 /// Branches beyond this many are pruned (each unknown outcome can double them).
-const BRANCHES_MAX: usize = 64;
+const BRANCHES_MAX: usize = 4096;
 
 pub struct Oracle {
     policy: Policy,
@@ -90,6 +97,7 @@ pub struct Oracle {
     names: HashMap<(u8, String), u32>,
     branches: Vec<Branch>,
     events: usize,
+    dropped: bool,
 }
 
 impl Oracle {
@@ -115,6 +123,7 @@ impl Oracle {
             names: HashMap::new(),
             branches: vec![Branch { outbox: Outbox::new(), auditor: Auditor::new(max_attempts), held: Vec::new(), resolutions: Vec::new() }],
             events: 0,
+            dropped: false,
         }
     }
 
@@ -166,10 +175,23 @@ impl Oracle {
                 expected: "no history".into(),
                 got: "an event".into(),
                 rows: Vec::new(),
-            }));
+                resolutions_dropped: false,
+            })).map_err(|mut d| {
+                d.resolutions_dropped = self.dropped;
+                d
+            });
         }
-        next.truncate(BRANCHES_MAX);
-        self.branches = next;
+        // Resolutions that led to the same table, ghosts and leases are one branch.
+        let mut unique: Vec<Branch> = Vec::with_capacity(next.len());
+        for branch in next {
+            let same = |b: &Branch| b.outbox == branch.outbox && b.auditor == branch.auditor && b.held == branch.held;
+            if !unique.iter().any(same) {
+                unique.push(branch);
+            }
+        }
+        self.dropped |= unique.len() > BRANCHES_MAX;
+        unique.truncate(BRANCHES_MAX);
+        self.branches = unique;
         self.events += 1;
         Ok(())
     }
@@ -223,6 +245,7 @@ impl Oracle {
             expected,
             got,
             rows,
+            resolutions_dropped: false,
         };
         let rows_of = |b: &Branch, ids: &[MessageId]| ids.iter().filter_map(|id| b.outbox.row(*id).cloned()).collect::<Vec<_>>();
         let audited = |b: &mut Branch, before: Vec<Row>| -> Result<(), Divergence> {

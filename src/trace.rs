@@ -186,3 +186,119 @@ pub fn parse(file: &str, text: &str) -> Result<(Header, Vec<(usize, Event)>), Pa
     }
     Ok((header, events))
 }
+
+/// Writes what happened in the closed world (a walk, a counterexample) in the trace format, as
+/// a relay of the fleet would have logged it: what a lost connection hid is `unknown`, crashes
+/// and clock readings are informational. The oracle must accept every `reference` history
+/// written this way (tests/oracle.rs checks it).
+pub fn from_world(config: &crate::world::WorldConfig, events: &[crate::world::Event]) -> (Header, Vec<Event>) {
+    use crate::world::{BrokerFate, DbFate, Event as W};
+    let header = Header {
+        format: FORMAT.to_string(),
+        version: VERSION,
+        variant: config.relays.first().map(|r| r.design.name().to_string()),
+        max_attempts: config.max_attempts,
+        backoff_base: Some(config.backoff_base.0),
+        backoff_cap: Some(config.backoff_cap.0),
+        source: Some("outbox-check world".to_string()),
+    };
+    let relay = |r: u16| format!("r{r}");
+    let tenant = |t: crate::core::TenantId| format!("tenant{}", t.0);
+    let message = |m: crate::core::MessageId| format!("m{}", m.0);
+    let mut out = Vec::new();
+    for event in events {
+        match event {
+            W::Enqueued { request, result } => out.push(Event::Enqueue {
+                tenant: tenant(request.tenant_id),
+                aggregate: format!("agg{}", request.aggregate_id.0),
+                expected_version: request.expected_version,
+                message: message(request.message_id),
+                now: request.now.0,
+                result: match result {
+                    crate::core::EnqueueResult::Applied { .. } => "applied".into(),
+                    crate::core::EnqueueResult::Stale { .. } => "stale".into(),
+                },
+            }),
+            W::Claimed { relay: r, request, leases, db } => out.push(Event::Claim {
+                relay: relay(*r),
+                tenant: tenant(request.tenant_id),
+                batch: request.batch,
+                lease_ms: request.lease.0,
+                now: request.now.0,
+                leases: if *db == DbFate::Ok {
+                    leases
+                        .iter()
+                        .map(|l| TraceLease { message: message(l.message_id), token: l.token.0.to_string(), attempts: l.attempts })
+                        .collect()
+                } else {
+                    Vec::new()
+                },
+                outcome: if *db == DbFate::Ok { Outcome::Ok } else { Outcome::Unknown },
+            }),
+            W::Published { relay: r, lease, key, fate } => out.push(Event::Publish {
+                relay: relay(*r),
+                message: message(lease.message_id),
+                key: match key {
+                    crate::core::IdempotencyKey::Message { message_id } => message(*message_id),
+                    crate::core::IdempotencyKey::Other { value } => format!("key-{value:x}"),
+                },
+                answer: match fate {
+                    BrokerFate::Ack | BrokerFate::Duplicate => PublishAnswer::Ack,
+                    BrokerFate::Drop | BrokerFate::LostAck => PublishAnswer::Timeout,
+                    BrokerFate::Unavailable => PublishAnswer::Unavailable,
+                    BrokerFate::Reject => PublishAnswer::Rejected,
+                },
+                stored: Some(matches!(fate, BrokerFate::Ack | BrokerFate::Duplicate | BrokerFate::LostAck)),
+            }),
+            W::Wrote { relay: r, request, result, db } => {
+                let code = match request.kind {
+                    crate::core::WriteKind::Published => None,
+                    crate::core::WriteKind::Ambiguous { code }
+                    | crate::core::WriteKind::Retry { code }
+                    | crate::core::WriteKind::Failed { code }
+                    | crate::core::WriteKind::Exhausted { code } => Some(code),
+                };
+                out.push(Event::Write {
+                    relay: relay(*r),
+                    write: request.kind.name().to_string(),
+                    message: message(request.lease.message_id),
+                    tenant: tenant(request.lease.tenant_id),
+                    token: request.lease.token.0.to_string(),
+                    now: request.now.0,
+                    code,
+                    result: match (db, result) {
+                        (DbFate::Ok, Some(crate::core::WriteResult::Applied { .. })) => WriteReport::Applied,
+                        (DbFate::Ok, Some(crate::core::WriteResult::Stale { .. })) => WriteReport::Stale,
+                        _ => WriteReport::Unknown,
+                    },
+                    status: None,
+                });
+            }
+            W::Finished { .. } => {}
+            W::Crashed { relay: r } => out.push(Event::Fault { kind: format!("{} crashed", relay(*r)) }),
+            W::Reaped { now, messages } => {
+                out.push(Event::Reap { now: now.0, messages: messages.iter().map(|m| message(*m)).collect() })
+            }
+            W::Ticked { now } => out.push(Event::Clock { now: now.0 }),
+            W::Requeued { message_id, result } => out.push(Event::Requeue {
+                message: message(*message_id),
+                result: match result {
+                    crate::core::RequeueResult::Applied => "applied".into(),
+                    crate::core::RequeueResult::NotRequeueable { .. } => "not_requeueable".into(),
+                },
+            }),
+        }
+    }
+    (header, out)
+}
+
+/// The trace as text: the header line, then one event per line.
+pub fn to_jsonl(header: &Header, events: &[Event]) -> String {
+    let mut text = serde_json::to_string(header).expect("JSON of plain values");
+    text.push('\n');
+    for event in events {
+        text.push_str(&serde_json::to_string(event).expect("JSON of plain values"));
+        text.push('\n');
+    }
+    text
+}

@@ -123,3 +123,57 @@ fn mutated_traces_never_panic() {
     }
     assert!(cases >= 1_000, "only {cases} cases in the time bound");
 }
+
+/// One checker, two engines: every random walk of a `reference` fleet through the world, written
+/// in the trace format as its relays would have logged it, is accepted by the oracle — and a
+/// legacy-v1 fleet's walks are not, always at a line naming a property.
+#[test]
+fn the_oracle_accepts_every_reference_walk_and_rejects_legacy_ones() {
+    use outbox_check::core::{Design, RelayId, Variant};
+    use outbox_check::search::Walker;
+    use outbox_check::world::{World, WorldConfig};
+    let walk = |config: &WorldConfig, seed: u64| {
+        let mut world = World::new(config);
+        let mut events = Vec::new();
+        let mut walker = Walker::new(seed);
+        let mut enabled = Vec::new();
+        for _ in 0..60 {
+            enabled.clear();
+            world.actions(config, &mut enabled);
+            let action = enabled[walker.below(enabled.len())];
+            events.extend(world.apply(config, action).events);
+        }
+        outbox_check::trace::from_world(config, &events)
+    };
+    let check = |header: &outbox_check::trace::Header, events: &[outbox_check::trace::Event]| {
+        let text = outbox_check::trace::to_jsonl(header, events);
+        let (header, events) = parse("walk", &text).expect("a written trace parses");
+        let mut oracle = Oracle::new(&header).unwrap();
+        for (line, event) in &events {
+            oracle.feed(*line, event)?;
+        }
+        Ok::<_, outbox_check::oracle::Divergence>(())
+    };
+    let mut reference = WorldConfig::small(Design::Variant(Variant::Reference), 3, 3);
+    reference.relays[2].owner = RelayId(0);
+    reference.enqueue_actions = true;
+    reference.requeues = 1;
+    for seed in 0..500 {
+        let (header, events) = walk(&reference, seed);
+        if let Err(d) = check(&header, &events) {
+            panic!("seed {seed}: the oracle rejects a reference walk: {d}");
+        }
+    }
+    let legacy = WorldConfig::small(Design::Variant(Variant::LegacyV1), 2, 2);
+    let mut rejected = 0;
+    for seed in 0..200 {
+        let (mut header, events) = walk(&legacy, seed);
+        header.variant = Some("reference".into());
+        if let Err(d) = check(&header, &events) {
+            assert!(d.property.is_some() || d.expected.contains("claim"), "seed {seed}: {d}");
+            rejected += 1;
+        }
+    }
+    assert!(rejected > 100, "only {rejected} of 200 legacy walks rejected by the reference oracle");
+}
+
