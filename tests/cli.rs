@@ -52,7 +52,7 @@ fn an_unknown_variant_is_one_line_naming_the_valid_ones_and_exit_2() {
 
 #[test]
 fn bad_flags_and_unbuilt_commands_exit_2_with_one_line() {
-    for args in [&["verify", "--bogus"][..], &["verify", "--seeds", "zero"], &["nonsense"], &["sim", "--seeds", "3"], &["check", "--variant", "nosuch"], &["check", "--fleet", "reference", "--variant", "reference"]] {
+    for args in [&["verify", "--bogus"][..], &["verify", "--messages", "zero"], &["nonsense"], &["sim", "--seeds", "3"], &["check", "--variant", "nosuch"], &["check", "--fleet", "reference", "--variant", "reference"]] {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = text(&out.stderr);
@@ -63,7 +63,7 @@ fn bad_flags_and_unbuilt_commands_exit_2_with_one_line() {
 
 #[test]
 fn verify_passes_on_reference_and_reports_the_legacy_findings() {
-    let out = run(&["verify", "--seeds", "300", "--json"]);
+    let out = run(&["verify", "--json", "--quiet"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
     let fleet = |name: &str| json["fleets"].as_array().unwrap().iter().find(|f| f["fleet"] == name).cloned().unwrap();
@@ -79,4 +79,5 @@ fn verify_passes_on_reference_and_reports_the_legacy_findings() {
     assert!(violated("reference").is_empty());
     let legacy = violated("legacy-v1");
     assert!(legacy.contains(&"S1".to_string()) && legacy.contains(&"S3".to_string()), "{legacy:?}");
+    assert!(violated("seed-v2+legacy-v1").contains(&"S1".to_string()));
 }
