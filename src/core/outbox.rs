@@ -262,9 +262,8 @@ impl Outbox {
         }
     }
 
-    /// SPEC §3.2: takes up to `batch` claimable rows in the policy's order and leases them, in one
-    /// statement. Returns one lease per row, in claim order.
-    pub fn claim(&mut self, policy: &Policy, req: &ClaimRequest) -> Result<Vec<Lease>, CoreError> {
+    /// A claim must ask for a row, last some time, and allow one attempt.
+    fn validate_claim(req: &ClaimRequest) -> Result<(), CoreError> {
         if req.batch == 0 {
             return Err(CoreError::InvalidBatch);
         }
@@ -274,6 +273,13 @@ impl Outbox {
         if req.max_attempts == 0 {
             return Err(CoreError::InvalidBudget);
         }
+        Ok(())
+    }
+
+    /// SPEC §3.2: takes up to `batch` claimable rows in the policy's order and leases them, in one
+    /// statement. Returns one lease per row, in claim order.
+    pub fn claim(&mut self, policy: &Policy, req: &ClaimRequest) -> Result<Vec<Lease>, CoreError> {
+        Self::validate_claim(req)?;
         let mut picked: Vec<usize> = (0..self.rows.len())
             .filter(|&i| Self::is_claimable(policy, &self.rows[i], req.tenant_id, req.now, req.max_attempts))
             .collect();
@@ -294,15 +300,7 @@ impl Outbox {
         req: &ClaimRequest,
         ids: &[MessageId],
     ) -> Result<Result<Vec<Lease>, (MessageId, ClaimRefusal)>, CoreError> {
-        if req.batch == 0 {
-            return Err(CoreError::InvalidBatch);
-        }
-        if req.lease.0 == 0 {
-            return Err(CoreError::InvalidLease);
-        }
-        if req.max_attempts == 0 {
-            return Err(CoreError::InvalidBudget);
-        }
+        Self::validate_claim(req)?;
         let mut rows = Vec::with_capacity(ids.len());
         for &id in ids {
             let i = self.index(id).ok_or(CoreError::UnknownMessage(id))?;
