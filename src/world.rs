@@ -689,11 +689,12 @@ impl World {
     ///   `max + 1`; a lease's pending write's `now` is overwritten when it runs, so it becomes 0;
     ///   the lifetime publication count is not a state at all.
     pub fn normalise(&mut self, config: &WorldConfig) -> Vec<usize> {
+        let facts = FleetFacts::of(config);
         let cap = config.max_attempts + 1;
         self.normalise_time(config);
-        self.erase_stale_leases(config);
-        let resets_tokens = (0..config.relays.len()).any(|i| config.policy(i).requeue_resets_token);
-        let random = (0..config.relays.len()).any(|i| config.policy(i).token_kind == TokenKind::Random);
+        self.erase_stale_leases(&facts);
+        let resets_tokens = facts.resets_tokens;
+        let random = facts.random_tokens;
         for m in 0..self.outbox.rows().len() {
             let id = self.outbox.rows()[m].message_id;
             if !resets_tokens {
@@ -746,8 +747,8 @@ impl World {
             self.outbox.restart_random_tokens();
         }
         self.each_effect_write(&mut |request| request.now = Instant(0));
-        self.erase_dead_fields(config);
-        self.canonical_relay_order(config)
+        self.erase_dead_fields(&facts);
+        self.canonical_relay_order(config, &facts)
     }
 
     /// In a fleet where every claim bumps the token and every write checks it, a lease whose
@@ -755,16 +756,8 @@ impl World {
     /// pending write kind are dead, so superseded leases look alike (token 0, which no later
     /// claim hands out). Its ghost claim number stays: it says which budget its publications
     /// count against.
-    fn erase_stale_leases(&mut self, config: &WorldConfig) {
-        use crate::core::policy::{ClaimFence, WriteFence};
-        let fenced = (0..config.relays.len()).all(|i| {
-            let p = config.policy(i);
-            p.claim_fence == ClaimFence::OwnerAndToken
-                && matches!(p.write_fence, WriteFence::StatusOwnerToken | WriteFence::StatusToken)
-                && !p.swallow_stale
-                && !p.requeue_resets_token
-        });
-        if !fenced {
+    fn erase_stale_leases(&mut self, facts: &FleetFacts) {
+        if !facts.fenced {
             return;
         }
         let latest: Vec<(MessageId, u32)> =
@@ -794,7 +787,7 @@ impl World {
     /// renaming their owner ids in rows and leases and swapping their states gives a world that
     /// behaves the same. Picks, among such swaps, the world with the smallest fingerprint.
     /// Returns the permutation applied: new slot `i` holds what slot `perm[i]` held.
-    fn canonical_relay_order(&mut self, config: &WorldConfig) -> Vec<usize> {
+    fn canonical_relay_order(&mut self, config: &WorldConfig, facts: &FleetFacts) -> Vec<usize> {
         let n = config.relays.len();
         let mut perm: Vec<usize> = (0..n).collect();
         if n < 2 {
@@ -802,8 +795,7 @@ impl World {
         }
         let key = |i: usize| {
             let spec = &config.relays[i];
-            let skew_matters = config.policy(i).relay.clock == crate::core::policy::ClockSource::Relay;
-            (spec.design, spec.tenant_id, if skew_matters { spec.skew } else { 0 })
+            (spec.design, spec.tenant_id, if facts.relay_clock[i] { spec.skew } else { 0 })
         };
         let unique_owner = |i: usize| config.relays.iter().filter(|r| r.owner == config.relays[i].owner).count() == 1;
         let anonymous = |world: &World, i: usize| {
@@ -859,13 +851,8 @@ impl World {
     ///   kinds of the leases still held for it, and the broker-stored ghost
     ///   (S5 judges a row when it becomes PUBLISHED) are dead. Its publication count stays while
     ///   a lease for it is held, since a stale relay may still publish it (S3).
-    fn erase_dead_fields(&mut self, config: &WorldConfig) {
-        use crate::core::policy::WriteFence;
-        let terminal_safe = self.requeues_left == 0
-            && (0..config.relays.len()).all(|i| {
-                let p = config.policy(i);
-                !p.claim_terminal && p.write_fence != WriteFence::MessageIdOnly && !p.swallow_stale
-            });
+    fn erase_dead_fields(&mut self, facts: &FleetFacts) {
+        let terminal_safe = self.requeues_left == 0 && facts.keeps_terminal;
         let mut dead: Vec<MessageId> = Vec::new();
         for row in self.outbox.rows_mut() {
             if row.last_failure_code != Some(FailureCode::Timeout) {
@@ -966,6 +953,39 @@ impl World {
     /// Every message has reached a terminal status.
     pub fn all_terminal(&self, config: &WorldConfig) -> bool {
         self.enqueued == config.messages && self.outbox.rows().iter().all(|row| row.status.is_terminal())
+    }
+}
+
+/// What normalisation needs to know of the fleet's designs, read once per state.
+struct FleetFacts {
+    resets_tokens: bool,
+    random_tokens: bool,
+    /// Every claim bumps the token and every write checks it.
+    fenced: bool,
+    /// No design touches a terminal row.
+    keeps_terminal: bool,
+    /// Per relay: its design reads the relay's own clock.
+    relay_clock: Vec<bool>,
+}
+
+impl FleetFacts {
+    fn of(config: &WorldConfig) -> FleetFacts {
+        use crate::core::policy::{ClaimFence, ClockSource, WriteFence};
+        let policies: Vec<Policy> = (0..config.relays.len()).map(|i| config.policy(i)).collect();
+        FleetFacts {
+            resets_tokens: policies.iter().any(|p| p.requeue_resets_token),
+            random_tokens: policies.iter().any(|p| p.token_kind == TokenKind::Random),
+            fenced: policies.iter().all(|p| {
+                p.claim_fence == ClaimFence::OwnerAndToken
+                    && matches!(p.write_fence, WriteFence::StatusOwnerToken | WriteFence::StatusToken)
+                    && !p.swallow_stale
+                    && !p.requeue_resets_token
+            }),
+            keeps_terminal: policies
+                .iter()
+                .all(|p| !p.claim_terminal && p.write_fence != WriteFence::MessageIdOnly && !p.swallow_stale),
+            relay_clock: policies.iter().map(|p| p.relay.clock == ClockSource::Relay).collect(),
+        }
     }
 }
 
