@@ -598,30 +598,42 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, json: bool) -> E
                 return ExitCode::from(2);
             }
         };
-        let (header, events) = match crate::trace::parse(&name, &text) {
-            Ok(parsed) => parsed,
-            Err(error) => {
-                eprintln!("outbox-check: {error}");
-                return ExitCode::from(2);
-            }
-        };
-        let mut oracle = match variant {
-            Some(design) => Oracle::for_design(design, header.max_attempts, header.backoff_base, header.backoff_cap),
-            None => match Oracle::new(&header) {
-                Ok(oracle) => oracle,
-                Err(error) => {
-                    eprintln!("outbox-check: {name}: {error}");
-                    return ExitCode::from(2);
+        // Parse and check line by line: a long history is never held in memory whole.
+        let mut divergence = None;
+        let slot: std::cell::RefCell<Option<Oracle>> = std::cell::RefCell::new(None);
+        let checked = crate::trace::stream(
+            &name,
+            &text,
+            |header| {
+                let oracle = match variant {
+                    Some(design) => {
+                        Oracle::for_design(design, header.max_attempts, header.backoff_base, header.backoff_cap)
+                    }
+                    None => Oracle::new(header)?,
+                };
+                *slot.borrow_mut() = Some(oracle);
+                Ok(())
+            },
+            |line, event| {
+                let mut guard = slot.borrow_mut();
+                let Some(oracle) = guard.as_mut() else { return false };
+                match oracle.feed(line, &event) {
+                    Ok(()) => true,
+                    Err(d) => {
+                        divergence = Some(d);
+                        false
+                    }
                 }
             },
-        };
-        let mut divergence = None;
-        for (line, event) in &events {
-            if let Err(d) = oracle.feed(*line, event) {
-                divergence = Some(d);
-                break;
-            }
+        );
+        if let Err(error) = checked {
+            eprintln!("outbox-check: {error}");
+            return ExitCode::from(2);
         }
+        let Some(oracle) = slot.into_inner() else {
+            eprintln!("outbox-check: {name}: no header");
+            return ExitCode::from(2);
+        };
         match divergence {
             Some(d) => {
                 diverged = true;

@@ -94,7 +94,9 @@ const BRANCHES_MAX: usize = 4096;
 pub struct Oracle {
     policy: Policy,
     max_attempts: u32,
-    names: HashMap<(u8, String), u32>,
+    /// The implementation's names by kind (message, tenant, relay, aggregate), each mapped to a
+    /// small number in order of first appearance.
+    names: [HashMap<String, u32>; 4],
     branches: Vec<Branch>,
     events: usize,
     dropped: bool,
@@ -120,7 +122,7 @@ impl Oracle {
         Oracle {
             policy,
             max_attempts,
-            names: HashMap::new(),
+            names: Default::default(),
             branches: vec![Branch { outbox: Outbox::new(), auditor: Auditor::new(max_attempts), held: Vec::new(), resolutions: Vec::new() }],
             events: 0,
             dropped: false,
@@ -129,8 +131,13 @@ impl Oracle {
 
     /// The implementation's name for a thing, as a small number (in order of first appearance).
     fn id(&mut self, kind: u8, name: &str) -> u32 {
-        let next = self.names.len() as u32;
-        *self.names.entry((kind, name.to_string())).or_insert(next)
+        let names = &mut self.names[kind as usize];
+        if let Some(&id) = names.get(name) {
+            return id;
+        }
+        let id = names.len() as u32;
+        names.insert(name.to_string(), id);
+        id
     }
 
     fn message(&mut self, name: &str) -> MessageId {
@@ -437,7 +444,7 @@ impl Oracle {
     }
 
     fn name_of(&self, kind: u8, id: u32) -> String {
-        self.names.iter().find(|((k, _), v)| *k == kind && **v == id).map(|((_, n), _)| n.clone()).unwrap_or_else(|| id.to_string())
+        self.names[kind as usize].iter().find(|(_, v)| **v == id).map(|(n, _)| n.clone()).unwrap_or_else(|| id.to_string())
     }
 }
 

@@ -163,6 +163,22 @@ pub struct ParseError {
 
 /// Parses a whole trace: the header, then one event per non-blank line.
 pub fn parse(file: &str, text: &str) -> Result<(Header, Vec<(usize, Event)>), ParseError> {
+    let mut events = Vec::new();
+    let header = stream(file, text, |header| Ok(header.clone()), |line, event| {
+        events.push((line, event));
+        true
+    })?;
+    Ok((header, events))
+}
+
+/// Parses a trace line by line without keeping it: `start` gets the header (and may refuse it
+/// with a message), `each` every event with its line number and returns whether to go on.
+pub fn stream<T>(
+    file: &str,
+    text: &str,
+    start: impl FnOnce(&Header) -> Result<T, String>,
+    mut each: impl FnMut(usize, Event) -> bool,
+) -> Result<T, ParseError> {
     let error = |line: usize, column: usize, message: String| ParseError { file: file.to_string(), line, column, message };
     let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
     let Some((i, first)) = lines.next() else {
@@ -179,12 +195,14 @@ pub fn parse(file: &str, text: &str) -> Result<(Header, Vec<(usize, Event)>), Pa
     if header.max_attempts == 0 {
         return Err(error(i + 1, 1, "max_attempts must be at least 1".into()));
     }
-    let mut events = Vec::new();
+    let started = start(&header).map_err(|message| error(i + 1, 1, message))?;
     for (i, line) in lines {
         let event: Event = serde_json::from_str(line).map_err(|e| error(i + 1, e.column().max(1), e.to_string()))?;
-        events.push((i + 1, event));
+        if !each(i + 1, event) {
+            break;
+        }
     }
-    Ok((header, events))
+    Ok(started)
 }
 
 /// Writes what happened in the closed world (a walk, a counterexample) in the trace format, as
