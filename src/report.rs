@@ -150,7 +150,8 @@ pub fn counterexample_markdown(report: &CheckReport, property: &PropertyResult, 
 }
 
 /// Writes every violated property's counterexample (and the ordering example, which SPEC wants
-/// shown) under `dir/<fleet>/`, as `.md` and `.json`. Returns the files written.
+/// shown) under `dir/<fleet>/`, as `.md`, `.json` and `.trace.jsonl` (the oracle's format).
+/// Returns the files written.
 pub fn write_counterexamples(report: &CheckReport, dir: &Path, command: &str) -> std::io::Result<Vec<PathBuf>> {
     let folder = dir.join(fleet_slug(&report.fleet));
     let mut written = Vec::new();
@@ -169,6 +170,15 @@ pub fn write_counterexamples(report: &CheckReport, dir: &Path, command: &str) ->
         std::fs::write(&json, serde_json::to_string_pretty(&body).expect("JSON of plain values"))?;
         written.push(md);
         written.push(json);
+        // The same path as the oracle's trace format, so another implementation can replay it.
+        if let Some(steps) = &property.counterexample {
+            let (_, mut events) = crate::world::World::new_with_events(&report.config);
+            events.extend(steps.iter().flat_map(|s| s.events.iter().cloned()));
+            let (header, trace) = crate::trace::from_world(&report.config, &events);
+            let file = folder.join(format!("{}.trace.jsonl", property.id));
+            std::fs::write(&file, crate::trace::to_jsonl(&header, &trace))?;
+            written.push(file);
+        }
     }
     Ok(written)
 }

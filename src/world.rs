@@ -397,6 +397,12 @@ pub struct World {
 
 impl World {
     pub fn new(config: &WorldConfig) -> World {
+        World::new_with_events(config).0
+    }
+
+    /// The initial world and what happened to make it: the application's enqueues of the
+    /// messages that are in the table from the start.
+    pub fn new_with_events(config: &WorldConfig) -> (World, Vec<Event>) {
         let mut world = World {
             now: Instant(0),
             outbox: Outbox::new(),
@@ -406,13 +412,13 @@ impl World {
             requeues_left: config.requeues,
             step: StepFlags::default(),
         };
+        let mut report = StepReport::default();
         if !config.enqueue_actions {
-            let mut report = StepReport::default();
             for _ in 0..config.messages {
                 world.enqueue(config, false, &mut report);
             }
         }
-        world
+        (world, report.events)
     }
 
     fn clocks(&self, config: &WorldConfig, relay: usize) -> Clocks {

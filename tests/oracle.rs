@@ -177,3 +177,29 @@ fn the_oracle_accepts_every_reference_walk_and_rejects_legacy_ones() {
     assert!(rejected > 100, "only {rejected} of 200 legacy walks rejected by the reference oracle");
 }
 
+
+/// Counterexamples travel: `check` writes each in the trace format, and the oracle reads it —
+/// reference's ordering example is consistent with reference, legacy-v1's S1 counterexample
+/// breaks a safety property under its own rules.
+#[test]
+fn counterexample_traces_pass_through_the_oracle() {
+    use outbox_check::check::{check, CheckOptions};
+    use outbox_check::core::Design;
+    use outbox_check::world::{Faults, WorldConfig};
+    let dir = std::env::temp_dir().join(format!("outbox-check-cx-{}", std::process::id()));
+    let run = |design: &str, messages: u32, faults: &str| {
+        let d = Design::parse(design).unwrap();
+        let config = WorldConfig::fleet(&[d, d], messages, 1, 3, Faults::parse(faults).unwrap());
+        let report = check(&config, &CheckOptions { liveness: false, ..CheckOptions::default() }, &|_, _| {});
+        outbox_check::report::write_counterexamples(&report, &dir, "test").unwrap();
+    };
+    run("reference", 2, "broker-drop");
+    run("legacy-v1", 1, "all");
+    let read = |path: &str| std::fs::read_to_string(dir.join(path)).unwrap();
+    assert!(verdict("order", &read("reference-x2/R-order.trace.jsonl")).is_ok());
+    match verdict("s1", &read("legacy-v1-x2/S1.trace.jsonl")) {
+        Err((Some(_), _)) => {}
+        other => panic!("legacy-v1's S1 counterexample: {other:?}"),
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
