@@ -431,36 +431,28 @@ fn deliverable(world: &World, config: &WorldConfig, m: MessageId) -> bool {
     }
 }
 
+/// The first message for which `find` finds a lasso.
+fn first_message(config: &WorldConfig, mut find: impl FnMut(MessageId) -> Option<Lasso>) -> LassoVerdict {
+    (0..config.messages)
+        .map(MessageId)
+        .find_map(|m| find(m).map(|lasso| LassoVerdict { lasso: Some(lasso), message: Some(m) }))
+        .unwrap_or(LassoVerdict { lasso: None, message: None })
+}
+
 /// L1 for every message of `graph`.
 pub fn check_l1(graph: &Graph, config: &WorldConfig) -> LassoVerdict {
-    for m in (0..config.messages).map(MessageId) {
-        let inside = move |w: &World| row_status(w, m).is_some_and(|s| !s.is_terminal());
-        if let Some(lasso) = graph.fair_lasso(config, &inside, None) {
-            return LassoVerdict { lasso: Some(lasso), message: Some(m) };
-        }
-    }
-    LassoVerdict { lasso: None, message: None }
+    first_message(config, |m| graph.fair_lasso(config, &move |w: &World| row_status(w, m).is_some_and(|s| !s.is_terminal()), None))
 }
 
 /// L2 on a graph built with `permanent_outage`.
 pub fn check_l2(graph: &Graph, config: &WorldConfig) -> LassoVerdict {
-    for m in (0..config.messages).map(MessageId) {
-        let inside = move |w: &World| row_status(w, m) != Some(Status::Exhausted);
-        if let Some(lasso) = graph.fair_lasso(config, &inside, None) {
-            return LassoVerdict { lasso: Some(lasso), message: Some(m) };
-        }
-    }
-    LassoVerdict { lasso: None, message: None }
+    first_message(config, |m| graph.fair_lasso(config, &move |w: &World| row_status(w, m) != Some(Status::Exhausted), None))
 }
 
 /// L3 for every message of `graph`.
 pub fn check_l3(graph: &Graph, config: &WorldConfig) -> LassoVerdict {
-    for m in (0..config.messages).map(MessageId) {
-        let inside = move |w: &World| row_status(w, m) != Some(Status::Published);
+    first_message(config, |m| {
         let start = move |w: &World| deliverable(w, config, m);
-        if let Some(lasso) = graph.fair_lasso(config, &inside, Some(&start)) {
-            return LassoVerdict { lasso: Some(lasso), message: Some(m) };
-        }
-    }
-    LassoVerdict { lasso: None, message: None }
+        graph.fair_lasso(config, &move |w: &World| row_status(w, m) != Some(Status::Published), Some(&start))
+    })
 }
