@@ -36,6 +36,10 @@ enum Command {
         /// Checker threads.
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
         threads: u64,
+        /// Also write DIR/index.md (the matrix and one section per finding) and every
+        /// counterexample under DIR/counterexamples/.
+        #[arg(long, value_name = "DIR")]
+        report: Option<std::path::PathBuf>,
         /// Print one JSON object instead of the table.
         #[arg(long)]
         json: bool,
@@ -225,7 +229,9 @@ pub fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Verify { messages, threads, json, quiet } => verify(messages, threads as usize, json, quiet),
+        Command::Verify { messages, threads, report, json, quiet } => {
+            verify(messages, threads as usize, report.as_deref(), json, quiet)
+        }
         Command::Variants { design, json } => variants(design, json),
         Command::Check { fleet, threads, timeout, no_liveness, out, no_write, explorer_port, json, quiet } => {
             let options = CheckOptions {
@@ -319,7 +325,7 @@ fn verify_fleets(messages: u32) -> Vec<(String, WorldConfig)> {
     fleets
 }
 
-fn verify(messages: u32, threads: usize, json: bool, quiet: bool) -> ExitCode {
+fn verify(messages: u32, threads: usize, report_dir: Option<&std::path::Path>, json: bool, quiet: bool) -> ExitCode {
     let fleets = verify_fleets(messages);
     let bar = if quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(fleets.len() as u64) };
     bar.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("a valid template"));
@@ -333,6 +339,26 @@ fn verify(messages: u32, threads: usize, json: bool, quiet: bool) -> ExitCode {
     }
     bar.finish_and_clear();
     let reference_ok = reports.iter().any(|(n, r)| n == "reference" && !r.violated() && r.decided());
+    if let Some(dir) = report_dir {
+        let commands: Vec<String> = reports
+            .iter()
+            .map(|(_, r)| {
+                let designs: Vec<&str> = r.fleet.iter().map(String::as_str).collect();
+                let fleet = if designs.iter().all(|d| *d == designs[0]) {
+                    format!("--variant {} --relays {}", designs[0], designs.len())
+                } else {
+                    format!("--fleet {}", designs.join(","))
+                };
+                format!("outbox-check check {fleet} --messages {messages} --tenants 1 --max-attempts 3 --faults all")
+            })
+            .collect();
+        let pairs: Vec<(&crate::check::CheckReport, &str)> =
+            reports.iter().zip(&commands).map(|((_, r), c)| (r, c.as_str())).collect();
+        if let Err(error) = crate::report::write_index(dir, &pairs) {
+            eprintln!("outbox-check: cannot write the report under {}: {error}", dir.display());
+            return ExitCode::from(2);
+        }
+    }
     let ids: Vec<&str> = Property::SAFETY.iter().chain(Property::LIVENESS.iter()).map(|p| p.id()).collect();
     if json {
         let rows: Vec<serde_json::Value> = reports

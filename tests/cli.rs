@@ -81,3 +81,17 @@ fn verify_passes_on_reference_and_reports_the_legacy_findings() {
     assert!(legacy.contains(&"S1".to_string()) && legacy.contains(&"S3".to_string()), "{legacy:?}");
     assert!(violated("seed-v2+legacy-v1").contains(&"S1".to_string()));
 }
+
+#[test]
+fn verify_writes_the_findings_report() {
+    let dir = std::env::temp_dir().join(format!("outbox-check-report-{}", std::process::id()));
+    let out = run(&["verify", "--quiet", "--report", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let index = std::fs::read_to_string(dir.join("index.md")).expect("index.md");
+    assert!(index.contains("| `reference + reference` | ✓ | ✓ |"), "{index}");
+    assert!(index.contains("[✗](counterexamples/legacy-v1-x2/S1.md)"), "{index}");
+    assert!(index.contains("```mermaid"), "{index}");
+    assert!(dir.join("counterexamples/legacy-v1-x2/S1.md").exists());
+    assert!(dir.join("counterexamples/legacy-v1-x2/S1.trace.jsonl").exists());
+    std::fs::remove_dir_all(&dir).ok();
+}
