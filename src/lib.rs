@@ -17,5 +17,6 @@ pub mod liveness;
 pub mod relay;
 pub mod oracle;
 pub mod search;
+pub mod store;
 pub mod trace;
 pub mod world;
