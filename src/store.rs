@@ -5,3 +5,4 @@
 //! so a populated V1 table becomes V2 without losing a row.
 
 pub mod migrate;
+pub mod postgres;

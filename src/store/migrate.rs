@@ -33,6 +33,8 @@ pub enum MigrateError {
     Failed { version: u32, name: &'static str, source: rusqlite::Error },
     #[error("cannot read the applied migrations: {0}")]
     Bookkeeping(rusqlite::Error),
+    #[error("{0}")]
+    Postgres(String),
 }
 
 /// The versions already applied, in order.

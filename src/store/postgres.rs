@@ -1,0 +1,124 @@
+//! PostgreSQL for conformance runs: a scratch schema of our own on a server the user names.
+//!
+//! A database the user gave is never touched outside the harness's own schema: every run works
+//! in a fresh schema with a random, validated name and drops it afterwards. The URL comes only
+//! from the caller (`OUTBOX_CHECK_PG_URL` or `--database-url`), and a host that is not loopback
+//! is refused unless the caller says the database is disposable.
+
+use super::migrate::{Migration, MigrateError};
+use std::str::FromStr;
+
+/// The PostgreSQL migrations, in order.
+pub const MIGRATIONS: [Migration; 3] = [
+    Migration { version: 1, name: "v1_outbox", sql: include_str!("../../migrations/postgres/001_v1_outbox.sql") },
+    Migration {
+        version: 2,
+        name: "v2_fenced_leases",
+        sql: include_str!("../../migrations/postgres/002_v2_fenced_leases.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "seed_tenant_outbox_events",
+        sql: include_str!("../../migrations/postgres/003_seed_tenant_outbox_events.sql"),
+    },
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum PgError {
+    #[error("not a PostgreSQL URL: {0}")]
+    BadUrl(String),
+    #[error("refusing host '{0}': not loopback; pass --i-understand-this-database-is-disposable to use it")]
+    NotLoopback(String),
+    #[error("cannot connect to PostgreSQL: {0}")]
+    Connect(String),
+    #[error("PostgreSQL: {0}")]
+    Sql(String),
+}
+
+impl From<postgres::Error> for PgError {
+    fn from(error: postgres::Error) -> Self {
+        PgError::Sql(error.as_db_error().map(|e| e.to_string()).unwrap_or_else(|| error.to_string()))
+    }
+}
+
+/// Checks a URL before any connection: parseable, and loopback unless `disposable`.
+pub fn check_url(url: &str, disposable: bool) -> Result<postgres::Config, PgError> {
+    let config = postgres::Config::from_str(url).map_err(|e| PgError::BadUrl(e.to_string()))?;
+    for host in config.get_hosts() {
+        match host {
+            postgres::config::Host::Tcp(name) => {
+                let loopback = name == "localhost"
+                    || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+                if !loopback && !disposable {
+                    return Err(PgError::NotLoopback(name.clone()));
+                }
+            }
+            postgres::config::Host::Unix(_) => {}
+        }
+    }
+    Ok(config)
+}
+
+/// A connection working in a schema of its own, dropped with it.
+pub struct Scratch {
+    client: postgres::Client,
+    schema: String,
+}
+
+impl Scratch {
+    pub fn connect(url: &str, disposable: bool) -> Result<Scratch, PgError> {
+        let config = check_url(url, disposable)?;
+        let mut client = config.connect(postgres::NoTls).map_err(|e| PgError::Connect(e.to_string()))?;
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let seed = (nanos as u64) ^ (u64::from(std::process::id()) << 32) ^ COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let schema = format!("outbox_check_{:016x}", crate::core::random_token(seed));
+        // The name goes into SQL unquoted: it must be exactly what was just generated.
+        let valid = schema.len() == 29 && schema.starts_with("outbox_check_") && schema[13..].chars().all(|c| c.is_ascii_hexdigit());
+        if !valid {
+            return Err(PgError::Sql(format!("refusing schema name {schema}")));
+        }
+        client.batch_execute(&format!("CREATE SCHEMA {schema}; SET search_path TO {schema}"))?;
+        Ok(Scratch { client, schema })
+    }
+
+    pub fn client(&mut self) -> &mut postgres::Client {
+        &mut self.client
+    }
+
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// Applies every migration up to `target` not applied yet in this schema; returns those
+    /// applied now.
+    pub fn migrate(&mut self, target: u32) -> Result<Vec<u32>, MigrateError> {
+        let book = |e: postgres::Error| MigrateError::Postgres(e.to_string());
+        self.client
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS outbox_check_migrations (
+                     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+            )
+            .map_err(book)?;
+        let done: Vec<i32> =
+            self.client.query("SELECT version FROM outbox_check_migrations", &[]).map_err(book)?.iter().map(|r| r.get(0)).collect();
+        let mut applied = Vec::new();
+        for m in MIGRATIONS.iter().filter(|m| m.version <= target && !done.contains(&(m.version as i32))) {
+            let failed = |e: postgres::Error| MigrateError::Postgres(format!("migration {} ({}) failed: {e}", m.version, m.name));
+            let mut tx = self.client.transaction().map_err(failed)?;
+            tx.batch_execute(m.sql).map_err(failed)?;
+            tx.execute("INSERT INTO outbox_check_migrations (version, name) VALUES ($1, $2)", &[&(m.version as i32), &m.name])
+                .map_err(failed)?;
+            tx.commit().map_err(failed)?;
+            applied.push(m.version);
+        }
+        Ok(applied)
+    }
+}
+
+static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = self.client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
+    }
+}
