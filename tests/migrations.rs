@@ -4,6 +4,16 @@
 use outbox_check::store::migrate::{applied_sqlite, migrate_sqlite, SQLITE};
 use rusqlite::Connection;
 
+/// Every row's id, status and attempts, in id order.
+fn rows(conn: &Connection) -> Vec<(String, String, i64)> {
+    conn.prepare("SELECT message_id, status, attempts FROM messaging_outbox ORDER BY message_id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
 #[test]
 fn a_populated_v1_table_migrates_to_v2_keeping_every_row() {
     let mut conn = Connection::open_in_memory().unwrap();
@@ -21,26 +31,13 @@ fn a_populated_v1_table_migrates_to_v2_keeping_every_row() {
     assert!(conn
         .execute("INSERT INTO messaging_outbox (message_id, tenant_id, aggregate_id, aggregate_version, status, created_at) VALUES ('x', 't', 'a', 1, 'EXHAUSTED', 0)", [])
         .is_err());
-    let before: Vec<(String, String, i64)> = conn
-        .prepare("SELECT message_id, status, attempts FROM messaging_outbox ORDER BY message_id")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let before = rows(&conn);
 
     assert_eq!(migrate_sqlite(&mut conn, 3).unwrap(), [2, 3]);
     assert_eq!(applied_sqlite(&conn).unwrap(), [1, 2, 3]);
     assert!(migrate_sqlite(&mut conn, 3).unwrap().is_empty(), "applied once");
 
-    let after: Vec<(String, String, i64)> = conn
-        .prepare("SELECT message_id, status, attempts FROM messaging_outbox ORDER BY message_id")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    assert_eq!(before, after, "every row kept");
+    assert_eq!(rows(&conn), before, "every row kept");
     let tokens: i64 = conn.query_row("SELECT SUM(lease_token) FROM messaging_outbox", [], |r| r.get(0)).unwrap();
     assert_eq!(tokens, 0, "tokens start at 0");
     // V2 knows EXHAUSTED and refuses a negative token.
