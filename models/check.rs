@@ -246,6 +246,21 @@ pub fn shortest_paths_until(
         .collect()
 }
 
+/// The world every mutant is checked in: three relays competing for one message, the third
+/// reusing the first one's id (a restarted relay while its paused predecessor still lives), a
+/// second tenant (so a write can be mis-routed to it), one operator requeue, every fault.
+/// `reference` keeps every safety property in this world (a test checks it), so a violation
+/// here is the mutant's doing.
+pub fn mutant_config(design: crate::core::Design) -> WorldConfig {
+    let mut config = WorldConfig::fleet(&[design, design, design], 1, 2, 3, crate::world::Faults::all());
+    for relay in &mut config.relays {
+        relay.tenant_id = crate::core::TenantId(0);
+    }
+    config.relays[2].owner = config.relays[0].owner;
+    config.requeues = 1;
+    config
+}
+
 fn liveness(config: &WorldConfig, states_max: usize) -> (Vec<PropertyResult>, Option<usize>) {
     use crate::core::Property as P;
     let result = |p: P, verdict: Option<LassoVerdict>, world: &WorldConfig, note: Option<String>| {

@@ -3,7 +3,7 @@
 //! Exit codes: 0 everything checked holds, 1 a property is violated, 2 bad input or environment.
 
 use crate::check::{check, CheckOptions, CheckReport, Kind, Verdict};
-use crate::core::{Design, Mutant, Property, TenantId, Variant};
+use crate::core::{Design, Mutant, Property, Variant};
 use crate::world::{Faults, WorldConfig};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -252,9 +252,15 @@ pub fn main() -> ExitCode {
 
 /// clap's message without its "error: " prefix, usage block and tips, on one line.
 fn one_line(rendered: &str) -> String {
-    let first = rendered.lines().next().unwrap_or("invalid arguments");
-    let first = first.strip_prefix("error: ").unwrap_or(first);
-    format!("{first} (see --help)")
+    let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or("invalid arguments");
+    let mut line = first.strip_prefix("error: ").unwrap_or(first).to_string();
+    // "the following required arguments were not provided:" names them on the next lines.
+    if line.ends_with(':') {
+        let named: Vec<&str> = lines.take_while(|l| l.starts_with("--") || l.starts_with('<')).collect();
+        line = format!("{line} {}", named.join(", "));
+    }
+    format!("{line} (see --help)")
 }
 
 fn not_built(command: &str, what: &str) -> ExitCode {
@@ -537,21 +543,6 @@ fn explore(fleet: &FleetArgs, port: u16) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The world every mutant is checked in: three relays competing for one message, the third
-/// reusing the first one's id (a restarted relay while its paused predecessor still lives), a
-/// second tenant (so a write can be mis-routed to it), one operator requeue, every fault.
-/// `reference` keeps every safety property in this world (a test checks it), so a violation
-/// here is the mutant's doing.
-pub fn mutant_config(design: Design) -> WorldConfig {
-    let mut config = WorldConfig::fleet(&[design, design, design], 1, 2, 3, Faults::all());
-    for relay in &mut config.relays {
-        relay.tenant_id = TenantId(0);
-    }
-    config.relays[2].owner = config.relays[0].owner;
-    config.requeues = 1;
-    config
-}
-
 fn mutants(threads: usize, json: bool, quiet: bool) -> ExitCode {
     use stateright::{Checker, HasDiscoveries, Model};
     let bar = if quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(Mutant::ALL.len() as u64) };
@@ -559,7 +550,7 @@ fn mutants(threads: usize, json: bool, quiet: bool) -> ExitCode {
     let mut rows = Vec::new();
     for mutant in Mutant::ALL {
         bar.set_message(mutant.name());
-        let model = crate::model::OutboxModel::new(mutant_config(Design::Mutant(mutant)));
+        let model = crate::model::OutboxModel::new(crate::check::mutant_config(Design::Mutant(mutant)));
         let started = std::time::Instant::now();
         // stateright finds whether a failure exists; the exact depth of the first one comes
         // from our own breadth-first search (stateright keeps the last path it met).

@@ -182,16 +182,6 @@ impl Cycle {
         }
     }
 
-    /// The lease being worked on, if any.
-    pub fn current_lease(&self) -> Option<&Lease> {
-        match self.phase {
-            Phase::Publishing | Phase::Recording | Phase::RecordingEarly | Phase::Republishing => {
-                self.leases.get(self.current)
-            }
-            _ => None,
-        }
-    }
-
     fn claim(&mut self, config: &RelayConfig, clocks: Clocks) -> Effect {
         self.phase = Phase::Claiming;
         Effect::Claim {

@@ -956,10 +956,6 @@ impl World {
         }
     }
 
-    /// Every message has reached a terminal status.
-    pub fn all_terminal(&self, config: &WorldConfig) -> bool {
-        self.enqueued == config.messages && self.outbox.rows().iter().all(|row| row.status.is_terminal())
-    }
 }
 
 /// What normalisation needs to know of the fleet's designs, read once per state.

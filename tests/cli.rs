@@ -52,7 +52,7 @@ fn an_unknown_variant_is_one_line_naming_the_valid_ones_and_exit_2() {
 
 #[test]
 fn bad_flags_and_unbuilt_commands_exit_2_with_one_line() {
-    for args in [&["verify", "--bogus"][..], &["verify", "--messages", "zero"], &["nonsense"], &["sim", "--seeds", "3"], &["check", "--variant", "nosuch"], &["check", "--fleet", "reference", "--variant", "reference"]] {
+    for args in [&["verify", "--bogus"][..], &["verify", "--messages", "zero"], &["nonsense"], &["sim", "--seeds", "3"], &["check", "--variant", "nosuch"], &["check", "--fleet", "reference", "--variant", "reference"], &["check", "--relays", "2"]] {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = text(&out.stderr);

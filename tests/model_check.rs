@@ -170,7 +170,7 @@ fn every_mutant_is_killed_by_a_property_mutants_md_lists() {
     ];
     let safety: BTreeSet<&'static str> = SAFETY_NAMES.into_iter().collect();
     for &(mutant, property, depth) in pinned {
-        let model = OutboxModel::new(outbox_check::cli::mutant_config(Design::Mutant(mutant)));
+        let model = OutboxModel::new(outbox_check::check::mutant_config(Design::Mutant(mutant)));
         let first = outbox_check::check::shortest_paths_until(&model, &safety, 1);
         let killers: Vec<(String, usize)> = first
             .iter()
@@ -185,7 +185,7 @@ fn every_mutant_is_killed_by_a_property_mutants_md_lists() {
 /// mutant's doing.
 #[test]
 fn reference_survives_the_mutants_world() {
-    let model = OutboxModel::new(outbox_check::cli::mutant_config(Design::Variant(Variant::Reference)));
+    let model = OutboxModel::new(outbox_check::check::mutant_config(Design::Variant(Variant::Reference)));
     let checker = model.checker().threads(2).spawn_bfs().join();
     let violated: Vec<&str> = checker.discoveries().keys().copied().filter(|n| OutboxModel::spec_property(n).is_some()).collect();
     assert!(violated.is_empty(), "{violated:?}");
