@@ -17,6 +17,9 @@ pub mod liveness;
 pub mod relay;
 pub mod oracle;
 pub mod search;
+#[cfg(madsim)]
+#[path = "../sims/mod.rs"]
+pub mod sim;
 pub mod store;
 pub mod trace;
 pub mod world;

@@ -95,3 +95,40 @@ fn verify_writes_the_findings_report() {
     assert!(dir.join("counterexamples/legacy-v1-x2/S1.trace.jsonl").exists());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn sim_replays_a_seed_and_writes_failing_histories_the_oracle_reads() {
+    let hash = |out: &Output| -> String {
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+        json["history_hash"].as_str().expect("a hash").to_string()
+    };
+    let first = hash(&run(&["sim", "--seed", "7", "--json"]));
+    assert_eq!(first, hash(&run(&["sim", "--seed", "7", "--json"])), "two runs of seed 7 differ");
+    assert_ne!(first, hash(&run(&["sim", "--seed", "8", "--json"])));
+
+    let dir = std::env::temp_dir().join(format!("outbox-check-sim-{}", std::process::id()));
+    let out = run(&["sim", "--variant", "legacy-v1", "--seeds", "100", "--quiet", "--out", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let summary = text(&out.stdout);
+    assert!(summary.contains("S1 no stale terminal write succeeds"), "{summary}");
+    assert!(summary.contains("replay: outbox-check sim --variant legacy-v1"), "{summary}");
+    let written: Vec<_> = std::fs::read_dir(dir.join("legacy-v1")).expect("histories written").flatten().map(|e| e.path()).collect();
+    let trace = written.iter().find(|p| p.to_string_lossy().ends_with(".trace.jsonl")).expect("a history");
+    let checked = run(&["trace", trace.to_str().unwrap()]);
+    assert_eq!(checked.status.code(), Some(1), "the oracle accepted a failing legacy history");
+    assert!(text(&checked.stdout).contains(": S"), "{}", text(&checked.stdout));
+
+    // A reference history, piped through the oracle, is accepted.
+    let history = run(&["sim", "--seed", "3", "--history"]);
+    assert!(history.status.success());
+    let file = dir.join("reference-3.jsonl");
+    std::fs::write(&file, &history.stdout).unwrap();
+    let checked = run(&["trace", file.to_str().unwrap()]);
+    assert!(checked.status.success(), "{}{}", text(&checked.stdout), text(&checked.stderr));
+    std::fs::remove_dir_all(&dir).ok();
+
+    let bad = run(&["sim", "--seeds", "10", "--shard", "4/4"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert_eq!(text(&bad.stderr).lines().count(), 1, "{}", text(&bad.stderr));
+}

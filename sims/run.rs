@@ -1,0 +1,964 @@
+//! One simulated run: nodes, faults, heal, verdict.
+
+use super::profile::{Peer, Profile, Scheduled};
+use super::SimConfig;
+use crate::core::policy::ClockSource;
+use crate::core::{
+    AggregateId, Auditor, ClaimRequest, EnqueueRequest, EnqueueResult, IdempotencyKey, Instant, Lease, MessageId, Outbox,
+    Property, Status, Violation, WriteRequest, WriteResult,
+};
+use crate::oracle::Oracle;
+use crate::relay::{Clocks, Cycle, Effect, Input, PublishOutcome};
+use crate::trace::{self, Event, Outcome, PublishAnswer, TraceLease, WriteReport};
+use crate::world::WorldConfig;
+use madsim::net::rpc::{Deserialize, Request, Serialize};
+use madsim::net::{Endpoint, NetSim};
+use madsim::runtime::{Handle, NodeHandle, Runtime};
+use madsim::time::{sleep, timeout};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration as StdDuration;
+
+const DB: &str = "10.0.0.1:5432";
+const BROKER: &str = "10.0.0.2:9092";
+
+fn relay_addr(i: usize) -> SocketAddr {
+    format!("10.0.1.{}:7000", i + 1).parse().expect("a literal address")
+}
+
+fn ms(value: u64) -> StdDuration {
+    StdDuration::from_millis(value)
+}
+
+/// A claim statement, as a relay sends it to the database node.
+#[derive(Serialize, Deserialize)]
+struct ClaimRpc {
+    op: u64,
+    relay: u16,
+    request: ClaimRequest,
+}
+impl Request for ClaimRpc {
+    type Response = Vec<Lease>;
+    const ID: u64 = 1;
+}
+
+/// A terminal write.
+#[derive(Serialize, Deserialize)]
+struct WriteRpc {
+    op: u64,
+    relay: u16,
+    request: WriteRequest,
+}
+impl Request for WriteRpc {
+    type Response = WriteResult;
+    const ID: u64 = 2;
+}
+
+/// A publication to the broker.
+#[derive(Serialize, Deserialize)]
+struct PublishRpc {
+    op: u64,
+    relay: u16,
+    lease: Lease,
+    key: IdempotencyKey,
+}
+impl Request for PublishRpc {
+    type Response = PublishOutcome;
+    const ID: u64 = 3;
+}
+
+/// What one run counted.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RunStats {
+    /// Copies the broker stored beyond a message's first.
+    pub duplicates_delivered: u64,
+    /// Copies the consumer dropped because it had seen their key.
+    pub deduplicated: u64,
+    /// Messages whose effect the consumer applied more than once (keys that were not stable).
+    pub duplicate_effects: u64,
+    /// Terminal writes the database refused as stale.
+    pub stale_refused: u64,
+    /// Statements whose outcome a relay could not learn.
+    pub unknown_outcomes: u64,
+    /// Each message's `attempts` at the end.
+    pub attempts: Vec<u32>,
+    /// Each stored message's enqueue-to-first-store time, in simulated ms.
+    pub latency_ms: Vec<u64>,
+    /// Each message's final status.
+    pub statuses: Vec<Status>,
+    /// Simulated ms when the run ended.
+    pub ended_ms: u64,
+    /// Every row was terminal when the run ended.
+    pub settled: bool,
+    /// Events in the history.
+    pub events: usize,
+}
+
+/// The oracle's verdict on the run's history.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum OracleVerdict {
+    Accepted,
+    Diverged { line: usize, property: Option<Property>, detail: String },
+    /// A mixed fleet: the oracle checks one design per history.
+    NotChecked,
+}
+
+/// The outcome of one seed.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunResult {
+    pub seed: u64,
+    pub fleet: String,
+    pub profile: Profile,
+    /// Each property broken, once, with the first occurrence in words.
+    pub violations: Vec<Violation>,
+    pub oracle: OracleVerdict,
+    /// FNV-1a of the history's bytes: equal seeds give equal hashes.
+    pub history_hash: String,
+    pub stats: RunStats,
+    #[serde(skip)]
+    pub history: String,
+}
+
+impl RunResult {
+    pub fn failed(&self) -> bool {
+        !self.violations.is_empty() || self.oracle_contradicts()
+    }
+
+    /// The oracle rejected a history the auditor accepted: one of the two checkers is wrong.
+    pub fn oracle_contradicts(&self) -> bool {
+        self.violations.is_empty() && matches!(self.oracle, OracleVerdict::Diverged { .. })
+    }
+}
+
+/// Per message, what the broker and its consumer saw.
+#[derive(Clone, Debug, Default)]
+struct Delivery {
+    copies: u64,
+    keys: BTreeSet<IdempotencyKey>,
+    effects: u64,
+    first_stored_ms: Option<u64>,
+}
+
+/// The history as the run records it: each statement at the moment it commits, its outcome as
+/// the relay learnt it (fixed up when the relay gives up on it).
+#[derive(Default)]
+struct Recorder {
+    events: Vec<Event>,
+    /// Ops committed whose outcome the relay has not learnt yet: op → event index.
+    pending: BTreeMap<u64, usize>,
+    /// Ops the relay gave up on before they reached the database or the broker.
+    abandoned: BTreeSet<u64>,
+    unknown: u64,
+}
+
+impl Recorder {
+    fn commit(&mut self, op: u64, event: Event) {
+        self.events.push(event);
+        let index = self.events.len() - 1;
+        if self.abandoned.remove(&op) {
+            self.mark_unknown(index);
+        } else {
+            self.pending.insert(op, index);
+        }
+    }
+
+    fn learnt(&mut self, op: u64) {
+        self.pending.remove(&op);
+    }
+
+    /// The relay gave up on `op`; returns whether it had reached its peer.
+    fn gave_up(&mut self, op: u64) -> bool {
+        match self.pending.remove(&op) {
+            Some(index) => {
+                self.mark_unknown(index);
+                true
+            }
+            None => {
+                self.abandoned.insert(op);
+                false
+            }
+        }
+    }
+
+    fn mark_unknown(&mut self, index: usize) {
+        self.unknown += 1;
+        match &mut self.events[index] {
+            Event::Claim { leases, outcome, .. } => {
+                leases.clear();
+                *outcome = Outcome::Unknown;
+            }
+            Event::Write { result, .. } => *result = WriteReport::Unknown,
+            Event::Publish { answer, .. } => *answer = PublishAnswer::Timeout,
+            _ => {}
+        }
+    }
+
+    /// The run ends: whatever a relay was still waiting for is unknown in the history (but not
+    /// counted as a lost reply: the run was cut, nothing was lost).
+    fn finish(&mut self) {
+        let counted = self.unknown;
+        for index in std::mem::take(&mut self.pending).into_values() {
+            self.mark_unknown(index);
+        }
+        self.unknown = counted;
+    }
+}
+
+/// Everything the nodes share: the database's table, the auditor's ghosts, the broker's store
+/// and the recorder. The database and broker nodes own it in the story; the relays reach it only
+/// through RPC (and the recorder, which is the test's notebook, not the world).
+struct State {
+    origin: madsim::time::Instant,
+    faults_on: bool,
+    outbox: Outbox,
+    auditor: Auditor,
+    violations: Vec<Violation>,
+    recorder: Recorder,
+    deliveries: Vec<Delivery>,
+    enqueued_ms: Vec<u64>,
+    enqueued: u32,
+    stale_refused: u64,
+    next_op: u64,
+    ended_ms: u64,
+    /// Relays killed or paused by the schedule, and live partitions per (relay, peer).
+    killed: Vec<bool>,
+    paused: Vec<bool>,
+    partitions: BTreeMap<(u16, u8), u32>,
+}
+
+impl State {
+    fn now_ms(&self) -> u64 {
+        madsim::time::Instant::now().duration_since(self.origin).as_millis() as u64
+    }
+
+    fn op(&mut self) -> u64 {
+        self.next_op += 1;
+        self.next_op
+    }
+
+    fn audit(&mut self) {
+        for violation in self.auditor.take_violations() {
+            if !self.violations.iter().any(|v| v.property == violation.property) {
+                self.violations.push(violation);
+            }
+        }
+    }
+}
+
+struct Setup {
+    sim: SimConfig,
+    world: WorldConfig,
+    profile: Profile,
+}
+
+#[derive(Clone)]
+struct Shared {
+    setup: Arc<Setup>,
+    state: Arc<Mutex<State>>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Only a panic elsewhere poisons it, and a panic ends the run anyway.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn faults_on(&self) -> bool {
+        self.lock().faults_on
+    }
+}
+
+fn names(relay: u16) -> String {
+    format!("r{relay}")
+}
+fn tenant(t: crate::core::TenantId) -> String {
+    format!("tenant{}", t.0)
+}
+fn message(m: MessageId) -> String {
+    format!("m{}", m.0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The database node.
+
+fn db_claim(shared: &Shared, rpc: ClaimRpc) -> Vec<Lease> {
+    let setup = &shared.setup;
+    let mut s = shared.lock();
+    let true_now = s.now_ms();
+    let policy = setup.world.policy(rpc.relay as usize);
+    let mut request = rpc.request;
+    if policy.relay.clock == ClockSource::Database {
+        request.now = Instant(true_now);
+    }
+    let State { outbox, auditor, .. } = &mut *s;
+    let leases = auditor.claim(outbox, &policy, &request, Instant(true_now)).unwrap_or_default();
+    s.audit();
+    let event = Event::Claim {
+        relay: names(rpc.relay),
+        tenant: tenant(request.tenant_id),
+        batch: request.batch,
+        lease_ms: request.lease.0,
+        now: request.now.0,
+        leases: leases
+            .iter()
+            .map(|l| TraceLease { message: message(l.message_id), token: l.token.0.to_string(), attempts: l.attempts })
+            .collect(),
+        outcome: Outcome::Ok,
+    };
+    s.recorder.commit(rpc.op, event);
+    leases
+}
+
+fn db_write(shared: &Shared, rpc: WriteRpc) -> WriteResult {
+    let setup = &shared.setup;
+    let mut s = shared.lock();
+    let true_now = s.now_ms();
+    let policy = setup.world.policy(rpc.relay as usize);
+    let mut request = rpc.request;
+    if policy.relay.clock == ClockSource::Database {
+        request.now = Instant(true_now);
+    }
+    let State { outbox, auditor, .. } = &mut *s;
+    let Ok(result) = auditor.write(outbox, &policy, &request) else {
+        unreachable!("a relay's lease names a row of the table");
+    };
+    s.audit();
+    if matches!(result, WriteResult::Stale { .. }) {
+        s.stale_refused += 1;
+    }
+    let code = match request.kind {
+        crate::core::WriteKind::Published => None,
+        crate::core::WriteKind::Ambiguous { code }
+        | crate::core::WriteKind::Retry { code }
+        | crate::core::WriteKind::Failed { code }
+        | crate::core::WriteKind::Exhausted { code } => Some(code),
+    };
+    let event = Event::Write {
+        relay: names(rpc.relay),
+        write: request.kind.name().to_string(),
+        message: message(request.lease.message_id),
+        tenant: tenant(request.lease.tenant_id),
+        token: request.lease.token.0.to_string(),
+        now: request.now.0,
+        code,
+        result: match result {
+            WriteResult::Applied { .. } => WriteReport::Applied,
+            WriteResult::Stale { .. } => WriteReport::Stale,
+        },
+        status: None,
+    };
+    s.recorder.commit(rpc.op, event);
+    result
+}
+
+/// Whether the database loses this reply after the commit.
+fn lose_reply(shared: &Shared) -> bool {
+    shared.faults_on() && madsim::rand::random::<f64>() < shared.setup.profile.db_lost_after
+}
+
+async fn database(shared: Shared) {
+    let ep = Arc::new(Endpoint::bind(DB).await.expect("the database's address is free"));
+    let s = shared.clone();
+    ep.add_rpc_handler(move |rpc: ClaimRpc| {
+        let s = s.clone();
+        async move {
+            let leases = db_claim(&s, rpc);
+            if lose_reply(&s) {
+                std::future::pending::<()>().await;
+            }
+            leases
+        }
+    });
+    let s = shared.clone();
+    ep.add_rpc_handler(move |rpc: WriteRpc| {
+        let s = s.clone();
+        async move {
+            let result = db_write(&s, rpc);
+            if lose_reply(&s) {
+                std::future::pending::<()>().await;
+            }
+            result
+        }
+    });
+    if shared.setup.world.has_reaper() {
+        let s = shared.clone();
+        madsim::task::spawn(async move {
+            loop {
+                sleep(ms(s.setup.sim.reap_ms)).await;
+                let mut st = s.lock();
+                let now = st.now_ms();
+                let State { outbox, auditor, .. } = &mut *st;
+                let reaped = auditor.reap(outbox, Instant(now));
+                st.audit();
+                if !reaped.is_empty() {
+                    st.recorder.events.push(Event::Reap { now, messages: reaped.into_iter().map(message).collect() });
+                }
+            }
+        });
+    }
+    // The application: message n is enqueued at n × window / messages.
+    let messages = shared.setup.sim.messages;
+    for n in 0..messages {
+        let at = shared.setup.sim.enqueue_window_ms * u64::from(n) / u64::from(messages.max(1));
+        let now = shared.lock().now_ms();
+        if at > now {
+            sleep(ms(at - now)).await;
+        }
+        let mut st = shared.lock();
+        let now = st.now_ms();
+        // Two messages per aggregate, as in the model's world.
+        let aggregate = AggregateId(n / 2);
+        let tenant_id = shared.setup.world.message_tenant(n);
+        let request = EnqueueRequest {
+            tenant_id,
+            aggregate_id: aggregate,
+            expected_version: st.outbox.aggregate_version(tenant_id, aggregate),
+            message_id: MessageId(n),
+            now: Instant(now),
+        };
+        let State { outbox, auditor, .. } = &mut *st;
+        let Ok(result) = auditor.enqueue(outbox, &request) else { continue };
+        st.audit();
+        st.enqueued += 1;
+        st.enqueued_ms[n as usize] = now;
+        st.recorder.events.push(Event::Enqueue {
+            tenant: tenant(tenant_id),
+            aggregate: format!("agg{}", aggregate.0),
+            expected_version: request.expected_version,
+            message: message(request.message_id),
+            now,
+            result: match result {
+                EnqueueResult::Applied { .. } => "applied".into(),
+                EnqueueResult::Stale { .. } => "stale".into(),
+            },
+        });
+    }
+    std::future::pending::<()>().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The broker node and its consumer.
+
+/// What the broker does with a publication: the answer (None: none is sent) and copies stored.
+fn broker_fate(shared: &Shared, now: u64) -> (Option<PublishOutcome>, u64) {
+    let p = &shared.setup.profile;
+    if p.permanent_outage {
+        return (Some(PublishOutcome::RetryableFailure), 0);
+    }
+    if !shared.faults_on() {
+        return (Some(PublishOutcome::Ack), 1);
+    }
+    if p.broker_outage.is_some_and(|(from, to)| (from..to).contains(&now)) {
+        return (Some(PublishOutcome::RetryableFailure), 0);
+    }
+    let roll = madsim::rand::random::<f64>();
+    let mut edge = 0.0;
+    for (rate, fate) in [
+        (p.broker_drop, (None, 0)),
+        (p.broker_lost_ack, (None, 1)),
+        (p.broker_reject, (Some(PublishOutcome::Rejected), 0)),
+        (p.broker_unavailable, (Some(PublishOutcome::RetryableFailure), 0)),
+        (p.broker_duplicate, (Some(PublishOutcome::Ack), 2)),
+    ] {
+        edge += rate;
+        if roll < edge {
+            return fate;
+        }
+    }
+    (Some(PublishOutcome::Ack), 1)
+}
+
+fn broker_publish(shared: &Shared, rpc: PublishRpc) -> Option<PublishOutcome> {
+    let mut s = shared.lock();
+    if s.recorder.abandoned.remove(&rpc.op) {
+        // The relay gave up before this arrived: as if lost in flight (a late store is the
+        // lost-ack fault's business).
+        return None;
+    }
+    drop(s);
+    let now = shared.lock().now_ms();
+    let (answer, copies) = broker_fate(shared, now);
+    let mut s = shared.lock();
+    s.auditor.published(&rpc.lease, rpc.key, copies > 0);
+    s.audit();
+    let delivery = &mut s.deliveries[rpc.lease.message_id.0 as usize];
+    for _ in 0..copies {
+        delivery.copies += 1;
+        delivery.first_stored_ms.get_or_insert(now);
+        if !delivery.keys.insert(rpc.key) {
+            continue;
+        }
+        delivery.effects += 1;
+    }
+    s.recorder.commit(
+        rpc.op,
+        Event::Publish {
+            relay: names(rpc.relay),
+            message: message(rpc.lease.message_id),
+            key: key_name(rpc.key),
+            answer: match answer {
+                Some(PublishOutcome::Ack) => PublishAnswer::Ack,
+                Some(PublishOutcome::RetryableFailure) => PublishAnswer::Unavailable,
+                Some(PublishOutcome::Rejected) => PublishAnswer::Rejected,
+                Some(PublishOutcome::Timeout) | None => PublishAnswer::Timeout,
+            },
+            stored: Some(copies > 0),
+        },
+    );
+    answer
+}
+
+fn key_name(key: IdempotencyKey) -> String {
+    match key {
+        IdempotencyKey::Message { message_id } => message(message_id),
+        IdempotencyKey::Other { value } => format!("key-{value:x}"),
+    }
+}
+
+async fn broker(shared: Shared) {
+    let ep = Arc::new(Endpoint::bind(BROKER).await.expect("the broker's address is free"));
+    ep.add_rpc_handler(move |rpc: PublishRpc| {
+        let s = shared.clone();
+        async move {
+            match broker_publish(&s, rpc) {
+                Some(answer) => answer,
+                None => std::future::pending().await,
+            }
+        }
+    });
+    std::future::pending::<()>().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A relay node: the sans-IO cycle through async adapters.
+
+async fn call<R: Request>(shared: &Shared, ep: &Endpoint, to: &str, op: u64, rpc: R) -> Option<R::Response> {
+    let addr: SocketAddr = to.parse().expect("a literal address");
+    match timeout(ms(shared.setup.sim.timeout_ms), ep.call(addr, rpc)).await {
+        Ok(Ok(response)) => {
+            shared.lock().recorder.learnt(op);
+            Some(response)
+        }
+        _ => None,
+    }
+}
+
+async fn relay(shared: Shared, index: usize) {
+    let Ok(ep) = Endpoint::bind(relay_addr(index)).await else { return };
+    let config = shared.setup.world.relay_config(index);
+    let skew = shared.setup.profile.skew[index];
+    let relay = index as u16;
+    let clocks = |shared: &Shared| {
+        let now = shared.lock().now_ms();
+        Clocks { database: Instant(now), relay: Instant(now.saturating_add_signed(skew)) }
+    };
+    let mut busy = false;
+    loop {
+        let poll = shared.setup.sim.poll_ms;
+        let wait = if busy { 5 } else { poll + madsim::rand::random::<u64>() % poll };
+        sleep(ms(wait)).await;
+        let (mut cycle, mut effect) = Cycle::start(&config, clocks(&shared));
+        busy = false;
+        loop {
+            let step = match effect {
+                Effect::Done => break,
+                Effect::Claim { request } => {
+                    let op = shared.lock().op();
+                    let leases = db_statement(&shared, &ep, op, ClaimRpc { op, relay, request }).await;
+                    match leases {
+                        Some(leases) => {
+                            busy = leases.len() as u32 == config.batch;
+                            cycle.claimed(&config, leases, clocks(&shared))
+                        }
+                        None => cycle.resume(&config, Input::ConnectionLost, clocks(&shared)),
+                    }
+                }
+                Effect::Publish { lease, key } => {
+                    let op = shared.lock().op();
+                    let outcome = match call(&shared, &ep, BROKER, op, PublishRpc { op, relay, lease, key }).await {
+                        Some(outcome) => outcome,
+                        None => {
+                            gave_up_publish(&shared, op, relay, &lease, key);
+                            PublishOutcome::Timeout
+                        }
+                    };
+                    cycle.resume(&config, Input::Published { outcome }, clocks(&shared))
+                }
+                Effect::Write { request } => {
+                    let op = shared.lock().op();
+                    let input = match db_statement(&shared, &ep, op, WriteRpc { op, relay, request }).await {
+                        Some(result) => Input::Written { result },
+                        None => Input::ConnectionLost,
+                    };
+                    cycle.resume(&config, input, clocks(&shared))
+                }
+            };
+            effect = step.effect;
+        }
+    }
+}
+
+/// A statement on the database connection: may die before it is sent (nothing runs), may go
+/// unanswered (it may have committed).
+async fn db_statement<R: Request>(shared: &Shared, ep: &Endpoint, op: u64, rpc: R) -> Option<R::Response> {
+    if shared.faults_on() && madsim::rand::random::<f64>() < shared.setup.profile.db_lost_before {
+        sleep(ms(shared.setup.sim.timeout_ms)).await;
+        shared.lock().recorder.abandoned.insert(op);
+        return None;
+    }
+    let response = call(shared, ep, DB, op, rpc).await;
+    if response.is_none() {
+        shared.lock().recorder.gave_up(op);
+    }
+    response
+}
+
+fn gave_up_publish(shared: &Shared, op: u64, relay: u16, lease: &Lease, key: IdempotencyKey) {
+    let mut s = shared.lock();
+    if s.recorder.gave_up(op) {
+        return;
+    }
+    // It never reached the broker: a publication that stored nothing, as the relay logs it.
+    s.auditor.published(lease, key, false);
+    s.audit();
+    s.recorder.events.push(Event::Publish {
+        relay: names(relay),
+        message: message(lease.message_id),
+        key: key_name(key),
+        answer: PublishAnswer::Timeout,
+        stored: Some(false),
+    });
+    // `op` stays abandoned: a copy still in flight is dropped on arrival.
+}
+
+// ---------------------------------------------------------------------------------------------
+// The supervisor: faults, heal, verdict.
+
+fn partition(shared: &Shared, nodes: &Nodes, relay: u16, peer: Peer, on: bool) {
+    let net = NetSim::current();
+    let key = (relay, peer as u8);
+    let mut s = shared.lock();
+    let count = s.partitions.entry(key).or_insert(0);
+    if on {
+        *count += 1;
+    } else if *count > 0 {
+        *count -= 1;
+    } else {
+        return;
+    }
+    let relay_node = nodes.relays[relay as usize];
+    let peer_node = match peer {
+        Peer::Database => nodes.database,
+        Peer::Broker => nodes.broker,
+    };
+    if on && *count == 1 {
+        net.clog_link(relay_node, peer_node);
+        net.clog_link(peer_node, relay_node);
+    } else if !on && *count == 0 {
+        net.unclog_link(relay_node, peer_node);
+        net.unclog_link(peer_node, relay_node);
+    }
+}
+
+#[derive(Clone)]
+struct Nodes {
+    database: madsim::task::NodeId,
+    broker: madsim::task::NodeId,
+    relays: Vec<madsim::task::NodeId>,
+}
+
+fn inject(shared: &Shared, nodes: &Nodes, fault: Scheduled) {
+    let handle = Handle::current();
+    let record = |s: &mut State, kind: String| s.recorder.events.push(Event::Fault { kind });
+    match fault {
+        Scheduled::Kill { relay, for_ms, .. } => {
+            let mut s = shared.lock();
+            if !s.faults_on || s.killed[relay as usize] || s.paused[relay as usize] {
+                return;
+            }
+            s.killed[relay as usize] = true;
+            record(&mut s, format!("r{relay} killed for {for_ms} ms"));
+            drop(s);
+            handle.kill(nodes.relays[relay as usize]);
+        }
+        Scheduled::Pause { relay, for_ms, .. } => {
+            let mut s = shared.lock();
+            if !s.faults_on || s.killed[relay as usize] || s.paused[relay as usize] {
+                return;
+            }
+            s.paused[relay as usize] = true;
+            record(&mut s, format!("r{relay} paused for {for_ms} ms"));
+            drop(s);
+            handle.pause(nodes.relays[relay as usize]);
+        }
+        Scheduled::Partition { relay, peer, for_ms, .. } => {
+            if !shared.faults_on() {
+                return;
+            }
+            let what = format!("r{relay} cut off from the {} for {for_ms} ms", if peer == Peer::Database { "database" } else { "broker" });
+            record(&mut shared.lock(), what);
+            partition(shared, nodes, relay, peer, true);
+        }
+    }
+}
+
+/// Ends a fault (when the heal has not already).
+fn lift(shared: &Shared, nodes: &Nodes, fault: Scheduled) {
+    let handle = Handle::current();
+    match fault {
+        Scheduled::Kill { relay, .. } => {
+            let mut s = shared.lock();
+            if std::mem::take(&mut s.killed[relay as usize]) {
+                drop(s);
+                handle.restart(nodes.relays[relay as usize]);
+            }
+        }
+        Scheduled::Pause { relay, .. } => {
+            let mut s = shared.lock();
+            if std::mem::take(&mut s.paused[relay as usize]) {
+                drop(s);
+                handle.resume(nodes.relays[relay as usize]);
+            }
+        }
+        Scheduled::Partition { relay, peer, .. } => partition(shared, nodes, relay, peer, false),
+    }
+}
+
+fn heal(shared: &Shared, nodes: &Nodes) {
+    let handle = Handle::current();
+    let mut s = shared.lock();
+    s.faults_on = false;
+    s.recorder.events.push(Event::Fault { kind: "faults stop: heal".into() });
+    let killed = std::mem::take(&mut s.killed);
+    let paused = std::mem::take(&mut s.paused);
+    let partitions = std::mem::take(&mut s.partitions);
+    let relays = killed.len();
+    s.killed = vec![false; relays];
+    s.paused = vec![false; relays];
+    drop(s);
+    for (i, node) in nodes.relays.iter().enumerate() {
+        if killed[i] {
+            handle.restart(*node);
+        }
+        if paused[i] {
+            handle.resume(*node);
+        }
+    }
+    let net = NetSim::current();
+    for ((relay, _), count) in partitions {
+        if count > 0 {
+            let r = nodes.relays[relay as usize];
+            for peer in [nodes.database, nodes.broker] {
+                net.unclog_link(r, peer);
+                net.unclog_link(peer, r);
+            }
+        }
+    }
+}
+
+fn settled(shared: &Shared) -> bool {
+    let s = shared.lock();
+    s.enqueued == shared.setup.sim.messages && s.outbox.rows().iter().all(|r| r.status.is_terminal())
+}
+
+/// Runs one seed and checks it.
+pub fn run(config: &SimConfig, seed: u64) -> RunResult {
+    let profile = Profile::draw(seed, config);
+    run_with_profile(config, seed, profile)
+}
+
+/// Runs one seed under a given profile (a quiet one, say).
+pub fn run_with_profile(config: &SimConfig, seed: u64, profile: Profile) -> RunResult {
+    let world = config.world();
+    let setup = Arc::new(Setup { sim: config.clone(), world, profile: profile.clone() });
+    let runtime = Runtime::with_seed_and_config(seed, madsim::Config::default());
+    let shared = runtime.block_on(async move { simulate(setup).await });
+    let mut s = shared.lock();
+    s.recorder.finish();
+    verdict(config, seed, profile, &shared.setup.world, &mut s)
+}
+
+async fn simulate(setup: Arc<Setup>) -> Shared {
+    let relays = setup.sim.designs.len();
+    let state = State {
+        origin: madsim::time::Instant::now(),
+        faults_on: true,
+        outbox: Outbox::new(),
+        auditor: Auditor::new(setup.sim.max_attempts),
+        violations: Vec::new(),
+        recorder: Recorder::default(),
+        deliveries: vec![Delivery::default(); setup.sim.messages as usize],
+        enqueued_ms: vec![0; setup.sim.messages as usize],
+        enqueued: 0,
+        stale_refused: 0,
+        next_op: 0,
+        ended_ms: 0,
+        killed: vec![false; relays],
+        paused: vec![false; relays],
+        partitions: BTreeMap::new(),
+    };
+    let shared = Shared { setup, state: Arc::new(Mutex::new(state)) };
+    let handle = Handle::current();
+    let node = |name: String, ip: &str| handle.create_node().name(name).ip(ip.parse().expect("a literal address"));
+    let s = shared.clone();
+    let database: NodeHandle = node("database".into(), "10.0.0.1").init(move || database(s.clone())).build();
+    let s = shared.clone();
+    let broker_node: NodeHandle = node("broker".into(), "10.0.0.2").init(move || broker(s.clone())).build();
+    let mut relay_nodes = Vec::new();
+    for i in 0..relays {
+        let s = shared.clone();
+        let ip = format!("10.0.1.{}", i + 1);
+        relay_nodes.push(node(format!("relay{i}"), &ip).init(move || relay(s.clone(), i)).build().id());
+    }
+    let nodes = Nodes { database: database.id(), broker: broker_node.id(), relays: relay_nodes };
+    let sim = shared.setup.sim.clone();
+    for fault in shared.setup.profile.schedule.clone() {
+        let (s, n) = (shared.clone(), nodes.clone());
+        madsim::task::spawn(async move {
+            sleep(ms(fault.at())).await;
+            inject(&s, &n, fault);
+            let length = match fault {
+                Scheduled::Kill { for_ms, .. } | Scheduled::Pause { for_ms, .. } | Scheduled::Partition { for_ms, .. } => for_ms,
+            };
+            sleep(ms(length)).await;
+            lift(&s, &n, fault);
+        });
+    }
+    // A stale lease can still act after every row is terminal: a paused relay's write, a
+    // statement in flight. Keep running this long past the last change.
+    let drain = 3 * sim.lease_ms + sim.timeout_ms;
+    let mut settled_since: Option<u64> = None;
+    let mut healed = false;
+    loop {
+        sleep(ms(100)).await;
+        let now = shared.lock().now_ms();
+        if !healed && now >= sim.fault_window_ms {
+            heal(&shared, &nodes);
+            healed = true;
+        }
+        if settled(&shared) {
+            let since = *settled_since.get_or_insert(now);
+            if now >= since + drain {
+                break;
+            }
+        } else {
+            settled_since = None;
+        }
+        if now >= sim.fault_window_ms + sim.heal_ms {
+            break;
+        }
+    }
+    if !healed {
+        heal(&shared, &nodes);
+    }
+    let mut s = shared.lock();
+    s.ended_ms = s.now_ms();
+    drop(s);
+    shared
+}
+
+fn verdict(config: &SimConfig, seed: u64, profile: Profile, world: &WorldConfig, s: &mut State) -> RunResult {
+    let now = s.ended_ms;
+    let rows = s.outbox.rows().to_vec();
+    let all_enqueued = s.enqueued == config.messages;
+    let mut liveness = Vec::new();
+    let unsettled: Vec<String> =
+        rows.iter().filter(|r| !r.status.is_terminal()).map(|r| format!("{} {}", r.message_id, r.status.as_str())).collect();
+    if !unsettled.is_empty() || !all_enqueued {
+        liveness.push(Violation {
+            property: Property::L1,
+            detail: format!("{} ms after the faults stopped, not terminal: {}", now.saturating_sub(config.fault_window_ms), unsettled.join(", ")),
+        });
+    }
+    if profile.permanent_outage {
+        let not_exhausted: Vec<String> = rows
+            .iter()
+            .filter(|r| r.status != Status::Exhausted)
+            .map(|r| format!("{} {}", r.message_id, r.status.as_str()))
+            .collect();
+        if !not_exhausted.is_empty() {
+            liveness.push(Violation {
+                property: Property::L2,
+                detail: format!("under a permanent broker outage, not EXHAUSTED: {}", not_exhausted.join(", ")),
+            });
+        }
+    } else {
+        let unpublished: Vec<String> = rows
+            .iter()
+            .filter(|r| !matches!(r.status, Status::Published | Status::Failed | Status::Exhausted))
+            .map(|r| format!("{} {}", r.message_id, r.status.as_str()))
+            .collect();
+        if !unpublished.is_empty() {
+            liveness.push(Violation {
+                property: Property::L3,
+                detail: format!("after the heal, neither PUBLISHED nor FAILED/EXHAUSTED: {}", unpublished.join(", ")),
+            });
+        }
+    }
+    for v in liveness {
+        if !s.violations.iter().any(|x| x.property == v.property) {
+            s.violations.push(v);
+        }
+    }
+    s.violations.sort_by_key(|v| v.property);
+
+    let header = trace::Header {
+        format: trace::FORMAT.to_string(),
+        version: trace::VERSION,
+        variant: Some(config.fleet_name()),
+        max_attempts: config.max_attempts,
+        backoff_base: Some(world.backoff_base.0),
+        backoff_cap: Some(world.backoff_cap.0),
+        source: Some(format!("outbox-check sim {} --seed {seed}", config.command_line())),
+    };
+    let history = trace::to_jsonl(&header, &s.recorder.events);
+    let oracle = match config.single_design() {
+        None => OracleVerdict::NotChecked,
+        Some(design) => {
+            let mut oracle = Oracle::for_design(design, config.max_attempts, header.backoff_base, header.backoff_cap);
+            let mut verdict = OracleVerdict::Accepted;
+            for (i, event) in s.recorder.events.iter().enumerate() {
+                if let Err(d) = oracle.feed(i + 2, event) {
+                    verdict = OracleVerdict::Diverged { line: d.line, property: d.property, detail: d.to_string() };
+                    break;
+                }
+            }
+            verdict
+        }
+    };
+    let stats = RunStats {
+        duplicates_delivered: s.deliveries.iter().map(|d| d.copies.saturating_sub(1)).sum(),
+        deduplicated: s.deliveries.iter().map(|d| d.copies.saturating_sub(d.effects)).sum(),
+        duplicate_effects: s.deliveries.iter().filter(|d| d.effects > 1).count() as u64,
+        stale_refused: s.stale_refused,
+        unknown_outcomes: s.recorder.unknown,
+        attempts: rows.iter().map(|r| r.attempts).collect(),
+        latency_ms: s
+            .deliveries
+            .iter()
+            .zip(&s.enqueued_ms)
+            .filter_map(|(d, at)| d.first_stored_ms.map(|stored| stored.saturating_sub(*at)))
+            .collect(),
+        statuses: rows.iter().map(|r| r.status).collect(),
+        ended_ms: now,
+        settled: all_enqueued && rows.iter().all(|r| r.status.is_terminal()),
+        events: s.recorder.events.len(),
+    };
+    RunResult {
+        seed,
+        fleet: config.fleet_name(),
+        profile,
+        violations: std::mem::take(&mut s.violations),
+        oracle,
+        history_hash: format!("{:016x}", fnv1a(history.as_bytes())),
+        stats,
+        history,
+    }
+}
+
+/// FNV-1a, 64 bits: a stable hash of the history's bytes, the same on every build.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+}

@@ -1,0 +1,224 @@
+//! `outbox-check sim`: one seed, or a sweep of seeds, of the madsim world.
+
+use crate::core::Design;
+use crate::sim::run::{run, OracleVerdict};
+use crate::sim::sweep::{replay_command, sweep, Seeds, Summary};
+use crate::sim::SimConfig;
+use std::path::Path;
+use std::process::ExitCode;
+
+/// What `sim` was asked to do.
+pub struct SimArgs {
+    pub config: SimConfig,
+    pub seed: Option<u64>,
+    pub seeds: Seeds,
+    pub threads: usize,
+    pub out: Option<std::path::PathBuf>,
+    pub history: bool,
+    pub json: bool,
+    pub quiet: bool,
+}
+
+/// Failing histories written per sweep at most (the summary lists every failing seed).
+const WRITTEN_MAX: usize = 50;
+
+pub fn sim(args: &SimArgs) -> ExitCode {
+    match args.seed {
+        Some(seed) => one(args, seed),
+        None => many(args),
+    }
+}
+
+fn one(args: &SimArgs, seed: u64) -> ExitCode {
+    let result = run(&args.config, seed);
+    let written = match (&args.out, result.failed()) {
+        (Some(out), true) => match write_history(out, &args.config, &result) {
+            Ok(path) => Some(path),
+            Err(e) => {
+                eprintln!("outbox-check: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        _ => None,
+    };
+    if args.history {
+        print!("{}", result.history);
+    } else if args.json {
+        let mut value = serde_json::to_value(&result).expect("JSON of plain values");
+        value["replay"] = replay_command(&args.config, seed).into();
+        value["history_file"] = written.as_ref().map(|p| p.display().to_string()).into();
+        println!("{}", serde_json::to_string_pretty(&value).expect("JSON of plain values"));
+    } else {
+        let s = &result.stats;
+        println!("seed {seed}: {} × {} messages, faults: {}", result.fleet, args.config.messages, kinds(&result.profile.kinds()));
+        println!(
+            "  {} events, {} simulated ms, {} stale writes refused, {} unknown outcomes, {} duplicates delivered ({} deduplicated)",
+            s.events, s.ended_ms, s.stale_refused, s.unknown_outcomes, s.duplicates_delivered, s.deduplicated
+        );
+        println!("  history hash {}", result.history_hash);
+        match &result.oracle {
+            OracleVerdict::Accepted => println!("  oracle: history accepted"),
+            OracleVerdict::Diverged { detail, .. } => println!("  oracle: {}", detail.replace('\n', "\n  ")),
+            OracleVerdict::NotChecked => println!("  oracle: not checked (a mixed fleet; the oracle checks one design)"),
+        }
+        if result.violations.is_empty() && !result.failed() {
+            println!("  verdict: every property holds");
+        }
+        for v in &result.violations {
+            println!("  VIOLATED {v}");
+        }
+        if let Some(path) = &written {
+            println!("  history: {}", path.display());
+        }
+        if result.failed() {
+            println!("  replay: {}", replay_command(&args.config, seed));
+        }
+    }
+    if result.failed() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn kinds(kinds: &[&str]) -> String {
+    if kinds.is_empty() {
+        "none (a quiet run)".into()
+    } else {
+        kinds.join(", ")
+    }
+}
+
+fn many(args: &SimArgs) -> ExitCode {
+    let seeds = args.seeds.list();
+    let bar = if args.quiet || args.json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(seeds.len() as u64) };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} seeds, {per_sec}, eta {eta}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(format!("sim {}", args.config.fleet_name()));
+    let failed = std::sync::atomic::AtomicU64::new(0);
+    let started = std::time::Instant::now();
+    let results = sweep(&args.config, &seeds, args.threads, &|r| {
+        if r.failed() {
+            let n = failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            bar.set_message(format!("sim {}: {n} failing", args.config.fleet_name()));
+        }
+        bar.inc(1);
+    });
+    bar.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    let summary = Summary::new(&args.config, args.seeds, &results, seconds);
+    let mut written = Vec::new();
+    if let Some(out) = &args.out {
+        for r in results.iter().filter(|r| r.failed()).take(WRITTEN_MAX) {
+            match write_history(out, &args.config, r) {
+                Ok(path) => written.push(path.display().to_string()),
+                Err(e) => {
+                    eprintln!("outbox-check: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+    }
+    if args.json {
+        let mut value = serde_json::to_value(&summary).expect("JSON of plain values");
+        value["histories_written"] = written.clone().into();
+        println!("{}", serde_json::to_string_pretty(&value).expect("JSON of plain values"));
+    } else {
+        print_summary(&summary, &written);
+    }
+    if summary.failed_runs > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn print_summary(s: &Summary, written: &[String]) {
+    let shard = if s.seeds.shards > 1 { format!(" (shard {}/{})", s.seeds.shard, s.seeds.shards) } else { String::new() };
+    println!(
+        "sim {}: {} runs, seeds {}..{}{shard}, {} relays × {} messages, in {:.1} s ({:.0} runs/s)",
+        s.fleet,
+        s.runs,
+        s.seeds.from,
+        s.seeds.from + s.seeds.count,
+        s.config.designs.len(),
+        s.config.messages,
+        s.seconds,
+        s.runs_per_second
+    );
+    if s.violations.is_empty() {
+        println!("  no property violated in any run");
+    }
+    for (property, runs) in &s.violations {
+        let name = crate::core::Property::parse(property).map(|p| p.to_string()).unwrap_or_else(|| property.clone());
+        println!("  VIOLATED in {runs:>5} runs: {name}");
+    }
+    let oracle: Vec<String> = s.oracle.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    println!("  oracle on the histories: {}", oracle.join(", "));
+    println!(
+        "  duplicates delivered {} (deduplicated by key {}, applied twice {}), stale writes refused {}, unknown outcomes {}",
+        s.duplicates_delivered, s.deduplicated, s.duplicate_effects, s.stale_refused, s.unknown_outcomes
+    );
+    // Counts past the budget + 1 are one bucket: a design without a budget check runs away.
+    let max = s.config.max_attempts;
+    let mut histogram: Vec<String> =
+        s.attempts_histogram.iter().filter(|(a, _)| **a <= max + 1).map(|(a, n)| format!("{a}: {n}")).collect();
+    let over: u64 = s.attempts_histogram.iter().filter(|(a, _)| **a > max + 1).map(|(_, n)| n).sum();
+    if over > 0 {
+        let top = s.attempts_histogram.keys().last().copied().unwrap_or(0);
+        histogram.push(format!("{}..{top}: {over}", max + 2));
+    }
+    println!("  attempts per message at the end: {}", histogram.join(", "));
+    match (s.publish_latency_p50_ms, s.publish_latency_p99_ms) {
+        (Some(p50), Some(p99)) => println!("  enqueue-to-broker latency (simulated): p50 {p50} ms, p99 {p99} ms"),
+        _ => println!("  no message reached the broker"),
+    }
+    println!("  runs under a permanent broker outage (L2 checked): {}", s.permanent_outage_runs);
+    for f in s.failing.iter().take(10) {
+        println!("  seed {}: {} — {}\n    replay: {}", f.seed, f.properties.join(" "), f.first, f.replay);
+    }
+    if s.failing.len() > 10 {
+        println!("  … and {} more failing seeds (--json lists them all)", s.failing.len() - 10);
+    }
+    if !written.is_empty() {
+        let more = if s.failing.len() > written.len() { format!(" (the first {WRITTEN_MAX})") } else { String::new() };
+        println!("  failing histories{more}: {}", Path::new(&written[0]).parent().map(|p| p.display().to_string()).unwrap_or_default());
+    }
+}
+
+/// Writes a failing run's history (oracle trace format) and its result beside it.
+fn write_history(out: &Path, config: &SimConfig, result: &crate::sim::run::RunResult) -> Result<std::path::PathBuf, String> {
+    let dir = out.join(config.fleet_name());
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let path = dir.join(format!("seed-{}.trace.jsonl", result.seed));
+    std::fs::write(&path, &result.history).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let mut value = serde_json::to_value(result).expect("JSON of plain values");
+    value["replay"] = replay_command(config, result.seed).into();
+    let json = dir.join(format!("seed-{}.json", result.seed));
+    std::fs::write(&json, serde_json::to_string_pretty(&value).expect("JSON of plain values"))
+        .map_err(|e| format!("cannot write {}: {e}", json.display()))?;
+    Ok(path)
+}
+
+/// Parses `i/n` with 0 ≤ i < n.
+pub fn parse_shard(text: &str) -> Result<(u64, u64), String> {
+    let bad = || format!("shard '{text}' must be i/n with 0 <= i < n, e.g. 0/4");
+    let (i, n) = text.split_once('/').ok_or_else(bad)?;
+    let (i, n): (u64, u64) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    if n == 0 || i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+/// The designs of `--variant V --relays R` or of `--fleet A,B,...` (reference by default).
+pub fn designs(variant: Option<Design>, fleet: &[Design], relays: u16) -> Vec<Design> {
+    if fleet.is_empty() {
+        vec![variant.unwrap_or(Design::Variant(crate::core::Variant::Reference)); relays as usize]
+    } else {
+        fleet.to_vec()
+    }
+}
