@@ -1,8 +1,9 @@
-//! SQL stores: the schemas under `migrations/` and the migrator that applies them.
-//!
-//! The `Store` trait and the SQL bindings of the core's operations land here next (issue #5);
-//! this module so far owns the schemas: each engine's migrations, applied in order and recorded,
-//! so a populated V1 table becomes V2 without losing a row.
+//! SQL stores: the schemas under `migrations/`, the migrator that applies them, and the core's
+//! operations bound to SQLite and PostgreSQL behind one [`Store`](bind::Store) trait.
 
+pub mod bind;
 pub mod migrate;
 pub mod postgres;
+pub mod sql;
+
+pub use bind::{MemoryStore, PgStore, SqliteStore, Store, StoreError};

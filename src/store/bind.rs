@@ -1,0 +1,620 @@
+//! The [`Store`] trait and its three implementations: the in-memory core, SQLite and PostgreSQL.
+//!
+//! A store runs one design's operations on its table. The SQL stores execute the statements of
+//! [`sql`](super::sql) — `now` always bound as a parameter, never read from the server — and
+//! turn what the database returns into the core's result types: a terminal write that changed no
+//! row is `Stale`, never swallowed. Every statement a SQL store runs is also logged with its
+//! parameters written in, so a divergence can be replayed by pasting the log into a SQL shell.
+
+use super::sql::{self, Dialect, ROW_COLUMNS};
+use crate::core::{
+    random_token, AggregateId, ClaimRequest, EnqueueRequest, EnqueueResult, FailureCode, Instant, Lease, LeaseToken,
+    MessageId, Outbox, Policy, RelayId, Row, Status, StaleReason, TenantId, WriteKind, WriteRequest, WriteResult,
+};
+use crate::core::policy::TokenKind;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("SQLite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("PostgreSQL: {0}")]
+    Postgres(String),
+    #[error("the core refused the operation: {0}")]
+    Core(#[from] crate::core::CoreError),
+    #[error("the table holds a value the core cannot read: {0}")]
+    Corrupt(String),
+    #[error("{0}")]
+    Setup(String),
+}
+
+impl From<postgres::Error> for StoreError {
+    fn from(e: postgres::Error) -> StoreError {
+        StoreError::Postgres(one_line(&e))
+    }
+}
+
+/// A PostgreSQL error with its server message, on one line.
+pub fn one_line(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => e.to_string().replace('\n', " "),
+    }
+}
+
+/// One design's operations on one table.
+pub trait Store {
+    fn enqueue(&mut self, req: &EnqueueRequest) -> Result<EnqueueResult, StoreError>;
+    fn claim(&mut self, req: &ClaimRequest) -> Result<Vec<Lease>, StoreError>;
+    fn write(&mut self, req: &WriteRequest) -> Result<WriteResult, StoreError>;
+    fn reap(&mut self, now: Instant, max_attempts: u32) -> Result<Vec<MessageId>, StoreError>;
+    /// Every row, by message id.
+    fn rows(&mut self) -> Result<Vec<Row>, StoreError>;
+    /// The statements run so far, parameters written in (empty for the core).
+    fn log(&self) -> &[String] {
+        &[]
+    }
+}
+
+/// The core itself, as a store.
+pub struct MemoryStore {
+    pub outbox: Outbox,
+    pub policy: Policy,
+}
+
+impl MemoryStore {
+    pub fn new(policy: Policy) -> MemoryStore {
+        MemoryStore { outbox: Outbox::new(), policy }
+    }
+}
+
+impl Store for MemoryStore {
+    fn enqueue(&mut self, req: &EnqueueRequest) -> Result<EnqueueResult, StoreError> {
+        Ok(self.outbox.enqueue(req)?)
+    }
+    fn claim(&mut self, req: &ClaimRequest) -> Result<Vec<Lease>, StoreError> {
+        Ok(self.outbox.claim(&self.policy, req)?)
+    }
+    fn write(&mut self, req: &WriteRequest) -> Result<WriteResult, StoreError> {
+        Ok(self.outbox.write(&self.policy, req)?)
+    }
+    fn reap(&mut self, now: Instant, max_attempts: u32) -> Result<Vec<MessageId>, StoreError> {
+        Ok(self.outbox.reap(now, max_attempts))
+    }
+    fn rows(&mut self) -> Result<Vec<Row>, StoreError> {
+        Ok(self.outbox.rows().to_vec())
+    }
+}
+
+// Names in the table: fixed-width, so text order is number order (the claim orders by them).
+pub fn message_name(m: MessageId) -> String {
+    format!("m{:08}", m.0)
+}
+pub fn tenant_name(t: TenantId) -> String {
+    format!("t{:04}", t.0)
+}
+pub fn aggregate_name(a: AggregateId) -> String {
+    format!("a{:08}", a.0)
+}
+pub fn owner_name(r: RelayId) -> String {
+    format!("r{:04}", r.0)
+}
+
+fn number(text: &str, prefix: char) -> Result<u32, StoreError> {
+    text.strip_prefix(prefix).and_then(|n| n.parse().ok()).ok_or_else(|| StoreError::Corrupt(format!("id '{text}'")))
+}
+
+/// A row as the SQL stores read it, before conversion.
+struct RawRow {
+    message_id: String,
+    tenant_id: String,
+    aggregate_id: String,
+    aggregate_version: i64,
+    status: String,
+    attempts: i64,
+    lease_owner: Option<String>,
+    lease_token: i64,
+    lease_expires_at: Option<i64>,
+    next_attempt_at: Option<i64>,
+    last_failure_code: Option<String>,
+    created_at: i64,
+    published_at: Option<i64>,
+}
+
+impl RawRow {
+    fn into_row(self) -> Result<Row, StoreError> {
+        let corrupt = |what: String| StoreError::Corrupt(what);
+        Ok(Row {
+            message_id: MessageId(number(&self.message_id, 'm')?),
+            tenant_id: TenantId(number(&self.tenant_id, 't')? as u16),
+            aggregate_id: AggregateId(number(&self.aggregate_id, 'a')?),
+            aggregate_version: self.aggregate_version as u32,
+            status: Status::parse(&self.status).ok_or_else(|| corrupt(format!("status '{}'", self.status)))?,
+            attempts: self.attempts as u32,
+            lease_owner: self.lease_owner.map(|o| number(&o, 'r').map(|n| RelayId(n as u16))).transpose()?,
+            lease_token: LeaseToken(self.lease_token as u64),
+            lease_expires_at: self.lease_expires_at.map(|t| Instant(t as u64)),
+            next_attempt_at: self.next_attempt_at.map(|t| Instant(t as u64)),
+            last_failure_code: self
+                .last_failure_code
+                .map(|c| FailureCode::parse(&c).ok_or_else(|| corrupt(format!("failure code '{c}'"))))
+                .transpose()?,
+            created_at: Instant(self.created_at as u64),
+            published_at: self.published_at.map(|t| Instant(t as u64)),
+        })
+    }
+}
+
+/// A bound parameter, for the log.
+#[derive(Clone, Debug)]
+enum Param {
+    Int(i64),
+    Text(String),
+    Null,
+}
+
+/// `sql` with its parameters written in, for a person to paste.
+fn render(sql: &str, params: &[Param]) -> String {
+    let mut out = sql.to_string();
+    for (i, p) in params.iter().enumerate().rev() {
+        let n = i + 1;
+        let literal = match p {
+            Param::Int(v) => v.to_string(),
+            Param::Text(t) => format!("'{}'", t.replace('\'', "''")),
+            Param::Null => "NULL".into(),
+        };
+        for ty in ["::text", "::bigint", "::integer"] {
+            out = out.replace(&format!("${n}{ty}"), &literal);
+        }
+        out = out.replace(&format!("?{n}"), &literal);
+    }
+    out + ";"
+}
+
+fn code_of(kind: WriteKind) -> Option<FailureCode> {
+    match kind {
+        WriteKind::Published => None,
+        WriteKind::Ambiguous { code } | WriteKind::Retry { code } | WriteKind::Failed { code } | WriteKind::Exhausted { code } => {
+            Some(code)
+        }
+    }
+}
+
+/// What every SQL store keeps besides its connection.
+struct Common {
+    policy: Policy,
+    dialect: Dialect,
+    /// Random tokens issued so far (designs with random tokens: the core's sequence).
+    random_issued: u64,
+    log: Vec<String>,
+}
+
+impl Common {
+    fn next_token(&mut self) -> i64 {
+        if self.policy.token_kind == TokenKind::Random {
+            self.random_issued += 1;
+            random_token(self.random_issued) as i64
+        } else {
+            0
+        }
+    }
+
+    fn write_params(&self, req: &WriteRequest) -> Vec<Param> {
+        vec![
+            Param::Text(message_name(req.lease.message_id)),
+            Param::Text(tenant_name(req.lease.tenant_id)),
+            Param::Text(owner_name(req.lease.owner)),
+            Param::Int(req.lease.token.0 as i64),
+            Param::Int(req.now.0 as i64),
+            code_of(req.kind).map_or(Param::Null, |c| Param::Text(c.as_str().into())),
+            Param::Int(i64::from(req.max_attempts)),
+            Param::Int(self.policy.backoff.base.0 as i64),
+            Param::Int(self.policy.backoff.cap.0 as i64),
+        ]
+    }
+
+    fn check_policy(policy: &Policy) -> Result<(), StoreError> {
+        if policy.token_kind == TokenKind::Random {
+            // lease_token is a BIGINT ≥ 0: a 64-bit random token does not fit.
+            return Err(StoreError::Setup(
+                "designs with random tokens (seed-tenant) use the outbox_events table, which has no SQL binding yet".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn stale_or_swallowed(policy: &Policy, status: Option<Status>) -> WriteResult {
+    // The SQL cannot tell why no row matched; the reason is not compared.
+    match (policy.swallow_stale, status) {
+        (true, Some(status)) => WriteResult::Applied { status },
+        _ => WriteResult::Stale { reason: StaleReason::NotInFlight },
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SQLite
+
+/// The design's statements on an SQLite database (in memory by default).
+pub struct SqliteStore {
+    conn: rusqlite::Connection,
+    common: Common,
+}
+
+impl SqliteStore {
+    /// A fresh in-memory database migrated to V2.
+    pub fn in_memory(policy: Policy) -> Result<SqliteStore, StoreError> {
+        Common::check_policy(&policy)?;
+        let mut conn = rusqlite::Connection::open_in_memory()?;
+        super::migrate::migrate_sqlite(&mut conn, 2).map_err(|e| StoreError::Setup(e.to_string()))?;
+        Ok(SqliteStore { conn, common: Common { policy, dialect: Dialect::Sqlite, random_issued: 0, log: Vec::new() } })
+    }
+
+    fn params(params: &[Param]) -> Vec<rusqlite::types::Value> {
+        params
+            .iter()
+            .map(|p| match p {
+                Param::Int(v) => rusqlite::types::Value::Integer(*v),
+                Param::Text(t) => rusqlite::types::Value::Text(t.clone()),
+                Param::Null => rusqlite::types::Value::Null,
+            })
+            .collect()
+    }
+}
+
+fn read_sqlite_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
+    Ok(RawRow {
+        message_id: r.get(0)?,
+        tenant_id: r.get(1)?,
+        aggregate_id: r.get(2)?,
+        aggregate_version: r.get(3)?,
+        status: r.get(4)?,
+        attempts: r.get(5)?,
+        lease_owner: r.get(6)?,
+        lease_token: r.get(7)?,
+        lease_expires_at: r.get(8)?,
+        next_attempt_at: r.get(9)?,
+        last_failure_code: r.get(10)?,
+        created_at: r.get(11)?,
+        published_at: r.get(12)?,
+    })
+}
+
+impl Store for SqliteStore {
+    fn enqueue(&mut self, req: &EnqueueRequest) -> Result<EnqueueResult, StoreError> {
+        let (tenant, aggregate) = (tenant_name(req.tenant_id), aggregate_name(req.aggregate_id));
+        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let current: Option<i64> = {
+            use rusqlite::OptionalExtension;
+            tx.query_row(
+                "SELECT version FROM business_aggregates WHERE tenant_id = ?1 AND aggregate_id = ?2",
+                rusqlite::params![tenant, aggregate],
+                |r| r.get(0),
+            )
+            .optional()?
+        };
+        let expected = i64::from(req.expected_version);
+        if current.unwrap_or(0) != expected {
+            return Ok(EnqueueResult::Stale { current_version: current.unwrap_or(0) as u32 });
+        }
+        let business = if current.is_some() {
+            "UPDATE business_aggregates SET version = version + 1 WHERE tenant_id = ?1 AND aggregate_id = ?2 AND version = ?3"
+        } else {
+            "INSERT INTO business_aggregates (tenant_id, aggregate_id, version) VALUES (?1, ?2, ?3 + 1)"
+        };
+        let params = [Param::Text(tenant.clone()), Param::Text(aggregate.clone()), Param::Int(expected)];
+        let changed = tx.execute(business, rusqlite::params_from_iter(Self::params(&params)))?;
+        self.common.log.push(render(business, &params));
+        if changed != 1 {
+            return Ok(EnqueueResult::Stale { current_version: current.unwrap_or(0) as u32 });
+        }
+        let insert = "INSERT INTO messaging_outbox (message_id, tenant_id, aggregate_id, aggregate_version, status, attempts, created_at) \
+                      VALUES (?1, ?2, ?3, ?4, 'PENDING', 0, ?5)";
+        let params = [
+            Param::Text(message_name(req.message_id)),
+            Param::Text(tenant),
+            Param::Text(aggregate),
+            Param::Int(expected + 1),
+            Param::Int(req.now.0 as i64),
+        ];
+        tx.execute(insert, rusqlite::params_from_iter(Self::params(&params)))?;
+        self.common.log.push(render(insert, &params));
+        tx.commit()?;
+        Ok(EnqueueResult::Applied { version: req.expected_version + 1 })
+    }
+
+    fn claim(&mut self, req: &ClaimRequest) -> Result<Vec<Lease>, StoreError> {
+        let select = sql::claim_select(self.common.dialect, &self.common.policy);
+        let update = sql::claim_update(self.common.dialect, &self.common.policy);
+        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let params = [
+            Param::Text(tenant_name(req.tenant_id)),
+            Param::Int(req.now.0 as i64),
+            Param::Int(i64::from(req.max_attempts)),
+            Param::Int(i64::from(req.batch)),
+        ];
+        let ids: Vec<String> = {
+            let mut stmt = tx.prepare_cached(&select)?;
+            let rows = stmt.query_map(rusqlite::params_from_iter(Self::params(&params)), |r| r.get(0))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        self.common.log.push(render(&select, &params));
+        let mut leases = Vec::with_capacity(ids.len());
+        for id in ids {
+            let params = [
+                Param::Text(id.clone()),
+                Param::Int(req.now.plus(req.lease).0 as i64),
+                Param::Text(owner_name(req.owner)),
+                Param::Int(self.common.next_token()),
+            ];
+            let (tenant, token, attempts): (String, i64, i64) =
+                tx.prepare_cached(&update)?.query_row(rusqlite::params_from_iter(Self::params(&params)), |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?;
+            self.common.log.push(render(&update, &params));
+            leases.push(Lease {
+                message_id: MessageId(number(&id, 'm')?),
+                tenant_id: TenantId(number(&tenant, 't')? as u16),
+                owner: req.owner,
+                token: LeaseToken(token as u64),
+                attempts: attempts as u32,
+                claim_seq: 0,
+            });
+        }
+        tx.commit()?;
+        Ok(leases)
+    }
+
+    fn write(&mut self, req: &WriteRequest) -> Result<WriteResult, StoreError> {
+        let statement = sql::write(self.common.dialect, &self.common.policy, req.kind);
+        let params = self.common.write_params(req);
+        let status: Option<String> = {
+            use rusqlite::OptionalExtension;
+            self.conn
+                .prepare_cached(&statement)?
+                .query_row(rusqlite::params_from_iter(Self::params(&params)), |r| r.get(0))
+                .optional()?
+        };
+        self.common.log.push(render(&statement, &params));
+        match status {
+            Some(s) => Ok(WriteResult::Applied { status: Status::parse(&s).ok_or_else(|| StoreError::Corrupt(s))? }),
+            None => {
+                let current: Option<String> = {
+                    use rusqlite::OptionalExtension;
+                    self.conn
+                        .query_row(
+                            "SELECT status FROM messaging_outbox WHERE message_id = ?1",
+                            [message_name(req.lease.message_id)],
+                            |r| r.get(0),
+                        )
+                        .optional()?
+                };
+                Ok(stale_or_swallowed(&self.common.policy, current.as_deref().and_then(Status::parse)))
+            }
+        }
+    }
+
+    fn reap(&mut self, now: Instant, max_attempts: u32) -> Result<Vec<MessageId>, StoreError> {
+        let statement = sql::reap(self.common.dialect);
+        let params = [Param::Int(now.0 as i64), Param::Int(i64::from(max_attempts))];
+        let ids: Vec<String> = {
+            let mut stmt = self.conn.prepare_cached(&statement)?;
+            let rows = stmt.query_map(rusqlite::params_from_iter(Self::params(&params)), |r| r.get(0))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        self.common.log.push(render(&statement, &params));
+        let mut ids = ids.iter().map(|id| number(id, 'm').map(MessageId)).collect::<Result<Vec<_>, _>>()?;
+        ids.sort();
+        Ok(ids)
+    }
+
+    fn rows(&mut self) -> Result<Vec<Row>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!("SELECT {ROW_COLUMNS} FROM messaging_outbox ORDER BY message_id"))?;
+        let raw = stmt.query_map([], read_sqlite_row)?.collect::<Result<Vec<_>, _>>()?;
+        raw.into_iter().map(RawRow::into_row).collect()
+    }
+
+    fn log(&self) -> &[String] {
+        &self.common.log
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL
+
+/// The design's statements on a PostgreSQL server, inside a scratch schema of its own.
+pub struct PgStore {
+    scratch: super::postgres::Scratch,
+    common: Common,
+}
+
+impl PgStore {
+    /// Connects, creates a scratch schema (dropped with the store) and migrates it to V2.
+    pub fn connect(url: &str, disposable: bool, policy: Policy) -> Result<PgStore, StoreError> {
+        Common::check_policy(&policy)?;
+        let mut scratch = super::postgres::Scratch::connect(url, disposable).map_err(|e| StoreError::Setup(e.to_string()))?;
+        scratch.migrate(2).map_err(|e| StoreError::Setup(e.to_string()))?;
+        Ok(PgStore { scratch, common: Common { policy, dialect: Dialect::Postgres, random_issued: 0, log: Vec::new() } })
+    }
+
+    pub fn scratch(&mut self) -> &mut super::postgres::Scratch {
+        &mut self.scratch
+    }
+
+    fn values(params: &[Param]) -> Vec<Box<dyn postgres::types::ToSql + Sync>> {
+        params
+            .iter()
+            .map(|p| -> Box<dyn postgres::types::ToSql + Sync> {
+                match p {
+                    Param::Int(v) => Box::new(*v),
+                    Param::Text(t) => Box::new(t.clone()),
+                    Param::Null => Box::new(None::<String>),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Binds `params` for the postgres crate: integers as BIGINT, converted in SQL where a column is
+/// INTEGER (the statements cast every parameter).
+fn refs(values: &[Box<dyn postgres::types::ToSql + Sync>]) -> Vec<&(dyn postgres::types::ToSql + Sync)> {
+    values.iter().map(|b| b.as_ref()).collect()
+}
+
+fn read_pg_row(r: &postgres::Row) -> RawRow {
+    RawRow {
+        message_id: r.get(0),
+        tenant_id: r.get(1),
+        aggregate_id: r.get(2),
+        aggregate_version: r.get(3),
+        status: r.get(4),
+        attempts: i64::from(r.get::<_, i32>(5)),
+        lease_owner: r.get(6),
+        lease_token: r.get(7),
+        lease_expires_at: r.get(8),
+        next_attempt_at: r.get(9),
+        last_failure_code: r.get(10),
+        created_at: r.get(11),
+        published_at: r.get(12),
+    }
+}
+
+/// Postgres' typed placeholders need integers of the column's width: `$n::integer` parameters
+/// are bound as i32.
+fn pg_fix_widths(sql: &str, params: &[Param]) -> Vec<Box<dyn postgres::types::ToSql + Sync>> {
+    params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| -> Box<dyn postgres::types::ToSql + Sync> {
+            let integer = sql.contains(&format!("${}::integer", i + 1));
+            match p {
+                Param::Int(v) if integer => Box::new(*v as i32),
+                other => PgStore::values(std::slice::from_ref(other)).pop().expect("one value"),
+            }
+        })
+        .collect()
+}
+
+impl Store for PgStore {
+    fn enqueue(&mut self, req: &EnqueueRequest) -> Result<EnqueueResult, StoreError> {
+        let (tenant, aggregate) = (tenant_name(req.tenant_id), aggregate_name(req.aggregate_id));
+        let expected = i64::from(req.expected_version);
+        let mut tx = self.scratch.client().transaction()?;
+        // The business change: moves the aggregate only from the expected version.
+        let business = if expected == 0 {
+            "INSERT INTO business_aggregates (tenant_id, aggregate_id, version) VALUES ($1::text, $2::text, $3::bigint + 1) \
+             ON CONFLICT DO NOTHING"
+        } else {
+            "UPDATE business_aggregates SET version = version + 1 \
+             WHERE tenant_id = $1::text AND aggregate_id = $2::text AND version = $3::bigint"
+        };
+        let params = [Param::Text(tenant.clone()), Param::Text(aggregate.clone()), Param::Int(expected)];
+        let values = pg_fix_widths(business, &params);
+        let changed = tx.execute(business, &refs(&values))?;
+        self.common.log.push(render(business, &params));
+        if changed != 1 {
+            let current: Option<i64> = tx
+                .query_opt("SELECT version FROM business_aggregates WHERE tenant_id = $1 AND aggregate_id = $2", &[&tenant, &aggregate])?
+                .map(|r| r.get(0));
+            tx.rollback()?;
+            return Ok(EnqueueResult::Stale { current_version: current.unwrap_or(0) as u32 });
+        }
+        let insert = "INSERT INTO messaging_outbox (message_id, tenant_id, aggregate_id, aggregate_version, status, attempts, created_at) \
+                      VALUES ($1::text, $2::text, $3::text, $4::bigint, 'PENDING', 0, $5::bigint)";
+        let params = [
+            Param::Text(message_name(req.message_id)),
+            Param::Text(tenant),
+            Param::Text(aggregate),
+            Param::Int(expected + 1),
+            Param::Int(req.now.0 as i64),
+        ];
+        let values = pg_fix_widths(insert, &params);
+        tx.execute(insert, &refs(&values))?;
+        self.common.log.push(render(insert, &params));
+        tx.commit()?;
+        Ok(EnqueueResult::Applied { version: req.expected_version + 1 })
+    }
+
+    fn claim(&mut self, req: &ClaimRequest) -> Result<Vec<Lease>, StoreError> {
+        let select = sql::claim_select(self.common.dialect, &self.common.policy);
+        let update = sql::claim_update(self.common.dialect, &self.common.policy);
+        let params = [
+            Param::Text(tenant_name(req.tenant_id)),
+            Param::Int(req.now.0 as i64),
+            Param::Int(i64::from(req.max_attempts)),
+            Param::Int(i64::from(req.batch)),
+        ];
+        let values = pg_fix_widths(&select, &params);
+        let mut log = vec![render(&select, &params)];
+        let mut leases = Vec::new();
+        let mut tx = self.scratch.client().transaction()?;
+        // FOR UPDATE SKIP LOCKED: the rows are this transaction's until it commits.
+        let ids: Vec<String> = tx.query(&select, &refs(&values))?.iter().map(|r| r.get(0)).collect();
+        for id in ids {
+            let params = [
+                Param::Text(id.clone()),
+                Param::Int(req.now.plus(req.lease).0 as i64),
+                Param::Text(owner_name(req.owner)),
+                Param::Int(self.common.next_token()),
+            ];
+            let values = pg_fix_widths(&update, &params);
+            let row = tx.query_one(&update, &refs(&values))?;
+            log.push(render(&update, &params));
+            leases.push(Lease {
+                message_id: MessageId(number(&id, 'm')?),
+                tenant_id: TenantId(number(&row.get::<_, String>(0), 't')? as u16),
+                owner: req.owner,
+                token: LeaseToken(row.get::<_, i64>(1) as u64),
+                attempts: row.get::<_, i32>(2) as u32,
+                claim_seq: 0,
+            });
+        }
+        tx.commit()?;
+        self.common.log.append(&mut log);
+        Ok(leases)
+    }
+
+    fn write(&mut self, req: &WriteRequest) -> Result<WriteResult, StoreError> {
+        let statement = sql::write(self.common.dialect, &self.common.policy, req.kind);
+        let params = self.common.write_params(req);
+        let values = pg_fix_widths(&statement, &params);
+        let status: Option<String> = self.scratch.client().query_opt(&statement, &refs(&values))?.map(|r| r.get(0));
+        self.common.log.push(render(&statement, &params));
+        match status {
+            Some(s) => Ok(WriteResult::Applied { status: Status::parse(&s).ok_or_else(|| StoreError::Corrupt(s))? }),
+            None => {
+                let current: Option<String> = self
+                    .scratch
+                    .client()
+                    .query_opt("SELECT status FROM messaging_outbox WHERE message_id = $1", &[&message_name(req.lease.message_id)])?
+                    .map(|r| r.get(0));
+                Ok(stale_or_swallowed(&self.common.policy, current.as_deref().and_then(Status::parse)))
+            }
+        }
+    }
+
+    fn reap(&mut self, now: Instant, max_attempts: u32) -> Result<Vec<MessageId>, StoreError> {
+        let statement = sql::reap(self.common.dialect);
+        let params = [Param::Int(now.0 as i64), Param::Int(i64::from(max_attempts))];
+        let values = pg_fix_widths(&statement, &params);
+        let ids: Vec<String> = self.scratch.client().query(&statement, &refs(&values))?.iter().map(|r| r.get(0)).collect();
+        self.common.log.push(render(&statement, &params));
+        let mut ids = ids.iter().map(|id| number(id, 'm').map(MessageId)).collect::<Result<Vec<_>, _>>()?;
+        ids.sort();
+        Ok(ids)
+    }
+
+    fn rows(&mut self) -> Result<Vec<Row>, StoreError> {
+        let raw: Vec<RawRow> = self
+            .scratch
+            .client()
+            .query(&format!("SELECT {ROW_COLUMNS} FROM messaging_outbox ORDER BY message_id"), &[])?
+            .iter()
+            .map(read_pg_row)
+            .collect();
+        raw.into_iter().map(RawRow::into_row).collect()
+    }
+
+    fn log(&self) -> &[String] {
+        &self.common.log
+    }
+}
