@@ -2,6 +2,7 @@
 //! operations bound to SQLite and PostgreSQL behind one [`Store`](bind::Store) trait.
 
 pub mod bind;
+pub mod conform;
 pub mod migrate;
 pub mod postgres;
 pub mod sql;

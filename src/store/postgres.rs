@@ -63,6 +63,8 @@ pub fn check_url(url: &str, disposable: bool) -> Result<postgres::Config, PgErro
 pub struct Scratch {
     client: postgres::Client,
     schema: String,
+    /// This connection created the schema and drops it (an attached one does not).
+    owned: bool,
 }
 
 impl Scratch {
@@ -78,7 +80,20 @@ impl Scratch {
             return Err(PgError::Sql(format!("refusing schema name {schema}")));
         }
         client.batch_execute(&format!("CREATE SCHEMA {schema}; SET search_path TO {schema}"))?;
-        Ok(Scratch { client, schema })
+        Ok(Scratch { client, schema, owned: true })
+    }
+
+    /// Another connection into an existing scratch schema (a second worker, a reconnect after
+    /// a lost connection). It does not drop the schema.
+    pub fn attach(url: &str, disposable: bool, schema: &str) -> Result<Scratch, PgError> {
+        let valid = schema.len() == 29 && schema.starts_with("outbox_check_") && schema[13..].chars().all(|c| c.is_ascii_hexdigit());
+        if !valid {
+            return Err(PgError::Sql(format!("refusing schema name {schema}: not one of outbox-check's scratch schemas")));
+        }
+        let config = check_url(url, disposable)?;
+        let mut client = config.connect(postgres::NoTls).map_err(|e| PgError::Connect(e.to_string()))?;
+        client.batch_execute(&format!("SET search_path TO {schema}"))?;
+        Ok(Scratch { client, schema: schema.to_string(), owned: false })
     }
 
     pub fn client(&mut self) -> &mut postgres::Client {
@@ -119,6 +134,9 @@ static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new
 
 impl Drop for Scratch {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let _ = self.client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
     }
 }

@@ -1,0 +1,288 @@
+//! Differential conformance: one operation sequence run on the core (the model) and on a store;
+//! after every step the results and the whole table must agree.
+//!
+//! proptest generates the sequences — enqueues (some with a stale version), claims by several
+//! owners of several tenants, terminal writes presenting current and superseded leases, reaps,
+//! time advancing — and shrinks a divergence to a minimal sequence, which is reported with the
+//! SQL the store ran, ready to paste.
+
+use super::bind::{MemoryStore, Store, StoreError};
+use crate::core::{
+    AggregateId, ClaimRequest, Duration, EnqueueRequest, FailureCode, Instant, Lease, MessageId, Policy, RelayId, Row,
+    TenantId, WriteKind, WriteRequest, WriteResult,
+};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+use serde::Serialize;
+
+/// One step of a conformance sequence.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    /// The application enqueues the next message; `stale` with a version one too far.
+    Enqueue { tenant: u16, aggregate: u32, stale: bool },
+    Claim { owner: u16, tenant: u16, batch: u32 },
+    /// A terminal write presenting the `pick`-th lease ever issued (mod their number): current
+    /// or superseded.
+    Write { pick: usize, kind: u8, code: u8 },
+    Reap,
+    Advance { ms: u64 },
+}
+
+/// The fixed parameters of a sequence.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Bounds {
+    pub max_attempts: u32,
+    pub lease_ms: u64,
+    pub tenants: u16,
+    pub owners: u16,
+    pub max_ops: usize,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds { max_attempts: 3, lease_ms: 100, tenants: 2, owners: 3, max_ops: 40 }
+    }
+}
+
+pub fn ops(bounds: Bounds) -> impl Strategy<Value = Vec<Op>> {
+    let tenants = bounds.tenants.max(1);
+    let owners = bounds.owners.max(1);
+    let op = prop_oneof![
+        3 => (0..tenants, 0..4u32, prop::bool::weighted(0.15)).prop_map(|(tenant, aggregate, stale)| Op::Enqueue { tenant, aggregate, stale }),
+        4 => (0..owners, 0..tenants, 1..4u32).prop_map(|(owner, tenant, batch)| Op::Claim { owner, tenant, batch }),
+        5 => (any::<usize>(), 0..5u8, 0..4u8).prop_map(|(pick, kind, code)| Op::Write { pick, kind, code }),
+        1 => Just(Op::Reap),
+        3 => prop_oneof![Just(1u64), Just(50), Just(100), Just(150), Just(1000), Just(20_000)].prop_map(|ms| Op::Advance { ms }),
+    ];
+    prop::collection::vec(op, 1..=bounds.max_ops.max(1))
+}
+
+/// Where a store first disagreed with the model.
+#[derive(Clone, Debug, Serialize)]
+pub struct Divergence {
+    /// 1-based step of the sequence.
+    pub step: usize,
+    pub op: Op,
+    pub ops: Vec<Op>,
+    pub expected: String,
+    pub got: String,
+    /// The SQL the store ran up to and including the diverging step.
+    pub sql: Vec<String>,
+}
+
+impl std::fmt::Display for Divergence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "step {} ({:?}) diverged:\n  model: {}\n  store: {}", self.step, self.op, self.expected, self.got)?;
+        writeln!(f, "sequence ({} steps):", self.ops.len())?;
+        for (i, op) in self.ops.iter().enumerate() {
+            writeln!(f, "  {:>2}. {op:?}", i + 1)?;
+        }
+        writeln!(f, "SQL the store ran (paste after the migrations):")?;
+        for line in &self.sql {
+            writeln!(f, "  {line}")?;
+        }
+        Ok(())
+    }
+}
+
+fn show<T: std::fmt::Debug>(r: &Result<T, StoreError>) -> String {
+    match r {
+        Ok(v) => format!("{v:?}"),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+/// The result kinds compared: a Stale's reason is not (SQL cannot tell it from 0 rows).
+fn same_write(a: &WriteResult, b: &WriteResult) -> bool {
+    match (a, b) {
+        (WriteResult::Applied { status: x }, WriteResult::Applied { status: y }) => x == y,
+        (WriteResult::Stale { .. }, WriteResult::Stale { .. }) => true,
+        _ => false,
+    }
+}
+
+fn kind(kind: u8, code: u8) -> WriteKind {
+    let code = [FailureCode::Timeout, FailureCode::Unavailable, FailureCode::Rejected, FailureCode::Timeout][code as usize % 4];
+    match kind % 5 {
+        0 => WriteKind::Published,
+        1 => WriteKind::Ambiguous { code },
+        2 => WriteKind::Retry { code },
+        3 => WriteKind::Failed { code },
+        _ => WriteKind::Exhausted { code },
+    }
+}
+
+/// Runs `ops` on the model and the store side by side; returns the number of operations run.
+pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dyn Store) -> Result<usize, Divergence> {
+    let mut now = Instant(1_000);
+    let mut next_message = 0u32;
+    let mut leases: Vec<Lease> = Vec::new();
+    let diverge = |step: usize, expected: String, got: String, store: &dyn Store| Divergence {
+        step: step + 1,
+        op: ops[step].clone(),
+        ops: ops.to_vec(),
+        expected,
+        got,
+        sql: store.log().to_vec(),
+    };
+    for (step, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Enqueue { tenant, aggregate, stale } => {
+                let (tenant_id, aggregate_id) = (TenantId(tenant), AggregateId(aggregate));
+                let current = model.rows().map_err(|e| diverge(step, "rows".into(), e.to_string(), store))?;
+                let version = current
+                    .iter()
+                    .filter(|r| r.tenant_id == tenant_id && r.aggregate_id == aggregate_id)
+                    .map(|r| r.aggregate_version)
+                    .max()
+                    .unwrap_or(0);
+                let req = EnqueueRequest {
+                    tenant_id,
+                    aggregate_id,
+                    expected_version: version + u32::from(stale),
+                    message_id: MessageId(next_message),
+                    now,
+                };
+                let (a, b) = (model.enqueue(&req), store.enqueue(&req));
+                if matches!(a, Ok(crate::core::EnqueueResult::Applied { .. })) {
+                    next_message += 1;
+                }
+                if show(&a) != show(&b) {
+                    return Err(diverge(step, show(&a), show(&b), store));
+                }
+            }
+            Op::Claim { owner, tenant, batch } => {
+                let req = ClaimRequest {
+                    tenant_id: TenantId(tenant),
+                    owner: RelayId(owner),
+                    batch,
+                    lease: Duration(bounds.lease_ms),
+                    now,
+                    max_attempts: bounds.max_attempts,
+                };
+                let (a, b) = (model.claim(&req), store.claim(&req));
+                if show(&a) != show(&b) {
+                    return Err(diverge(step, show(&a), show(&b), store));
+                }
+                leases.extend(a.unwrap_or_default());
+            }
+            Op::Write { pick, kind: k, code } => {
+                if leases.is_empty() {
+                    continue;
+                }
+                let req = WriteRequest { lease: leases[pick % leases.len()], kind: kind(k, code), now, max_attempts: bounds.max_attempts };
+                let (a, b) = (model.write(&req), store.write(&req));
+                let same = match (&a, &b) {
+                    (Ok(x), Ok(y)) => same_write(x, y),
+                    _ => show(&a) == show(&b),
+                };
+                if !same {
+                    return Err(diverge(step, show(&a), show(&b), store));
+                }
+            }
+            Op::Reap => {
+                let (a, b) = (model.reap(now, bounds.max_attempts), store.reap(now, bounds.max_attempts));
+                if show(&a) != show(&b) {
+                    return Err(diverge(step, show(&a), show(&b), store));
+                }
+            }
+            Op::Advance { ms } => now = now.plus(Duration(ms)),
+        }
+        let (a, b) = (model.rows(), store.rows());
+        if show(&a) != show(&b) {
+            let (a, b) = (a.unwrap_or_default(), b.map_err(|e| diverge(step, "rows".into(), e.to_string(), store))?);
+            let (x, y) = first_difference(&a, &b);
+            return Err(diverge(step, format!("table: {x}"), format!("table: {y}"), store));
+        }
+    }
+    Ok(ops.len())
+}
+
+/// The first row where two tables differ, in words.
+fn first_difference(a: &[Row], b: &[Row]) -> (String, String) {
+    for i in 0..a.len().max(b.len()) {
+        let (x, y) = (a.get(i), b.get(i));
+        if x != y {
+            return (format!("{x:?}"), format!("{y:?}"));
+        }
+    }
+    (String::new(), String::new())
+}
+
+/// What a conformance run found.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub cases: u32,
+    pub operations: u64,
+    pub seconds: f64,
+    /// The minimal sequence proptest shrank a divergence to.
+    pub divergence: Option<Divergence>,
+}
+
+/// Runs `cases` random sequences: each on a fresh model with `model_policy` and a fresh store
+/// from `open`. `tick` is called after each case.
+pub fn conform(
+    model_policy: Policy,
+    open: &dyn Fn() -> Result<Box<dyn Store>, StoreError>,
+    bounds: Bounds,
+    cases: u32,
+    seed: u64,
+    tick: &dyn Fn(),
+) -> Result<Report, StoreError> {
+    let started = std::time::Instant::now();
+    let config = Config { cases, failure_persistence: None, ..Config::default() };
+    let mut runner = TestRunner::new_with_rng(config, proptest::test_runner::TestRng::from_seed(
+        proptest::test_runner::RngAlgorithm::ChaCha,
+        &seed_bytes(seed),
+    ));
+    let operations = std::cell::Cell::new(0u64);
+    let setup_error: std::cell::RefCell<Option<StoreError>> = std::cell::RefCell::new(None);
+    let last: std::cell::RefCell<Option<Divergence>> = std::cell::RefCell::new(None);
+    let result = runner.run(&ops(bounds), |ops| {
+        let mut store = match open() {
+            Ok(store) => store,
+            Err(e) => {
+                let message = e.to_string();
+                *setup_error.borrow_mut() = Some(e);
+                return Err(TestCaseError::fail(message));
+            }
+        };
+        let mut model = MemoryStore::new(model_policy);
+        let outcome = execute(&ops, bounds, &mut model, store.as_mut());
+        tick();
+        match outcome {
+            Ok(n) => {
+                operations.set(operations.get() + n as u64);
+                Ok(())
+            }
+            Err(d) => {
+                let message = d.to_string();
+                *last.borrow_mut() = Some(d);
+                Err(TestCaseError::fail(message))
+            }
+        }
+    });
+    if let Some(e) = setup_error.into_inner() {
+        return Err(e);
+    }
+    let divergence = match result {
+        Ok(()) => None,
+        // proptest re-runs the minimal case last, so `last` holds its divergence.
+        Err(TestError::Fail(_, minimal)) => {
+            let mut store = open()?;
+            let mut model = MemoryStore::new(model_policy);
+            execute(&minimal, bounds, &mut model, store.as_mut()).err().or_else(|| last.into_inner())
+        }
+        Err(TestError::Abort(reason)) => return Err(StoreError::Setup(format!("proptest aborted: {reason}"))),
+    };
+    Ok(Report { cases, operations: operations.get(), seconds: started.elapsed().as_secs_f64(), divergence })
+}
+
+fn seed_bytes(seed: u64) -> [u8; 32] {
+    let mut bytes = [0u8; 32];
+    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+        chunk.copy_from_slice(&crate::core::random_token(seed.wrapping_add(i as u64)).to_le_bytes());
+    }
+    bytes
+}

@@ -1,0 +1,342 @@
+//! PostgreSQL under real concurrency: SKIP LOCKED, lease takeover, and four relays whose
+//! backends are killed between publish and terminal write. Needs `OUTBOX_CHECK_PG_URL` (prints
+//! NOT RUN without it; fails without it under `OUTBOX_CHECK_REQUIRE_PG=1`).
+
+use outbox_check::core::policy::TokenKind;
+use outbox_check::core::{
+    ClaimRequest, Duration, EnqueueRequest, Instant, Lease, LeaseToken, MessageId, Policy, RelayId, Status, TenantId, Variant,
+    WriteKind, WriteRequest, WriteResult, AggregateId,
+};
+use outbox_check::relay::{Clocks, Cycle, Effect, Input, PublishOutcome, RelayConfig};
+use outbox_check::store::bind::{message_name, owner_name, tenant_name};
+use outbox_check::store::postgres::Scratch;
+use outbox_check::store::sql::{self, Dialect};
+use outbox_check::store::{PgStore, Store};
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+fn url() -> Option<String> {
+    match std::env::var("OUTBOX_CHECK_PG_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("OUTBOX_CHECK_REQUIRE_PG").as_deref() != Ok("1"),
+                "OUTBOX_CHECK_REQUIRE_PG=1 but OUTBOX_CHECK_PG_URL is not set"
+            );
+            println!("NOT RUN: PostgreSQL concurrency tests need OUTBOX_CHECK_PG_URL (e.g. postgresql://postgres@127.0.0.1:5432/test)");
+            None
+        }
+    }
+}
+
+fn enqueue_all(store: &mut PgStore, messages: u32) {
+    for n in 0..messages {
+        let req = EnqueueRequest {
+            tenant_id: TenantId(0),
+            aggregate_id: AggregateId(n),
+            expected_version: 0,
+            message_id: MessageId(n),
+            now: Instant(n as u64),
+        };
+        store.enqueue(&req).expect("enqueue");
+    }
+}
+
+fn claim_request(owner: u16, now: u64, batch: u32, lease: u64) -> ClaimRequest {
+    ClaimRequest { tenant_id: TenantId(0), owner: RelayId(owner), batch, lease: Duration(lease), now: Instant(now), max_attempts: 3 }
+}
+
+#[test]
+fn a_claim_skips_a_row_another_transaction_holds_without_waiting() {
+    let Some(url) = url() else { return };
+    let policy = Variant::Reference.policy();
+    let mut first = PgStore::connect(&url, false, policy).expect("the server answers");
+    enqueue_all(&mut first, 2);
+    let schema = first.scratch().schema().to_string();
+    let mut holder = Scratch::attach(&url, false, &schema).unwrap();
+    let mut tx = holder.client().transaction().unwrap();
+    tx.query("SELECT 1 FROM messaging_outbox WHERE message_id = $1 FOR UPDATE", &[&message_name(MessageId(0))]).unwrap();
+    // A second worker, on its own connection, must not wait for the lock (a timeout proves it).
+    let mut second = Scratch::attach(&url, false, &schema).unwrap();
+    second.client().batch_execute("SET lock_timeout = '2s'").unwrap();
+    let started = std::time::Instant::now();
+    let select = sql::claim_select(Dialect::Postgres, &policy);
+    let rows = second.client().query(&select, &[&tenant_name(TenantId(0)), &100i64, &3i32, &1i64]).unwrap();
+    let elapsed = started.elapsed();
+    let ids: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(ids, [message_name(MessageId(1))], "the claim took the locked row or none");
+    assert!(elapsed < std::time::Duration::from_secs(1), "the claim waited {elapsed:?} for the lock");
+    tx.commit().unwrap();
+    // Once the lock is gone, the row is claimable again, in due order.
+    let leases = first.claim(&claim_request(1, 100, 2, 1000)).unwrap();
+    assert_eq!(leases.iter().map(|l| l.message_id).collect::<Vec<_>>(), [MessageId(0), MessageId(1)]);
+}
+
+#[test]
+fn an_expired_lease_is_taken_over_and_the_old_owners_write_is_stale() {
+    let Some(url) = url() else { return };
+    let mut store = PgStore::connect(&url, false, Variant::Reference.policy()).expect("the server answers");
+    enqueue_all(&mut store, 1);
+    let old = store.claim(&claim_request(0, 1_000, 1, 100)).unwrap();
+    assert_eq!(old.len(), 1);
+    assert!(store.claim(&claim_request(1, 1_050, 1, 100)).unwrap().is_empty(), "a live lease was taken");
+    let new = store.claim(&claim_request(1, 1_200, 1, 100)).unwrap();
+    assert_eq!(new.len(), 1, "the expired lease was not taken over");
+    assert_eq!(new[0].token, LeaseToken(old[0].token.0 + 1));
+    let write = |lease: Lease| WriteRequest { lease, kind: WriteKind::Published, now: Instant(1_250), max_attempts: 3 };
+    assert!(matches!(store.write(&write(old[0])).unwrap(), WriteResult::Stale { .. }), "the old owner's write applied");
+    assert_eq!(store.write(&write(new[0])).unwrap(), WriteResult::Applied { status: Status::Published });
+    let row = &store.rows().unwrap()[0];
+    assert_eq!((row.status, row.lease_token, row.attempts), (Status::Published, new[0].token, 2));
+}
+
+/// What one statement did, stamped inside its transaction by a sequence: for statements on the
+/// same row, the row lock orders them, so the stamps order them as they committed.
+#[derive(Clone, Debug)]
+enum Stamped {
+    Claim { stamp: i64, message: u32, token: u64 },
+    Write { stamp: i64, message: u32, token: u64, applied: bool },
+}
+
+struct Relay {
+    url: String,
+    schema: String,
+    db: Scratch,
+    pid: i32,
+    policy: Policy,
+}
+
+impl Relay {
+    fn connect(url: &str, schema: &str, policy: Policy) -> Relay {
+        let mut db = Scratch::attach(url, false, schema).expect("attach");
+        let pid: i32 = db.client().query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+        Relay { url: url.into(), schema: schema.into(), db, pid, policy }
+    }
+
+    fn reconnect(&mut self) {
+        *self = Relay::connect(&self.url, &self.schema, self.policy);
+    }
+
+    fn claim(&mut self, req: &ClaimRequest, log: &Mutex<Vec<Stamped>>) -> Result<Vec<Lease>, postgres::Error> {
+        let select = sql::claim_select(Dialect::Postgres, &self.policy);
+        let update = sql::claim_update(Dialect::Postgres, &self.policy);
+        let mut tx = self.db.client().transaction()?;
+        let ids: Vec<String> = tx
+            .query(&select, &[&tenant_name(req.tenant_id), &(req.now.0 as i64), &(req.max_attempts as i32), &i64::from(req.batch)])?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut leases = Vec::new();
+        for id in ids {
+            let row = tx.query_one(&update, &[&id, &(req.now.plus(req.lease).0 as i64), &owner_name(req.owner), &0i64])?;
+            let message: u32 = id[1..].parse().unwrap();
+            leases.push(Lease {
+                message_id: MessageId(message),
+                tenant_id: req.tenant_id,
+                owner: req.owner,
+                token: LeaseToken(row.get::<_, i64>(1) as u64),
+                attempts: row.get::<_, i32>(2) as u32,
+                claim_seq: 0,
+            });
+        }
+        let stamp: i64 = tx.query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
+        tx.commit()?;
+        let mut log = log.lock().unwrap();
+        for l in &leases {
+            log.push(Stamped::Claim { stamp, message: l.message_id.0, token: l.token.0 });
+        }
+        Ok(leases)
+    }
+
+    fn write(&mut self, req: &WriteRequest, log: &Mutex<Vec<Stamped>>) -> Result<WriteResult, postgres::Error> {
+        let statement = sql::write(Dialect::Postgres, &self.policy, req.kind);
+        let code = match req.kind {
+            WriteKind::Published => None,
+            WriteKind::Ambiguous { code } | WriteKind::Retry { code } | WriteKind::Failed { code } | WriteKind::Exhausted { code } => {
+                Some(code.as_str().to_string())
+            }
+        };
+        let mut tx = self.db.client().transaction()?;
+        let status: Option<String> = tx
+            .query_opt(
+                &statement,
+                &[
+                    &message_name(req.lease.message_id),
+                    &tenant_name(req.lease.tenant_id),
+                    &owner_name(req.lease.owner),
+                    &(req.lease.token.0 as i64),
+                    &(req.now.0 as i64),
+                    &code,
+                    &(req.max_attempts as i32),
+                    &(self.policy.backoff.base.0 as i64),
+                    &(self.policy.backoff.cap.0 as i64),
+                ],
+            )?
+            .map(|r| r.get(0));
+        let stamp: i64 = tx.query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
+        tx.commit()?;
+        log.lock().unwrap().push(Stamped::Write {
+            stamp,
+            message: req.lease.message_id.0,
+            token: req.lease.token.0,
+            applied: status.is_some(),
+        });
+        Ok(match status {
+            Some(s) => WriteResult::Applied { status: Status::parse(&s).unwrap() },
+            None => WriteResult::Stale { reason: outbox_check::core::StaleReason::NotInFlight },
+        })
+    }
+}
+
+#[test]
+fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_write_stale() {
+    let Some(url) = url() else { return };
+    const MESSAGES: u32 = 2000;
+    const RELAYS: u16 = 4;
+    let mut policy = Variant::Reference.policy();
+    assert_eq!(policy.token_kind, TokenKind::Counter);
+    policy.backoff.base = Duration(20);
+    policy.backoff.cap = Duration(200);
+    let mut setup = PgStore::connect(&url, false, policy).expect("the server answers");
+    setup.scratch().client().batch_execute("CREATE SEQUENCE outbox_check_order").unwrap();
+    enqueue_all(&mut setup, MESSAGES);
+    let schema = setup.scratch().schema().to_string();
+
+    let started = std::time::Instant::now();
+    let now = move || started.elapsed().as_millis() as u64 + 10_000;
+    let log = Mutex::new(Vec::new());
+    // The broker: what it stored, and every publication asked of it, per message.
+    let stored = Mutex::new(BTreeMap::<u32, u32>::new());
+    let asked = Mutex::new(BTreeMap::<u32, u32>::new());
+    let kills = AtomicU64::new(0);
+    let done = AtomicBool::new(false);
+    let deadline = std::time::Duration::from_secs(120);
+    std::thread::scope(|scope| {
+        for r in 0..RELAYS {
+            let (url, schema, log, stored, asked, kills, done) = (&url, &schema, &log, &stored, &asked, &kills, &done);
+            scope.spawn(move || {
+                let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(u64::from(r));
+                let mut relay = Relay::connect(url, schema, policy);
+                let mut killer = Scratch::attach(url, false, schema).unwrap();
+                let config = RelayConfig { owner: RelayId(r), tenant_id: TenantId(0), batch: 10, lease: Duration(1_000), max_attempts: 3, policy };
+                while !done.load(Ordering::Relaxed) {
+                    assert!(started.elapsed() < deadline, "the relays did not finish in {deadline:?}");
+                    if r == 0 {
+                        let reap = sql::reap(Dialect::Postgres);
+                        let _ = relay.db.client().query(&reap, &[&(now() as i64), &3i32]);
+                    }
+                    let (mut cycle, mut effect) = Cycle::start(&config, Clocks::same(Instant(now())));
+                    let mut claimed_any = false;
+                    loop {
+                        let step = match effect {
+                            Effect::Done => break,
+                            Effect::Claim { request } => match relay.claim(&request, log) {
+                                Ok(leases) => {
+                                    claimed_any = !leases.is_empty();
+                                    cycle.claimed(&config, leases, Clocks::same(Instant(now())))
+                                }
+                                Err(_) => {
+                                    relay.reconnect();
+                                    cycle.resume(&config, Input::ConnectionLost, Clocks::same(Instant(now())))
+                                }
+                            },
+                            Effect::Publish { lease, .. } => {
+                                *asked.lock().unwrap().entry(lease.message_id.0).or_default() += 1;
+                                let roll: f64 = rng.gen();
+                                let outcome = if roll < 0.10 {
+                                    PublishOutcome::RetryableFailure
+                                } else if roll < 0.15 {
+                                    PublishOutcome::Timeout // dropped before storing
+                                } else {
+                                    *stored.lock().unwrap().entry(lease.message_id.0).or_default() += 1;
+                                    if roll < 0.20 { PublishOutcome::Timeout } else { PublishOutcome::Ack } // lost ack
+                                };
+                                // Between publish and terminal write, the backend may die.
+                                if rng.gen_bool(0.03) {
+                                    killer.client().query("SELECT pg_terminate_backend($1)", &[&relay.pid]).unwrap();
+                                    kills.fetch_add(1, Ordering::Relaxed);
+                                }
+                                cycle.resume(&config, Input::Published { outcome }, Clocks::same(Instant(now())))
+                            }
+                            Effect::Write { mut request } => {
+                                request.now = Instant(now());
+                                match relay.write(&request, log) {
+                                    Ok(result) => cycle.resume(&config, Input::Written { result }, Clocks::same(Instant(now()))),
+                                    Err(_) => {
+                                        relay.reconnect();
+                                        cycle.resume(&config, Input::ConnectionLost, Clocks::same(Instant(now())))
+                                    }
+                                }
+                            }
+                        };
+                        effect = step.effect;
+                    }
+                    if !claimed_any {
+                        let open: i64 = relay
+                            .db
+                            .client()
+                            .query_one("SELECT count(*) FROM messaging_outbox WHERE status NOT IN ('PUBLISHED', 'FAILED', 'EXHAUSTED')", &[])
+                            .map(|row| row.get(0))
+                            .unwrap_or(1);
+                        if open == 0 {
+                            done.store(true, Ordering::Relaxed);
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                }
+            });
+        }
+    });
+    let rows = setup.rows().unwrap();
+    assert_eq!(rows.len(), MESSAGES as usize, "a message was lost");
+    let stored = stored.into_inner().unwrap();
+    let asked = asked.into_inner().unwrap();
+    for row in &rows {
+        assert!(row.status.is_terminal(), "{row:?} is not terminal");
+        if row.status == Status::Published {
+            assert!(stored.contains_key(&row.message_id.0), "{} PUBLISHED but never stored", row.message_id);
+        }
+        assert!(asked.get(&row.message_id.0).copied().unwrap_or(0) <= 3, "{} published over budget", row.message_id);
+    }
+    assert!(kills.load(Ordering::Relaxed) > 0, "no backend was killed");
+    // No stale write applied: per message, in commit order, every applied write presents the
+    // token of the latest claim, and one write at most is applied per claim.
+    let mut by_message: BTreeMap<u32, Vec<Stamped>> = BTreeMap::new();
+    for e in log.into_inner().unwrap() {
+        let m = match e {
+            Stamped::Claim { message, .. } | Stamped::Write { message, .. } => message,
+        };
+        by_message.entry(m).or_default().push(e);
+    }
+    let mut applied = 0;
+    for (m, mut events) in by_message {
+        events.sort_by_key(|e| match e {
+            Stamped::Claim { stamp, .. } | Stamped::Write { stamp, .. } => *stamp,
+        });
+        let (mut latest, mut written) = (0u64, false);
+        for e in events {
+            match e {
+                Stamped::Claim { token, .. } => {
+                    assert_eq!(token, latest + 1, "m{m}: claim token {token} after {latest}");
+                    (latest, written) = (token, false);
+                }
+                Stamped::Write { token, applied: true, .. } => {
+                    assert_eq!(token, latest, "m{m}: a write with token {token} applied after claim {latest}: stale");
+                    assert!(!written, "m{m}: two writes applied for claim {latest}");
+                    written = true;
+                    applied += 1;
+                }
+                Stamped::Write { .. } => {}
+            }
+        }
+    }
+    assert!(applied >= MESSAGES as usize);
+    let published = rows.iter().filter(|r| r.status == Status::Published).count();
+    println!(
+        "{MESSAGES} messages, {RELAYS} relays: {published} PUBLISHED, {} backends killed, {applied} writes applied, in {:.1} s",
+        kills.load(Ordering::Relaxed),
+        started.elapsed().as_secs_f64()
+    );
+}
