@@ -11,14 +11,13 @@ fn text(bytes: &[u8]) -> String {
 }
 
 #[test]
-fn help_lists_every_command_and_says_which_are_not_built() {
+fn help_lists_every_command() {
     let out = run(&["--help"]);
     assert!(out.status.success());
     let help = text(&out.stdout);
     for command in ["verify", "check", "explore", "mutants", "sim", "conform", "trace", "variants"] {
         assert!(help.contains(&format!("  {command} ")), "--help does not list {command}:\n{help}");
     }
-    assert!(help.contains("not built yet"), "{help}"); // conform
     assert!(help.contains("Exit codes"), "{help}");
 }
 
@@ -51,8 +50,8 @@ fn an_unknown_variant_is_one_line_naming_the_valid_ones_and_exit_2() {
 }
 
 #[test]
-fn bad_flags_and_unbuilt_commands_exit_2_with_one_line() {
-    for args in [&["verify", "--bogus"][..], &["verify", "--messages", "zero"], &["nonsense"], &["sim", "--seeds", "3"], &["check", "--variant", "nosuch"], &["check", "--fleet", "reference", "--variant", "reference"], &["check", "--relays", "2"]] {
+fn bad_flags_exit_2_with_one_line() {
+    for args in [&["verify", "--bogus"][..], &["verify", "--messages", "zero"], &["nonsense"], &["sim", "--seeds", "0"], &["sim", "--seed", "1", "--seeds", "3"], &["sim", "--history"], &["conform"], &["check", "--variant", "nosuch"], &["check", "--fleet", "reference", "--variant", "reference"], &["check", "--relays", "2"]] {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = text(&out.stderr);
@@ -131,4 +130,31 @@ fn sim_replays_a_seed_and_writes_failing_histories_the_oracle_reads() {
     let bad = run(&["sim", "--seeds", "10", "--shard", "4/4"]);
     assert_eq!(bad.status.code(), Some(2));
     assert_eq!(text(&bad.stderr).lines().count(), 1, "{}", text(&bad.stderr));
+}
+
+#[test]
+fn conform_agrees_on_sqlite_reports_legacy_divergence_and_refuses_bad_servers_in_one_line() {
+    let out = run(&["conform", "--store", "sqlite", "--cases", "64", "--json"]);
+    assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(json["verdict"], "agrees");
+    assert!(json["operations"].as_u64().unwrap() > 100);
+
+    let out = run(&["conform", "--store", "sqlite", "--variant", "legacy-v1", "--against", "reference", "--cases", "64"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report = text(&out.stdout);
+    assert!(report.contains("DIVERGED") && report.contains("SELECT message_id FROM messaging_outbox"), "{report}");
+
+    let no_url = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .args(["conform", "--store", "postgres"])
+        .env_remove("OUTBOX_CHECK_PG_URL")
+        .output()
+        .unwrap();
+    assert_eq!(no_url.status.code(), Some(2));
+    assert!(text(&no_url.stderr).contains("OUTBOX_CHECK_PG_URL"));
+    for url in ["postgresql://postgres@127.0.0.1:1/test", "postgresql://postgres@192.0.2.1:5432/test", "not a url"] {
+        let out = run(&["conform", "--store", "postgres", "--database-url", url, "--quiet"]);
+        assert_eq!(out.status.code(), Some(2), "{url}");
+        assert_eq!(text(&out.stderr).lines().count(), 1, "{url}: {}", text(&out.stderr));
+    }
 }

@@ -41,6 +41,20 @@ impl From<postgres::Error> for PgError {
     }
 }
 
+/// An error and its causes on one line ("error connecting to server: Connection refused").
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text = format!("{text}: {cause_text}");
+        }
+        source = cause.source();
+    }
+    text.replace('\n', " ")
+}
+
 /// Checks a URL before any connection: parseable, and loopback unless `disposable`.
 pub fn check_url(url: &str, disposable: bool) -> Result<postgres::Config, PgError> {
     let config = postgres::Config::from_str(url).map_err(|e| PgError::BadUrl(e.to_string()))?;
@@ -70,7 +84,7 @@ pub struct Scratch {
 impl Scratch {
     pub fn connect(url: &str, disposable: bool) -> Result<Scratch, PgError> {
         let config = check_url(url, disposable)?;
-        let mut client = config.connect(postgres::NoTls).map_err(|e| PgError::Connect(e.to_string()))?;
+        let mut client = config.connect(postgres::NoTls).map_err(|e| PgError::Connect(with_causes(&e)))?;
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
         let seed = (nanos as u64) ^ (u64::from(std::process::id()) << 32) ^ COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let schema = format!("outbox_check_{:016x}", crate::core::random_token(seed));
@@ -91,7 +105,7 @@ impl Scratch {
             return Err(PgError::Sql(format!("refusing schema name {schema}: not one of outbox-check's scratch schemas")));
         }
         let config = check_url(url, disposable)?;
-        let mut client = config.connect(postgres::NoTls).map_err(|e| PgError::Connect(e.to_string()))?;
+        let mut client = config.connect(postgres::NoTls).map_err(|e| PgError::Connect(with_causes(&e)))?;
         client.batch_execute(&format!("SET search_path TO {schema}"))?;
         Ok(Scratch { client, schema: schema.to_string(), owned: false })
     }
