@@ -72,7 +72,7 @@ pub struct Accepted {
 }
 
 /// A lease the implementation holds, under its own token string.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Hash)]
 struct Held {
     relay: RelayId,
     token: String,
@@ -86,6 +86,19 @@ struct Branch {
     auditor: Auditor,
     held: Vec<Held>,
     resolutions: Vec<String>,
+    /// Writes with an unknown outcome not resolved yet: each touches one row, so it forks the
+    /// branch only when a later event touches that row (or a reap looks at every row).
+    /// Unknown writes to different rows are independent: deferring them keeps the branches
+    /// from multiplying while many are open at once.
+    deferred: Vec<Deferred>,
+}
+
+/// A terminal write whose outcome the implementation could not learn, resolved lazily.
+#[derive(Clone, Debug, PartialEq, Hash)]
+struct Deferred {
+    line: usize,
+    write: String,
+    req: WriteRequest,
 }
 
 /// Branches beyond this many are pruned (each unknown outcome can double them).
@@ -123,7 +136,13 @@ impl Oracle {
             policy,
             max_attempts,
             names: Default::default(),
-            branches: vec![Branch { outbox: Outbox::new(), auditor: Auditor::new(max_attempts), held: Vec::new(), resolutions: Vec::new() }],
+            branches: vec![Branch {
+                outbox: Outbox::new(),
+                auditor: Auditor::new(max_attempts),
+                held: Vec::new(),
+                resolutions: Vec::new(),
+                deferred: Vec::new(),
+            }],
             events: 0,
             dropped: false,
         }
@@ -156,25 +175,29 @@ impl Oracle {
         AggregateId(self.id(3, name))
     }
 
-    /// Checks one event. After a divergence the oracle's state is only kept when several
-    /// resolutions were open; a caller should stop at the first divergence.
+    /// Checks one event. After a divergence the oracle's state is unspecified: a caller should
+    /// stop at the first divergence.
     pub fn feed(&mut self, line: usize, event: &Event) -> Result<(), Divergence> {
         let plan = self.plan(event);
         let mut next = Vec::new();
         let mut first_error = None;
         let branches = std::mem::take(&mut self.branches);
-        let kept = branches.clone_if_many();
+        let before = branches.len();
+        let branches: Vec<Branch> = branches.into_iter().flat_map(|b| self.resolve_deferred(b, event, &plan)).collect();
         for branch in branches {
             match self.step(branch, line, event, &plan) {
-                Ok(successors) => next.extend(successors),
+                Ok(mut successors) => {
+                    for b in &mut successors {
+                        self.forget(b, &plan, event);
+                    }
+                    next.extend(successors)
+                }
                 Err(divergence) => {
                     first_error.get_or_insert(divergence);
                 }
             }
         }
         if next.is_empty() {
-            // Keep the state from before the event, so the caller may go on if it wants.
-            self.branches = kept.unwrap_or_default();
             return Err(first_error.unwrap_or_else(|| Divergence {
                 line,
                 event: event_json(event),
@@ -188,14 +211,31 @@ impl Oracle {
                 d
             });
         }
-        // Resolutions that led to the same table, ghosts and leases are one branch.
-        let mut unique: Vec<Branch> = Vec::with_capacity(next.len());
-        for branch in next {
-            let same = |b: &Branch| b.outbox == branch.outbox && b.auditor == branch.auditor && b.held == branch.held;
-            if !unique.iter().any(same) {
-                unique.push(branch);
+        // Resolutions that led to the same table, ghosts and leases are one branch. Comparing
+        // every pair of branches on every event would cost branches² × table: compare them by
+        // fingerprint, and only when this event forked a branch or every 64 events (when
+        // branches that differed in one row may have converged).
+        let unique = if next.len() > 1 && (next.len() > before || self.events % 64 == 0) {
+            let mut seen: std::collections::HashMap<u64, Vec<usize>> = std::collections::HashMap::new();
+            let mut unique: Vec<Branch> = Vec::with_capacity(next.len());
+            for branch in next {
+                let key = crate::world::fingerprint(&(&branch.outbox, &branch.auditor, &branch.held, &branch.deferred));
+                let same = seen.get(&key).is_some_and(|ids| {
+                    ids.iter().any(|&i| {
+                        let b = &unique[i];
+                        b.outbox == branch.outbox && b.auditor == branch.auditor && b.held == branch.held && b.deferred == branch.deferred
+                    })
+                });
+                if !same {
+                    seen.entry(key).or_default().push(unique.len());
+                    unique.push(branch);
+                }
             }
-        }
+            unique
+        } else {
+            next
+        };
+        let mut unique = unique;
         self.dropped |= unique.len() > BRANCHES_MAX;
         unique.truncate(BRANCHES_MAX);
         self.branches = unique;
@@ -203,10 +243,92 @@ impl Oracle {
         Ok(())
     }
 
+    /// How many resolutions of the unknown outcomes are still consistent.
+    pub fn open_resolutions(&self) -> usize {
+        self.branches.len()
+    }
+
     /// The verdict on everything fed so far.
     pub fn finish(self) -> Accepted {
-        let resolutions = self.branches.into_iter().next().map(|b| b.resolutions).unwrap_or_default();
+        let resolutions = self
+            .branches
+            .into_iter()
+            .next()
+            .map(|b| {
+                let mut r = b.resolutions;
+                r.extend(b.deferred.iter().map(|d| format!("line {}: {} unresolved (consistent either way)", d.line, d.write)));
+                r
+            })
+            .unwrap_or_default();
         Accepted { events: self.events, resolutions }
+    }
+
+    /// Erases, in the rows `event` touched, what no rule of the model ever reads again: the last
+    /// failure code, when a row was published, and a terminal row's retry time (unless the
+    /// design may claim terminal rows). Resolutions of unknown outcomes that differ only there
+    /// then become one branch instead of living on side by side.
+    fn forget(&self, branch: &mut Branch, plan: &Plan, event: &Event) {
+        let all = matches!(event, Event::Reap { .. } | Event::Claim { outcome: Outcome::Unknown, .. });
+        let claim_terminal = self.policy.claim_terminal;
+        let touched = |id: MessageId| match plan {
+            Plan::Ids { messages, .. } => all || messages.contains(&id),
+            Plan::Nothing => false,
+        };
+        for row in branch.outbox.rows_mut().iter_mut().filter(|r| touched(r.message_id)) {
+            row.last_failure_code = None;
+            row.published_at = None;
+            if row.status.is_terminal() && !claim_terminal {
+                row.next_attempt_at = None;
+            }
+        }
+    }
+
+    /// Resolves, both ways, the deferred writes to rows `event` touches (every row, for a reap):
+    /// one branch per consistent combination.
+    fn resolve_deferred(&self, branch: Branch, event: &Event, plan: &Plan) -> Vec<Branch> {
+        if branch.deferred.is_empty() {
+            return vec![branch];
+        }
+        let max_attempts = self.max_attempts;
+        let outbox = &branch.outbox;
+        let touches = |d: &Deferred| match (event, plan) {
+            // A committed write leaves its row out of IN_FLIGHT, so a reap can only tell the two
+            // apart where the row, unwritten, would be reaped.
+            (Event::Reap { now, .. }, _) => outbox
+                .row(d.req.lease.message_id)
+                .is_some_and(|row| Outbox::is_reapable(row, Instant(*now), max_attempts)),
+            // A claim whose outcome is unknown may have taken any row.
+            (Event::Claim { outcome: Outcome::Unknown, .. }, _) => true,
+            (_, Plan::Ids { messages, .. }) => messages.contains(&d.req.lease.message_id),
+            (_, Plan::Nothing) => false,
+        };
+        let flags: Vec<bool> = branch.deferred.iter().map(touches).collect();
+        if !flags.contains(&true) {
+            return vec![branch];
+        }
+        let mut base = branch;
+        let (mut now, mut later) = (Vec::new(), Vec::new());
+        for (d, touched) in std::mem::take(&mut base.deferred).into_iter().zip(flags) {
+            if touched { now.push(d) } else { later.push(d) }
+        }
+        base.deferred = later;
+        let mut out = vec![base];
+        for d in now {
+            let mut next = Vec::with_capacity(out.len() * 2);
+            for b in out {
+                let mut applied = b.clone();
+                let ok = applied.auditor.write(&mut applied.outbox, &self.policy, &d.req).is_ok();
+                if ok && applied.auditor.take_violations().is_empty() {
+                    applied.resolutions.push(format!("line {}: {} committed", d.line, d.write));
+                    next.push(applied);
+                }
+                let mut not = b;
+                not.resolutions.push(format!("line {}: {} not committed", d.line, d.write));
+                next.push(not);
+            }
+            out = next;
+        }
+        out
     }
 
     /// The event with the implementation's names turned into the model's ids.
@@ -353,7 +475,7 @@ impl Oracle {
                 audited(&mut b, before)?;
                 Ok(vec![b])
             }
-            Event::Write { write, token, now, code, result, status, .. } => {
+            Event::Write { write, message, token, now, code, result, status, .. } => {
                 let id = messages[0];
                 let kind = write_kind(write, *code).ok_or_else(|| diverge(None, "a known write".into(), write.clone(), Vec::new()))?;
                 let mut lease = b
@@ -366,24 +488,20 @@ impl Oracle {
                 lease.tenant_id = tenant;
                 let req = WriteRequest { lease, kind, now: Instant(*now), max_attempts: self.max_attempts };
                 let before = rows_of(&b, &messages);
-                // Only an unknown outcome needs the branch where the write did not happen.
-                let unapplied = (*result == WriteReport::Unknown).then(|| b.clone());
+                if *result == WriteReport::Unknown {
+                    if b.outbox.row(id).is_none() {
+                        return Err(diverge(None, "a write to a known row".into(), format!("a write to {message}"), before));
+                    }
+                    b.deferred.push(Deferred { line, write: write.clone(), req });
+                    return Ok(vec![b]);
+                }
                 let mut applied = b;
                 let model = applied
                     .auditor
                     .write(&mut applied.outbox, &self.policy, &req)
                     .map_err(|e| diverge(None, "a write to a known row".into(), e.to_string(), before.clone()))?;
                 match result {
-                    WriteReport::Unknown => {
-                        let mut b = unapplied.expect("kept for an unknown outcome");
-                        applied.resolutions.push(format!("line {line}: {write} committed"));
-                        b.resolutions.push(format!("line {line}: {write} not committed"));
-                        let mut out = vec![b];
-                        if applied.auditor.violations().is_empty() {
-                            out.push(applied);
-                        }
-                        Ok(out)
-                    }
+                    WriteReport::Unknown => unreachable!("an unknown write is deferred above"),
                     WriteReport::Applied | WriteReport::Stale => {
                         let model_says = match model {
                             WriteResult::Applied { .. } => WriteReport::Applied,
@@ -447,18 +565,6 @@ impl Oracle {
 
     fn name_of(&self, kind: u8, id: u32) -> String {
         self.names[kind as usize].iter().find(|(_, v)| **v == id).map(|(n, _)| n.clone()).unwrap_or_else(|| id.to_string())
-    }
-}
-
-/// Branches are cloned before an event only when there are several (a divergence then keeps
-/// the old ones); a lone branch is consumed, so a long history costs no copies.
-trait CloneIfMany {
-    fn clone_if_many(&self) -> Option<Vec<Branch>>;
-}
-
-impl CloneIfMany for Vec<Branch> {
-    fn clone_if_many(&self) -> Option<Vec<Branch>> {
-        (self.len() > 1).then(|| self.clone())
     }
 }
 

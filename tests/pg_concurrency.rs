@@ -12,6 +12,7 @@ use outbox_check::store::bind::{message_name, owner_name, tenant_name};
 use outbox_check::store::postgres::Scratch;
 use outbox_check::store::sql::{self, Dialect};
 use outbox_check::store::{PgStore, Store};
+use outbox_check::trace::{to_jsonl, Event, Header, Outcome, PublishAnswer, TraceLease, WriteReport};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -100,23 +101,48 @@ enum Stamped {
     Write { stamp: i64, message: u32, token: u64, applied: bool },
 }
 
-struct Relay {
+struct Relay<'a> {
     url: String,
     schema: String,
     db: Scratch,
     pid: i32,
     policy: Policy,
+    /// The history in the oracle's trace format, keyed by commit order.
+    trace: &'a Mutex<Vec<(i64, Event)>>,
 }
 
-impl Relay {
-    fn connect(url: &str, schema: &str, policy: Policy) -> Relay {
+fn write_event(req: &WriteRequest, result: WriteReport) -> Event {
+    Event::Write {
+        relay: owner_name(req.lease.owner),
+        write: req.kind.name().to_string(),
+        message: message_name(req.lease.message_id),
+        tenant: tenant_name(req.lease.tenant_id),
+        token: req.lease.token.0.to_string(),
+        now: req.now.0,
+        code: match req.kind {
+            WriteKind::Published => None,
+            WriteKind::Ambiguous { code } | WriteKind::Retry { code } | WriteKind::Failed { code } | WriteKind::Exhausted { code } => {
+                Some(code)
+            }
+        },
+        result,
+        status: None,
+    }
+}
+
+impl<'a> Relay<'a> {
+    fn connect(url: &str, schema: &str, policy: Policy, trace: &'a Mutex<Vec<(i64, Event)>>) -> Relay<'a> {
         let mut db = Scratch::attach(url, false, schema).expect("attach");
         let pid: i32 = db.client().query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
-        Relay { url: url.into(), schema: schema.into(), db, pid, policy }
+        Relay { url: url.into(), schema: schema.into(), db, pid, policy, trace }
     }
 
     fn reconnect(&mut self) {
-        *self = Relay::connect(&self.url, &self.schema, self.policy);
+        *self = Relay::connect(&self.url, &self.schema, self.policy, self.trace);
+    }
+
+    fn stamp(&mut self) -> i64 {
+        self.db.client().query_one("SELECT nextval('outbox_check_order')", &[]).unwrap().get(0)
     }
 
     fn claim(&mut self, req: &ClaimRequest, log: &Mutex<Vec<Stamped>>) -> Result<Vec<Lease>, postgres::Error> {
@@ -143,6 +169,21 @@ impl Relay {
         }
         let stamp: i64 = tx.query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
         tx.commit()?;
+        self.trace.lock().unwrap().push((
+            2 * stamp,
+            Event::Claim {
+                relay: owner_name(req.owner),
+                tenant: tenant_name(req.tenant_id),
+                batch: req.batch,
+                lease_ms: req.lease.0,
+                now: req.now.0,
+                leases: leases
+                    .iter()
+                    .map(|l| TraceLease { message: message_name(l.message_id), token: l.token.0.to_string(), attempts: l.attempts })
+                    .collect(),
+                outcome: Outcome::Ok,
+            },
+        ));
         let mut log = log.lock().unwrap();
         for l in &leases {
             log.push(Stamped::Claim { stamp, message: l.message_id.0, token: l.token.0 });
@@ -177,6 +218,7 @@ impl Relay {
             .map(|r| r.get(0));
         let stamp: i64 = tx.query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
         tx.commit()?;
+        self.trace.lock().unwrap().push((2 * stamp, write_event(req, if status.is_some() { WriteReport::Applied } else { WriteReport::Stale })));
         log.lock().unwrap().push(Stamped::Write {
             stamp,
             message: req.lease.message_id.0,
@@ -207,6 +249,20 @@ fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_wr
     let started = std::time::Instant::now();
     let now = move || started.elapsed().as_millis() as u64 + 10_000;
     let log = Mutex::new(Vec::new());
+    let trace: Mutex<Vec<(i64, Event)>> = Mutex::new(
+        (0..MESSAGES)
+            .map(|n| {
+                (i64::from(n) - i64::from(MESSAGES), Event::Enqueue {
+                    tenant: tenant_name(TenantId(0)),
+                    aggregate: format!("a{:08}", n),
+                    expected_version: 0,
+                    message: message_name(MessageId(n)),
+                    now: u64::from(n),
+                    result: "applied".into(),
+                })
+            })
+            .collect(),
+    );
     // The broker: what it stored, and every publication asked of it, per message.
     let stored = Mutex::new(BTreeMap::<u32, u32>::new());
     let asked = Mutex::new(BTreeMap::<u32, u32>::new());
@@ -215,17 +271,25 @@ fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_wr
     let deadline = std::time::Duration::from_secs(120);
     std::thread::scope(|scope| {
         for r in 0..RELAYS {
-            let (url, schema, log, stored, asked, kills, done) = (&url, &schema, &log, &stored, &asked, &kills, &done);
+            let (url, schema, log, stored, asked, kills, done, trace) = (&url, &schema, &log, &stored, &asked, &kills, &done, &trace);
             scope.spawn(move || {
                 let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(u64::from(r));
-                let mut relay = Relay::connect(url, schema, policy);
+                let mut relay = Relay::connect(url, schema, policy, trace);
+                let mut published_at = 0i64;
                 let mut killer = Scratch::attach(url, false, schema).unwrap();
                 let config = RelayConfig { owner: RelayId(r), tenant_id: TenantId(0), batch: 10, lease: Duration(1_000), max_attempts: 3, policy };
                 while !done.load(Ordering::Relaxed) {
                     assert!(started.elapsed() < deadline, "the relays did not finish in {deadline:?}");
                     if r == 0 {
                         let reap = sql::reap(Dialect::Postgres);
-                        let _ = relay.db.client().query(&reap, &[&(now() as i64), &3i32]);
+                        let at = now();
+                        let mut tx = relay.db.client().transaction().unwrap();
+                        let reaped: Vec<String> = tx.query(&reap, &[&(at as i64), &3i32]).unwrap().iter().map(|r| r.get(0)).collect();
+                        let stamp: i64 = tx.query_one("SELECT nextval('outbox_check_order')", &[]).unwrap().get(0);
+                        tx.commit().unwrap();
+                        if !reaped.is_empty() {
+                            trace.lock().unwrap().push((2 * stamp, Event::Reap { now: at, messages: reaped }));
+                        }
                     }
                     let (mut cycle, mut effect) = Cycle::start(&config, Clocks::same(Instant(now())));
                     let mut claimed_any = false;
@@ -242,7 +306,7 @@ fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_wr
                                     cycle.resume(&config, Input::ConnectionLost, Clocks::same(Instant(now())))
                                 }
                             },
-                            Effect::Publish { lease, .. } => {
+                            Effect::Publish { lease, key } => {
                                 *asked.lock().unwrap().entry(lease.message_id.0).or_default() += 1;
                                 let roll: f64 = rng.gen();
                                 let outcome = if roll < 0.10 {
@@ -253,6 +317,25 @@ fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_wr
                                     *stored.lock().unwrap().entry(lease.message_id.0).or_default() += 1;
                                     if roll < 0.20 { PublishOutcome::Timeout } else { PublishOutcome::Ack } // lost ack
                                 };
+                                published_at = relay.stamp();
+                                trace.lock().unwrap().push((
+                                    2 * published_at,
+                                    Event::Publish {
+                                        relay: owner_name(lease.owner),
+                                        message: message_name(lease.message_id),
+                                        key: match key {
+                                            outbox_check::core::IdempotencyKey::Message { message_id } => message_name(message_id),
+                                            other => format!("{other:?}"),
+                                        },
+                                        answer: match outcome {
+                                            PublishOutcome::Ack => PublishAnswer::Ack,
+                                            PublishOutcome::RetryableFailure => PublishAnswer::Unavailable,
+                                            PublishOutcome::Timeout => PublishAnswer::Timeout,
+                                            PublishOutcome::Rejected => PublishAnswer::Rejected,
+                                        },
+                                        stored: Some(roll >= 0.15),
+                                    },
+                                ));
                                 // Between publish and terminal write, the backend may die.
                                 if rng.gen_bool(0.03) {
                                     killer.client().query("SELECT pg_terminate_backend($1)", &[&relay.pid]).unwrap();
@@ -265,6 +348,9 @@ fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_wr
                                 match relay.write(&request, log) {
                                     Ok(result) => cycle.resume(&config, Input::Written { result }, Clocks::same(Instant(now()))),
                                     Err(_) => {
+                                        // The connection died: the relay cannot know whether the
+                                        // write committed, and logs it so, after its publication.
+                                        trace.lock().unwrap().push((2 * published_at + 1, write_event(&request, WriteReport::Unknown)));
                                         relay.reconnect();
                                         cycle.resume(&config, Input::ConnectionLost, Clocks::same(Instant(now())))
                                     }
@@ -333,10 +419,52 @@ fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_wr
         }
     }
     assert!(applied >= MESSAGES as usize);
+    // The same history, as the relay fleet would log it, through `outbox-check trace`.
+    let mut events = trace.into_inner().unwrap();
+    events.sort_by_key(|(key, _)| *key);
+    let header = Header {
+        format: outbox_check::trace::FORMAT.into(),
+        version: outbox_check::trace::VERSION,
+        variant: Some("reference".into()),
+        max_attempts: 3,
+        backoff_base: Some(policy.backoff.base.0),
+        backoff_cap: Some(policy.backoff.cap.0),
+        source: Some("tests/pg_concurrency.rs: 4 relays on PostgreSQL".into()),
+    };
+    let events: Vec<Event> = events.into_iter().map(|(_, e)| e).collect();
+    let file = std::env::temp_dir().join(format!("outbox-check-pg-{}.jsonl", std::process::id()));
+    std::fs::write(&file, to_jsonl(&header, &events)).unwrap();
+    let checking = std::time::Instant::now();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .arg("trace")
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if checking.elapsed() > std::time::Duration::from_secs(120) {
+            child.kill().ok();
+            panic!("the oracle took over 120 s on the PostgreSQL history ({} events, {})", events.len(), file.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let checked = child.wait_with_output().unwrap();
+    assert!(
+        checked.status.success(),
+        "the oracle rejected the PostgreSQL history ({} events, {}):\n{}{}",
+        events.len(),
+        file.display(),
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    std::fs::remove_file(&file).ok();
     let published = rows.iter().filter(|r| r.status == Status::Published).count();
     println!(
-        "{MESSAGES} messages, {RELAYS} relays: {published} PUBLISHED, {} backends killed, {applied} writes applied, in {:.1} s",
+        "{MESSAGES} messages, {RELAYS} relays: {published} PUBLISHED, {} backends killed, {applied} writes applied, {} events checked by the oracle in {:.1} s; in {:.1} s",
         kills.load(Ordering::Relaxed),
+        events.len(),
+        checking.elapsed().as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
 }
