@@ -8,6 +8,7 @@ use crate::world::{Faults, WorldConfig};
 use clap::{Parser, Subcommand};
 
 mod conform;
+#[cfg(madsim)]
 mod sim;
 use std::process::ExitCode;
 
@@ -154,7 +155,7 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         from: u64,
         /// Run only shard i of n of the sweep (every n-th seed from the i-th), e.g. 0/4.
-        #[arg(long, value_parser = sim::parse_shard, value_name = "I/N")]
+        #[arg(long, value_parser = parse_shard, value_name = "I/N")]
         shard: Option<(u64, u64)>,
         /// Threads for a sweep (default: every core).
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
@@ -298,6 +299,17 @@ fn parse_faults(text: &str) -> Result<Faults, String> {
     Faults::parse(text)
 }
 
+/// Parses `i/n` with 0 ≤ i < n.
+fn parse_shard(text: &str) -> Result<(u64, u64), String> {
+    let bad = || format!("shard '{text}' must be i/n with 0 <= i < n, e.g. 0/4");
+    let (i, n) = text.split_once('/').ok_or_else(bad)?;
+    let (i, n): (u64, u64) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    if n == 0 || i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
 /// Parses a variant or mutant name.
 pub fn parse_design(text: &str) -> Result<Design, String> {
     Design::parse(text).ok_or_else(|| format!("unknown design '{text}'; valid: {}", Design::all_names().join(", ")))
@@ -341,23 +353,32 @@ pub fn main() -> ExitCode {
             variant, fleet, relays, messages, tenants, max_attempts, seed, seeds, from, shard, threads, out, no_write,
             history, json, quiet,
         } => {
-            let mut config = crate::sim::SimConfig::new(sim::designs(variant, &fleet, relays), messages);
-            config.tenants = tenants;
-            config.max_attempts = max_attempts;
-            let (shard, shards) = shard.unwrap_or((0, 1));
-            let threads = threads
-                .map(|t| t as usize)
-                .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
-            sim::sim(&sim::SimArgs {
-                config,
-                seed,
-                seeds: crate::sim::sweep::Seeds { from, count: seeds, shard, shards },
-                threads,
-                out: (!no_write).then_some(out),
-                history,
-                json,
-                quiet,
-            })
+            #[cfg(not(madsim))]
+            {
+                let _ = (variant, fleet, relays, messages, tenants, max_attempts, seed, seeds, from, shard, threads, out, no_write, history, json, quiet);
+                eprintln!("outbox-check: this build has no simulator: build with --cfg madsim (as .cargo/config.toml does)");
+                ExitCode::from(2)
+            }
+            #[cfg(madsim)]
+            {
+                let mut config = crate::sim::SimConfig::new(sim::designs(variant, &fleet, relays), messages);
+                config.tenants = tenants;
+                config.max_attempts = max_attempts;
+                let (shard, shards) = shard.unwrap_or((0, 1));
+                let threads = threads
+                    .map(|t| t as usize)
+                    .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+                sim::sim(&sim::SimArgs {
+                    config,
+                    seed,
+                    seeds: crate::sim::sweep::Seeds { from, count: seeds, shard, shards },
+                    threads,
+                    out: (!no_write).then_some(out),
+                    history,
+                    json,
+                    quiet,
+                })
+            }
         }
         Command::Conform { engine, variant, against, cases, seed, database_url, i_understand_this_database_is_disposable, json, quiet } => {
             conform::run(&conform::ConformArgs {
@@ -729,8 +750,8 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, json: bool) -> E
     let mut diverged = false;
     for file in files {
         let name = file.display().to_string();
-        let text = match std::fs::read_to_string(file) {
-            Ok(text) => text,
+        let reader = match std::fs::File::open(file) {
+            Ok(f) => std::io::BufReader::with_capacity(1 << 16, f),
             Err(error) => {
                 eprintln!("outbox-check: cannot read {name}: {error}");
                 return ExitCode::from(2);
@@ -739,9 +760,9 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, json: bool) -> E
         // Parse and check line by line: a long history is never held in memory whole.
         let mut divergence = None;
         let slot: std::cell::RefCell<Option<Oracle>> = std::cell::RefCell::new(None);
-        let checked = crate::trace::stream(
+        let checked = crate::trace::stream_reader(
             &name,
-            &text,
+            reader,
             |header| {
                 let oracle = match variant {
                     Some(design) => {

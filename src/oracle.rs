@@ -32,7 +32,6 @@ use crate::core::{
 };
 use crate::trace::{Event, Header, Outcome, PublishAnswer, WriteReport};
 use serde::Serialize;
-use std::collections::HashMap;
 
 /// Where the history first leaves what the model allows.
 #[derive(Clone, Debug, Serialize)]
@@ -109,7 +108,7 @@ pub struct Oracle {
     max_attempts: u32,
     /// The implementation's names by kind (message, tenant, relay, aggregate), each mapped to a
     /// small number in order of first appearance.
-    names: [HashMap<String, u32>; 4],
+    names: [ahash::AHashMap<String, u32>; 4],
     branches: Vec<Branch>,
     events: usize,
     dropped: bool,
@@ -270,16 +269,25 @@ impl Oracle {
     fn forget(&self, branch: &mut Branch, plan: &Plan, event: &Event) {
         let all = matches!(event, Event::Reap { .. } | Event::Claim { outcome: Outcome::Unknown, .. });
         let claim_terminal = self.policy.claim_terminal;
-        let touched = |id: MessageId| match plan {
-            Plan::Ids { messages, .. } => all || messages.contains(&id),
-            Plan::Nothing => false,
-        };
-        for row in branch.outbox.rows_mut().iter_mut().filter(|r| touched(r.message_id)) {
+        let forget = |row: &mut Row| {
             row.last_failure_code = None;
             row.published_at = None;
             if row.status.is_terminal() && !claim_terminal {
                 row.next_attempt_at = None;
             }
+        };
+        let rows = branch.outbox.rows_mut();
+        match plan {
+            Plan::Ids { .. } if all => rows.iter_mut().for_each(forget),
+            // Rows are sorted by message id: find the touched ones, never walk the table.
+            Plan::Ids { messages, .. } => {
+                for id in messages {
+                    if let Ok(i) = rows.binary_search_by_key(id, |r| r.message_id) {
+                        forget(&mut rows[i]);
+                    }
+                }
+            }
+            Plan::Nothing => {}
         }
     }
 

@@ -177,28 +177,52 @@ pub fn stream<T>(
     file: &str,
     text: &str,
     start: impl FnOnce(&Header) -> Result<T, String>,
+    each: impl FnMut(usize, Event) -> bool,
+) -> Result<T, ParseError> {
+    stream_reader(file, text.as_bytes(), start, each)
+}
+
+/// [`stream`] over a reader (a file): one line in memory at a time, however long the history.
+pub fn stream_reader<T>(
+    file: &str,
+    mut reader: impl std::io::BufRead,
+    start: impl FnOnce(&Header) -> Result<T, String>,
     mut each: impl FnMut(usize, Event) -> bool,
 ) -> Result<T, ParseError> {
     let error = |line: usize, column: usize, message: String| ParseError { file: file.to_string(), line, column, message };
-    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
-    let Some((i, first)) = lines.next() else {
+    let mut buffer = String::new();
+    let mut number = 0usize;
+    // The next non-blank line and its number, or None at the end.
+    let mut next_line = |buffer: &mut String| -> Result<Option<usize>, ParseError> {
+        loop {
+            buffer.clear();
+            number += 1;
+            match reader.read_line(buffer) {
+                Ok(0) => return Ok(None),
+                Ok(_) if buffer.trim().is_empty() => continue,
+                Ok(_) => return Ok(Some(number)),
+                Err(e) => return Err(error(number, 1, format!("cannot read: {e}"))),
+            }
+        }
+    };
+    let Some(first) = next_line(&mut buffer)? else {
         return Err(error(1, 1, "empty trace: expected a header line".into()));
     };
     let header: Header =
-        serde_json::from_str(first).map_err(|e| error(i + 1, e.column().max(1), format!("bad header: {e}")))?;
+        serde_json::from_str(&buffer).map_err(|e| error(first, e.column().max(1), format!("bad header: {e}")))?;
     if header.format != FORMAT {
-        return Err(error(i + 1, 1, format!("not an outbox-check trace: format is '{}', expected '{FORMAT}'", header.format)));
+        return Err(error(first, 1, format!("not an outbox-check trace: format is '{}', expected '{FORMAT}'", header.format)));
     }
     if header.version != VERSION {
-        return Err(error(i + 1, 1, format!("unsupported trace version {} (this build reads version {VERSION})", header.version)));
+        return Err(error(first, 1, format!("unsupported trace version {} (this build reads version {VERSION})", header.version)));
     }
     if header.max_attempts == 0 {
-        return Err(error(i + 1, 1, "max_attempts must be at least 1".into()));
+        return Err(error(first, 1, "max_attempts must be at least 1".into()));
     }
-    let started = start(&header).map_err(|message| error(i + 1, 1, message))?;
-    for (i, line) in lines {
-        let event: Event = serde_json::from_str(line).map_err(|e| error(i + 1, e.column().max(1), e.to_string()))?;
-        if !each(i + 1, event) {
+    let started = start(&header).map_err(|message| error(first, 1, message))?;
+    while let Some(line) = next_line(&mut buffer)? {
+        let event: Event = serde_json::from_str(&buffer).map_err(|e| error(line, e.column().max(1), e.to_string()))?;
+        if !each(line, event) {
             break;
         }
     }

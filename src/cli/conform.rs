@@ -2,6 +2,7 @@
 
 use crate::core::Design;
 use crate::store::conform::{conform, Bounds, Report};
+use crate::store::bind::Reused;
 use crate::store::{PgStore, SqliteStore, Store, StoreError};
 use std::process::ExitCode;
 
@@ -64,9 +65,13 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
         }
         Engine::Postgres => {
             let url = url(args)?;
-            // Fail fast, with one line, on a server that does not answer.
-            drop(PgStore::connect(&url, args.disposable, policy)?);
-            let open = || Ok(Box::new(PgStore::connect(&url, args.disposable, policy)?) as Box<dyn Store>);
+            // One scratch schema for the run, emptied between cases (connecting fails fast,
+            // in one line, on a server that does not answer).
+            let shared = std::rc::Rc::new(std::cell::RefCell::new(PgStore::connect(&url, args.disposable, policy)?));
+            let open = || -> Result<Box<dyn Store>, StoreError> {
+                shared.borrow_mut().reset()?;
+                Ok(Box::new(Reused::new(shared.clone())) as Box<dyn Store>)
+            };
             conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1))
         }
     };

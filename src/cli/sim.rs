@@ -203,17 +203,6 @@ fn write_history(out: &Path, config: &SimConfig, result: &crate::sim::run::RunRe
     Ok(path)
 }
 
-/// Parses `i/n` with 0 ≤ i < n.
-pub fn parse_shard(text: &str) -> Result<(u64, u64), String> {
-    let bad = || format!("shard '{text}' must be i/n with 0 <= i < n, e.g. 0/4");
-    let (i, n) = text.split_once('/').ok_or_else(bad)?;
-    let (i, n): (u64, u64) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
-    if n == 0 || i >= n {
-        return Err(bad());
-    }
-    Ok((i, n))
-}
-
 /// The designs of `--variant V --relays R` or of `--fleet A,B,...` (reference by default).
 pub fn designs(variant: Option<Design>, fleet: &[Design], relays: u16) -> Vec<Design> {
     if fleet.is_empty() {

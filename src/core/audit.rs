@@ -177,6 +177,15 @@ impl Auditor {
     }
 
     fn ghost_mut(&mut self, message_id: MessageId) -> &mut RowGhost {
+        // Histories mostly touch the newest message: try the end before searching.
+        let last = self.ghosts.last().map(|g| g.message_id);
+        if last.is_none_or(|m| m < message_id.0) {
+            self.ghosts.push(RowGhost { message_id: message_id.0, ..RowGhost::default() });
+            return self.ghosts.last_mut().expect("just pushed");
+        }
+        if last == Some(message_id.0) {
+            return self.ghosts.last_mut().expect("not empty");
+        }
         let i = match self.ghosts.binary_search_by_key(&message_id.0, |g| g.message_id) {
             Ok(i) => i,
             Err(i) => {

@@ -193,7 +193,12 @@ impl Outbox {
     /// SPEC §3.1: the aggregate moves from `expected_version` to the next only if it is there now;
     /// the outbox row is inserted only if that update changed a row.
     pub fn enqueue(&mut self, req: &EnqueueRequest) -> Result<EnqueueResult, CoreError> {
-        let slot = self.rows.binary_search_by_key(&req.message_id, |r| r.message_id);
+        // Messages mostly arrive in id order: try the end before searching.
+        let slot = match self.rows.last() {
+            None => Err(0),
+            Some(last) if last.message_id < req.message_id => Err(self.rows.len()),
+            Some(_) => self.rows.binary_search_by_key(&req.message_id, |r| r.message_id),
+        };
         let Err(row_at) = slot else {
             return Err(CoreError::DuplicateMessageId(req.message_id));
         };

@@ -440,6 +440,60 @@ impl PgStore {
         &mut self.scratch
     }
 
+    /// Empties the tables (inside the scratch schema) and the log, for the next case: cheaper
+    /// than a schema per case.
+    pub fn reset(&mut self) -> Result<(), StoreError> {
+        self.scratch.client().batch_execute("TRUNCATE messaging_outbox, business_aggregates")?;
+        self.common.random_issued = 0;
+        self.common.log.clear();
+        Ok(())
+    }
+}
+
+/// One PostgreSQL store shared by successive cases, reset by the caller when a case opens it;
+/// it keeps its own copy of the case's SQL log.
+pub struct Reused {
+    inner: std::rc::Rc<std::cell::RefCell<PgStore>>,
+    log: Vec<String>,
+}
+
+impl Reused {
+    pub fn new(inner: std::rc::Rc<std::cell::RefCell<PgStore>>) -> Reused {
+        Reused { inner, log: Vec::new() }
+    }
+
+    fn with<T>(&mut self, f: impl FnOnce(&mut PgStore) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut inner = self.inner.borrow_mut();
+        let result = f(&mut inner);
+        let new = inner.common.log.get(self.log.len()..).unwrap_or_default().to_vec();
+        self.log.extend(new);
+        result
+    }
+}
+
+impl Store for Reused {
+    fn enqueue(&mut self, req: &EnqueueRequest) -> Result<EnqueueResult, StoreError> {
+        self.with(|s| s.enqueue(req))
+    }
+    fn claim(&mut self, req: &ClaimRequest) -> Result<Vec<Lease>, StoreError> {
+        self.with(|s| s.claim(req))
+    }
+    fn write(&mut self, req: &WriteRequest) -> Result<WriteResult, StoreError> {
+        self.with(|s| s.write(req))
+    }
+    fn reap(&mut self, now: Instant, max_attempts: u32) -> Result<Vec<MessageId>, StoreError> {
+        self.with(|s| s.reap(now, max_attempts))
+    }
+    fn rows(&mut self) -> Result<Vec<Row>, StoreError> {
+        self.with(|s| s.rows())
+    }
+    fn log(&self) -> &[String] {
+        &self.log
+    }
+}
+
+impl PgStore {
+
     fn values(params: &[Param]) -> Vec<Box<dyn postgres::types::ToSql + Sync>> {
         params
             .iter()
