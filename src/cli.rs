@@ -3,11 +3,12 @@
 //! Exit codes: 0 everything checked holds, 1 a property is violated, 2 bad input or environment.
 
 use crate::check::{check, CheckOptions, CheckReport, Kind, Verdict};
-use crate::core::{Design, Mutant, Property, Variant};
+use crate::core::{Design, Mutant, Variant};
 use crate::world::{Faults, WorldConfig};
 use clap::{Parser, Subcommand};
 
 mod conform;
+mod verify;
 #[cfg(madsim)]
 mod sim;
 use std::process::ExitCode;
@@ -27,19 +28,32 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// The main job: model-check every variant and a mixed fleet, print the verdict matrix.
-    #[command(after_help = "Example: outbox-check verify --json > verdicts.json\n\n\
-        Each fleet: two relays, one message, budget 3, every fault (one relay's clock a lease\n\
-        ahead); the fleets: each variant, and seed-v2 beside legacy-v1. Exit: 0 when reference\n\
-        holds every property, 1 when it does not, 2 on bad input. Simulation and SQL\n\
-        conformance join the matrix as they land.")]
+    /// The main job: model-check, simulate and SQL-check every variant and a mixed fleet; print
+    /// the verdict matrix.
+    #[command(after_help = "Examples:\n  outbox-check verify\n  outbox-check verify --json > verdicts.json\n  outbox-check verify --report reports   (regenerates reports/index.md and the counterexamples)\n\n\
+        The fleets: each variant, and seed-v2 beside legacy-v1. Model checking: two relays, one\n\
+        message, budget 3, every fault (one relay's clock a lease ahead). Simulation: 300 seeds\n\
+        of three relays × 20 messages, each with its own fault profile. SQL: each design's SQL\n\
+        against its own core on SQLite, and on PostgreSQL when OUTBOX_CHECK_PG_URL or\n\
+        --database-url is given. Exit: 0 when reference holds everything and every verdict\n\
+        equals reports/expectations.json (compiled in; compared at the default bounds), 1\n\
+        otherwise (the differences are listed), 2 on bad input.")]
     Verify {
-        /// Messages per fleet.
+        /// Messages per fleet (model checking).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=3))]
         messages: u32,
-        /// Checker threads.
+        /// Checker and simulation threads.
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
         threads: u64,
+        /// Simulated seeds per fleet.
+        #[arg(long, default_value_t = verify::DEFAULT_SIM_SEEDS, value_parser = clap::value_parser!(u64).range(1..))]
+        sim_seeds: u64,
+        /// Also run SQL conformance on this PostgreSQL server (default: OUTBOX_CHECK_PG_URL).
+        #[arg(long)]
+        database_url: Option<String>,
+        /// Compare with this file instead of the reports/expectations.json built in.
+        #[arg(long, value_name = "FILE")]
+        expectations: Option<std::path::PathBuf>,
         /// Also write DIR/index.md (the matrix and one section per finding) and every
         /// counterexample under DIR/counterexamples/.
         #[arg(long, value_name = "DIR")]
@@ -334,8 +348,17 @@ pub fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Verify { messages, threads, report, json, quiet } => {
-            verify(messages, threads as usize, report.as_deref(), json, quiet)
+        Command::Verify { messages, threads, sim_seeds, database_url, expectations, report, json, quiet } => {
+            verify::verify(&verify::VerifyArgs {
+                expectations,
+                messages,
+                threads: threads as usize,
+                sim_seeds,
+                report,
+                database_url,
+                json,
+                quiet,
+            })
         }
         Command::Variants { design, json } => variants(design, json),
         Command::Check { fleet, threads, timeout, no_liveness, out, no_write, explorer_port, json, quiet } => {
@@ -456,104 +479,6 @@ fn variants(only: Option<Design>, json: bool) -> ExitCode {
         println!("  {:<24} {:<38} {}  (should break {})", m.name(), m.switch(), m.mistake(), m.expected_kills().join(" or "));
     }
     ExitCode::SUCCESS
-}
-
-/// The fleets `verify` checks: two relays of each variant, and a seed-v2 relay beside a
-/// legacy-v1 relay (a rolling upgrade).
-fn verify_fleets(messages: u32) -> Vec<(String, WorldConfig)> {
-    let mut fleets: Vec<(String, WorldConfig)> = Variant::ALL
-        .iter()
-        .map(|v| {
-            let design = Design::Variant(*v);
-            (v.name().to_string(), WorldConfig::fleet(&[design, design], messages, 1, 3, Faults::all()))
-        })
-        .collect();
-    let mixed = [Design::Variant(Variant::SeedV2), Design::Variant(Variant::LegacyV1)];
-    fleets.push(("seed-v2+legacy-v1".to_string(), WorldConfig::fleet(&mixed, messages, 1, 3, Faults::all())));
-    fleets
-}
-
-fn verify(messages: u32, threads: usize, report_dir: Option<&std::path::Path>, json: bool, quiet: bool) -> ExitCode {
-    let fleets = verify_fleets(messages);
-    let bar = if quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(fleets.len() as u64) };
-    bar.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("a valid template"));
-    let options = CheckOptions { threads, ..CheckOptions::default() };
-    let started = std::time::Instant::now();
-    let mut reports = Vec::new();
-    for (name, config) in &fleets {
-        bar.set_message(format!("model checking {name}"));
-        reports.push((name.clone(), check(config, &options, &|_, _| {})));
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-    let reference_ok = reports.iter().any(|(n, r)| n == "reference" && !r.violated() && r.decided());
-    if let Some(dir) = report_dir {
-        let commands: Vec<String> = reports
-            .iter()
-            .map(|(_, r)| {
-                let designs: Vec<&str> = r.fleet.iter().map(String::as_str).collect();
-                let fleet = if designs.iter().all(|d| *d == designs[0]) {
-                    format!("--variant {} --relays {}", designs[0], designs.len())
-                } else {
-                    format!("--fleet {}", designs.join(","))
-                };
-                format!("outbox-check check {fleet} --messages {messages} --tenants 1 --max-attempts 3 --faults all")
-            })
-            .collect();
-        let pairs: Vec<(&crate::check::CheckReport, &str)> =
-            reports.iter().zip(&commands).map(|((_, r), c)| (r, c.as_str())).collect();
-        if let Err(error) = crate::report::write_index(dir, &pairs) {
-            eprintln!("outbox-check: cannot write the report under {}: {error}", dir.display());
-            return ExitCode::from(2);
-        }
-    }
-    let ids: Vec<&str> = Property::SAFETY.iter().chain(Property::LIVENESS.iter()).map(|p| p.id()).collect();
-    if json {
-        let rows: Vec<serde_json::Value> = reports
-            .iter()
-            .map(|(name, r)| {
-                let cells: Vec<serde_json::Value> = ids
-                    .iter()
-                    .filter_map(|id| r.property(id))
-                    .map(|p| serde_json::json!({
-                        "id": p.id, "name": p.name, "status": p.status, "technique": "model checking",
-                        "steps": p.counterexample.as_ref().map(|c| c.len()),
-                    }))
-                    .collect();
-                serde_json::json!({ "fleet": name, "unique_states": r.unique_states, "seconds": r.seconds, "properties": cells })
-            })
-            .collect();
-        let out = serde_json::json!({ "messages": messages, "techniques": ["model checking"], "seconds": started.elapsed().as_secs_f64(), "fleets": rows });
-        println!("{}", serde_json::to_string_pretty(&out).expect("JSON of plain values"));
-    } else {
-        println!("outbox-check verify — model checking: 2 relays, {messages} message(s), budget 3, every fault\n");
-        print!("{:<20}", "fleet");
-        for id in &ids {
-            print!("{id:>5}");
-        }
-        println!("{:>12}", "states");
-        for (name, r) in &reports {
-            print!("{name:<20}");
-            for id in &ids {
-                let cell = match r.property(id).map(|p| &p.status) {
-                    Some(Verdict::Holds) => "✓",
-                    Some(Verdict::Violated) => "✗",
-                    _ => "?",
-                };
-                print!("{cell:>5}");
-            }
-            println!("{:>12}", r.unique_states);
-        }
-        println!("\n✓ holds in every reachable state (liveness: under the fairness of docs/model-checking.md)");
-        println!("✗ violated — shortest counterexample: outbox-check check --variant V (or --fleet A,B)");
-        println!("\nNot yet in the matrix: simulation (sim), SQL conformance (conform).");
-        println!("{:.1} s. {}", started.elapsed().as_secs_f64(), if reference_ok { "reference: every property holds." } else { "reference: VIOLATED." });
-    }
-    if reference_ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
 }
 
 /// A spinner on stderr with a state count, hidden when stderr is not a terminal or with --quiet.

@@ -158,3 +158,19 @@ fn conform_agrees_on_sqlite_reports_legacy_divergence_and_refuses_bad_servers_in
         assert_eq!(text(&out.stderr).lines().count(), 1, "{url}: {}", text(&out.stderr));
     }
 }
+
+#[test]
+fn verify_fails_when_a_verdict_differs_from_the_pinned_expectations() {
+    let pinned: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string("reports/expectations.json").unwrap()).unwrap();
+    let mut changed = pinned.clone();
+    // Pretend seed-v2 was expected to keep S6.
+    changed["seed-v2"]["model"] = serde_json::json!(["S3", "S7"]);
+    let file = std::env::temp_dir().join(format!("outbox-check-expect-{}.json", std::process::id()));
+    std::fs::write(&file, serde_json::to_string(&changed).unwrap()).unwrap();
+    let out = run(&["verify", "--quiet", "--expectations", file.to_str().unwrap()]);
+    std::fs::remove_file(&file).ok();
+    assert_eq!(out.status.code(), Some(1));
+    let text = text(&out.stdout);
+    assert!(text.contains("seed-v2: model checking found [S3 S6 S7], expected [S3 S7]"), "{text}");
+}
