@@ -178,6 +178,12 @@ pub fn write_counterexamples(report: &CheckReport, dir: &Path, command: &str) ->
             let file = folder.join(format!("{}.trace.jsonl", property.id));
             std::fs::write(&file, crate::trace::to_jsonl(&header, &trace))?;
             written.push(file);
+            // And as ITF, the informal trace format of Apalache and Quint.
+            let itf = folder.join(format!("{}.itf.json", property.id));
+            let description = format!("{} {}: shortest counterexample for {}", property.id, property.name, report.fleet.join(" + "));
+            let body = to_itf(&report.config, steps, &description, command);
+            std::fs::write(&itf, serde_json::to_string_pretty(&body).expect("JSON of plain values"))?;
+            written.push(itf);
         }
     }
     Ok(written)
@@ -237,4 +243,77 @@ pub fn write_index(dir: &Path, reports: &[(&CheckReport, &str)]) -> std::io::Res
     }
     std::fs::create_dir_all(dir)?;
     std::fs::write(dir.join("index.md"), out)
+}
+
+/// A counterexample in ITF (the informal trace format of Apalache and Quint,
+/// <https://apalache-mc.org/docs/adr/015adr-trace.html>): one state per step, the initial state
+/// first. Variables: `now`; `rows` (the table, a sequence of records); `relays` (what each relay
+/// waits on); `action` (the step that led here, as `mbt::actionTaken` in Quint's convention);
+/// `violations` (the properties broken by that step). Tokens are `#bigint`; an absent time or
+/// owner is `-1` / `""` (ITF has no null).
+pub fn to_itf(config: &crate::world::WorldConfig, steps: &[crate::model::ReplayStep], description: &str, command: &str) -> serde_json::Value {
+    use crate::world::World;
+    use serde_json::json;
+    let state = |world: &World, index: usize, action: String, violations: Vec<String>| {
+        let rows: Vec<serde_json::Value> = world
+            .outbox
+            .rows()
+            .iter()
+            .map(|r| {
+                json!({
+                    "message": format!("m{}", r.message_id.0),
+                    "tenant": format!("tenant{}", r.tenant_id.0),
+                    "status": r.status.as_str(),
+                    "attempts": r.attempts,
+                    "lease_owner": r.lease_owner.map(|o| format!("r{}", o.0)).unwrap_or_default(),
+                    "lease_token": { "#bigint": r.lease_token.0.to_string() },
+                    "lease_expires_at": r.lease_expires_at.map_or(-1, |t| t.0 as i64),
+                    "next_attempt_at": r.next_attempt_at.map_or(-1, |t| t.0 as i64),
+                    "last_failure_code": r.last_failure_code.map(|c| c.as_str()).unwrap_or(""),
+                })
+            })
+            .collect();
+        let relays: Vec<serde_json::Value> = world
+            .relays
+            .iter()
+            .enumerate()
+            .map(|(i, slot)| {
+                let waits = match slot {
+                    None => "idle".to_string(),
+                    Some((_, crate::relay::Effect::Claim { .. })) => "claim".into(),
+                    Some((_, crate::relay::Effect::Publish { lease, .. })) => format!("publish m{} #{}", lease.message_id.0, lease.token.0),
+                    Some((_, crate::relay::Effect::Write { request })) => {
+                        format!("{} m{} #{}", request.kind.name(), request.lease.message_id.0, request.lease.token.0)
+                    }
+                    Some((_, crate::relay::Effect::Done)) => "idle".into(),
+                };
+                json!({ "relay": format!("r{i}"), "design": config.relays[i].design.name(), "waits_on": waits })
+            })
+            .collect();
+        json!({
+            "#meta": { "index": index },
+            "now": world.now.0,
+            "rows": rows,
+            "relays": relays,
+            "action": action,
+            "violations": violations,
+        })
+    };
+    let mut world = World::new(config);
+    let mut states = vec![state(&world, 0, "init".into(), Vec::new())];
+    for step in steps {
+        world.apply(config, step.action);
+        let violations = step.violations.iter().map(|v| v.property.id().to_string()).collect();
+        states.push(state(&world, step.index, step.text.join("; "), violations));
+    }
+    json!({
+        "#meta": {
+            "format": "ITF",
+            "format-description": "https://apalache-mc.org/docs/adr/015adr-trace.html",
+            "source": command,
+            "description": description,
+        },
+        "vars": ["now", "rows", "relays", "action", "violations"],
+        "states": states,
+    })
 }

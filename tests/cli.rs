@@ -92,6 +92,19 @@ fn verify_writes_the_findings_report() {
     assert!(index.contains("```mermaid"), "{index}");
     assert!(dir.join("counterexamples/legacy-v1-x2/S1.md").exists());
     assert!(dir.join("counterexamples/legacy-v1-x2/S1.trace.jsonl").exists());
+    // ITF: one state per step plus the initial one; the last step breaks the property.
+    let itf: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("counterexamples/legacy-v1-x2/S1.itf.json")).unwrap()).unwrap();
+    let details: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("counterexamples/legacy-v1-x2/S1.json")).unwrap()).unwrap();
+    let steps = details["property"]["counterexample"].as_array().unwrap().len();
+    assert_eq!(itf["#meta"]["format"], "ITF");
+    assert_eq!(itf["vars"], serde_json::json!(["now", "rows", "relays", "action", "violations"]));
+    let states = itf["states"].as_array().unwrap();
+    assert_eq!(states.len(), steps + 1);
+    assert_eq!(states[0]["action"], "init");
+    assert!(states.last().unwrap()["violations"].as_array().unwrap().iter().any(|v| v == "S1"), "{}", states.last().unwrap());
+    assert!(states.iter().all(|s| s["rows"][0]["lease_token"]["#bigint"].is_string()));
     std::fs::remove_dir_all(&dir).ok();
 }
 
