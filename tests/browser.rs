@@ -1,0 +1,244 @@
+//! The explorer in a real browser: headless Chromium, driven over WebDriver by chromedriver,
+//! opens `outbox-check explore` at a counterexample, steps through it, and checks what the page
+//! shows. Needs Debian's `chromium` and `chromium-driver` (`.ci/run` installs them); without
+//! them it prints NOT RUN, and fails instead under `OUTBOX_CHECK_REQUIRE_BROWSER=1`.
+//!
+//! The screenshot of the last step lands in `target/explorer-legacy-v1-S1.png`; with
+//! `OUTBOX_CHECK_WRITE_REPORTS=1` also in `reports/explorer-legacy-v1-S1.png`.
+
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+/// One HTTP/1.1 request with a JSON body; the JSON answer.
+fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> Option<Value> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
+    // chromedriver keeps the connection open: read the headers, then Content-Length bytes.
+    let mut response = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        let n = stream.read(&mut chunk).ok()?;
+        if n == 0 {
+            break;
+        }
+        response.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&response);
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").and_then(|v| v.trim().parse::<usize>().ok()));
+            if length.is_some_and(|len| body.len() >= len) || (length.is_none() && body.ends_with("0\r\n\r\n")) {
+                break;
+            }
+        }
+    }
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        // Chunks: a hex size line, the bytes, CRLF; a zero size ends.
+        let (mut rest, mut joined) = (body, String::new());
+        while let Some((size, tail)) = rest.split_once("\r\n") {
+            let size = usize::from_str_radix(size.trim(), 16).ok()?;
+            if size == 0 {
+                break;
+            }
+            joined.push_str(tail.get(..size)?);
+            rest = tail.get(size + 2..)?;
+        }
+        return serde_json::from_str(&joined).ok();
+    }
+    serde_json::from_str(body).ok()
+}
+
+fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if ready() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{what} did not come up in 30 s");
+}
+
+fn which(program: &str) -> Option<String> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|dir| format!("{dir}/{program}"))
+        .find(|path| std::path::Path::new(path).exists())
+}
+
+struct Browser {
+    port: u16,
+    session: String,
+    _driver: Killed,
+}
+
+impl Browser {
+    fn start(chromium: &str, chromedriver: &str) -> Browser {
+        let port = free_port();
+        let driver = Killed(
+            Command::new(chromedriver)
+                .arg(format!("--port={port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("chromedriver starts"),
+        );
+        wait_for("chromedriver", || http(port, "GET", "/status", None).is_some_and(|s| s["value"]["ready"] == true));
+        let capabilities = json!({ "capabilities": { "alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": chromium,
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1400"],
+            },
+        }}});
+        let created = http(port, "POST", "/session", Some(&capabilities)).expect("chromedriver answers");
+        let session = created["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {created}")).to_string();
+        Browser { port, session, _driver: driver }
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Value {
+        let answer = http(self.port, method, &format!("/session/{}{path}", self.session), body).expect("chromedriver answers");
+        answer["value"].clone()
+    }
+
+    fn open(&self, url: &str) {
+        self.call("POST", "/url", Some(&json!({ "url": url })));
+    }
+
+    fn text(&self) -> String {
+        self.call("POST", "/execute/sync", Some(&json!({ "script": "return document.body.innerText", "args": [] })))
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// Waits until the page's text contains every one of `needles`; returns the text.
+    fn wait_text(&self, needles: &[&str]) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut text = String::new();
+        while Instant::now() < deadline {
+            text = self.text();
+            if needles.iter().all(|n| text.contains(n)) {
+                return text;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the page never showed {needles:?}; it shows:\n{text}");
+    }
+
+    fn screenshot(&self) -> Vec<u8> {
+        let encoded = self.call("GET", "/screenshot", None);
+        base64_decode(encoded.as_str().expect("a base64 screenshot"))
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = http(self.port, "DELETE", &format!("/session/{}", self.session), None);
+    }
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let digits: Vec<u8> = text.bytes().filter_map(value).collect();
+    digits
+        .chunks(4)
+        .flat_map(|c| {
+            let n = c.iter().enumerate().fold(0u32, |n, (i, d)| n | (u32::from(*d) << (18 - 6 * i)));
+            let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+            bytes.into_iter().take(c.len().saturating_sub(1)).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn the_explorer_steps_through_a_counterexample_in_chromium() {
+    let (Some(chromium), Some(chromedriver)) = (which("chromium"), which("chromedriver")) else {
+        assert!(
+            std::env::var("OUTBOX_CHECK_REQUIRE_BROWSER").as_deref() != Ok("1"),
+            "OUTBOX_CHECK_REQUIRE_BROWSER=1 but chromium or chromedriver is not installed"
+        );
+        println!("NOT RUN: the browser test needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)");
+        return;
+    };
+    // The shortest S1 counterexample of legacy-v1, as `check` reports it.
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .args(["check", "--variant", "legacy-v1", "--json", "--no-write", "--quiet", "--no-liveness"])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).expect("check --json");
+    let s1 = report["properties"].as_array().unwrap().iter().find(|p| p["id"] == "S1").expect("S1").clone();
+    let path: Vec<String> = s1["explorer_path"].as_str().unwrap().split('/').map(String::from).collect();
+    let steps = s1["counterexample"].as_array().unwrap().clone();
+    // The path opens with the initial state's index, then one action index per step.
+    assert_eq!(path.len(), steps.len() + 1);
+
+    let port = free_port();
+    let _explorer = Killed(
+        Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+            .args(["explore", "--variant", "legacy-v1", "--port", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("the explorer", || TcpStream::connect(("127.0.0.1", port)).is_ok());
+    let browser = Browser::start(&chromium, &chromedriver);
+
+    // Step by step: the page at each prefix of the path shows the step just taken.
+    for i in 1..=steps.len() {
+        let url = format!("http://127.0.0.1:{port}/#/steps/{}", path[..=i].join("/"));
+        browser.open(&url);
+        let described = steps[i - 1]["text"][0].as_str().unwrap_or_default();
+        // The explorer prints our format_step — the events of the step in words — as the
+        // current state, and the path so far: pre-init, init, then one line per step.
+        let first_words: String = described.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+        let text = browser.wait_text(&[&first_words, "Path of Actions"]);
+        let path_shown = text.split("Path of Actions").nth(1).and_then(|t| t.split("Next Action Choices").next()).unwrap_or_default();
+        assert_eq!(path_shown.lines().filter(|l| !l.trim().is_empty()).count(), i + 2, "step {i}: the path shown is\n{path_shown}");
+    }
+    // At the end of the path the explorer shows the broken property.
+    let text = browser.wait_text(&["VIOLATION S1 no stale terminal write succeeds"]);
+    assert!(text.contains("S1 no stale terminal write succeeds"), "{text}");
+
+    let png = browser.screenshot();
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG screenshot");
+    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/explorer-legacy-v1-S1.png");
+    std::fs::write(&target, &png).unwrap();
+    if std::env::var("OUTBOX_CHECK_WRITE_REPORTS").as_deref() == Ok("1") {
+        std::fs::write(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/explorer-legacy-v1-S1.png"), &png).unwrap();
+    }
+}
