@@ -328,13 +328,6 @@ fn db_write(shared: &Shared, rpc: WriteRpc) -> WriteResult {
     if matches!(result, WriteResult::Stale { .. }) {
         s.stale_refused += 1;
     }
-    let code = match request.kind {
-        crate::core::WriteKind::Published => None,
-        crate::core::WriteKind::Ambiguous { code }
-        | crate::core::WriteKind::Retry { code }
-        | crate::core::WriteKind::Failed { code }
-        | crate::core::WriteKind::Exhausted { code } => Some(code),
-    };
     let event = Event::Write {
         relay: names(rpc.relay),
         write: request.kind.name().to_string(),
@@ -342,7 +335,7 @@ fn db_write(shared: &Shared, rpc: WriteRpc) -> WriteResult {
         tenant: tenant(request.lease.tenant_id),
         token: request.lease.token.0.to_string(),
         now: request.now.0,
-        code,
+        code: request.kind.code(),
         result: match result {
             WriteResult::Applied { .. } => WriteReport::Applied,
             WriteResult::Stale { .. } => WriteReport::Stale,

@@ -293,13 +293,7 @@ pub fn from_world(config: &crate::world::WorldConfig, events: &[crate::world::Ev
                 stored: Some(matches!(fate, BrokerFate::Ack | BrokerFate::Duplicate | BrokerFate::LostAck)),
             }),
             W::Wrote { relay: r, request, result, db } => {
-                let code = match request.kind {
-                    crate::core::WriteKind::Published => None,
-                    crate::core::WriteKind::Ambiguous { code }
-                    | crate::core::WriteKind::Retry { code }
-                    | crate::core::WriteKind::Failed { code }
-                    | crate::core::WriteKind::Exhausted { code } => Some(code),
-                };
+                let code = request.kind.code();
                 out.push(Event::Write {
                     relay: relay(*r),
                     write: request.kind.name().to_string(),

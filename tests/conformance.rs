@@ -10,18 +10,10 @@ fn sqlite(policy: Policy) -> impl Fn() -> Result<Box<dyn Store>, StoreError> {
     move || Ok(Box::new(SqliteStore::in_memory(policy)?) as Box<dyn Store>)
 }
 
+mod common;
+
 fn pg_url() -> Option<String> {
-    match std::env::var("OUTBOX_CHECK_PG_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("OUTBOX_CHECK_REQUIRE_PG").as_deref() != Ok("1"),
-                "OUTBOX_CHECK_REQUIRE_PG=1 but OUTBOX_CHECK_PG_URL is not set"
-            );
-            println!("NOT RUN: PostgreSQL conformance needs OUTBOX_CHECK_PG_URL (e.g. postgresql://postgres@127.0.0.1:5432/test)");
-            None
-        }
-    }
+    common::pg_url("PostgreSQL conformance tests")
 }
 
 const BOUND: [Variant; 3] = [Variant::Reference, Variant::SeedV2, Variant::LegacyV1];

@@ -18,18 +18,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
+mod common;
+
 fn url() -> Option<String> {
-    match std::env::var("OUTBOX_CHECK_PG_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("OUTBOX_CHECK_REQUIRE_PG").as_deref() != Ok("1"),
-                "OUTBOX_CHECK_REQUIRE_PG=1 but OUTBOX_CHECK_PG_URL is not set"
-            );
-            println!("NOT RUN: PostgreSQL concurrency tests need OUTBOX_CHECK_PG_URL (e.g. postgresql://postgres@127.0.0.1:5432/test)");
-            None
-        }
-    }
+    common::pg_url("PostgreSQL concurrency tests")
 }
 
 fn enqueue_all(store: &mut PgStore, messages: u32) {
@@ -119,12 +111,7 @@ fn write_event(req: &WriteRequest, result: WriteReport) -> Event {
         tenant: tenant_name(req.lease.tenant_id),
         token: req.lease.token.0.to_string(),
         now: req.now.0,
-        code: match req.kind {
-            WriteKind::Published => None,
-            WriteKind::Ambiguous { code } | WriteKind::Retry { code } | WriteKind::Failed { code } | WriteKind::Exhausted { code } => {
-                Some(code)
-            }
-        },
+        code: req.kind.code(),
         result,
         status: None,
     }
@@ -193,12 +180,7 @@ impl<'a> Relay<'a> {
 
     fn write(&mut self, req: &WriteRequest, log: &Mutex<Vec<Stamped>>) -> Result<WriteResult, postgres::Error> {
         let statement = sql::write(Dialect::Postgres, &self.policy, req.kind);
-        let code = match req.kind {
-            WriteKind::Published => None,
-            WriteKind::Ambiguous { code } | WriteKind::Retry { code } | WriteKind::Failed { code } | WriteKind::Exhausted { code } => {
-                Some(code.as_str().to_string())
-            }
-        };
+        let code = req.kind.code().map(|c| c.as_str().to_string());
         let mut tx = self.db.client().transaction()?;
         let status: Option<String> = tx
             .query_opt(

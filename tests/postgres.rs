@@ -3,18 +3,10 @@
 
 use outbox_check::store::postgres::{check_url, PgError, Scratch};
 
+mod common;
+
 fn url() -> Option<String> {
-    match std::env::var("OUTBOX_CHECK_PG_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("OUTBOX_CHECK_REQUIRE_PG").as_deref() != Ok("1"),
-                "OUTBOX_CHECK_REQUIRE_PG=1 but OUTBOX_CHECK_PG_URL is not set"
-            );
-            println!("NOT RUN: PostgreSQL tests need OUTBOX_CHECK_PG_URL (e.g. postgresql://postgres@127.0.0.1:5432/test)");
-            None
-        }
-    }
+    common::pg_url("PostgreSQL tests")
 }
 
 #[test]

@@ -2,8 +2,8 @@
 
 use crate::core::Design;
 use crate::store::conform::{conform, Bounds, Report};
-use crate::store::bind::Reused;
-use crate::store::{PgStore, SqliteStore, Store, StoreError};
+use crate::store::bind::reusing_postgres;
+use crate::store::{SqliteStore, Store, StoreError};
 use std::process::ExitCode;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -65,13 +65,7 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
         }
         Engine::Postgres => {
             let url = url(args)?;
-            // One scratch schema for the run, emptied between cases (connecting fails fast,
-            // in one line, on a server that does not answer).
-            let shared = std::rc::Rc::new(std::cell::RefCell::new(PgStore::connect(&url, args.disposable, policy)?));
-            let open = || -> Result<Box<dyn Store>, StoreError> {
-                shared.borrow_mut().reset()?;
-                Ok(Box::new(Reused::new(shared.clone())) as Box<dyn Store>)
-            };
+            let open = reusing_postgres(&url, args.disposable, policy)?;
             conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1))
         }
     };

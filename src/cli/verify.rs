@@ -207,23 +207,16 @@ struct NoSim {
 /// The design's SQL against its own core: `agrees`, `diverges`, or why it could not run.
 fn conformance(design: Design, url: Option<&str>) -> String {
     use crate::store::conform::{conform, Bounds};
-    use crate::store::{PgStore, SqliteStore, Store, StoreError};
+    use crate::store::{SqliteStore, Store, StoreError};
     let policy = design.policy();
     let report = match url {
         None => {
             let open = || Ok(Box::new(SqliteStore::in_memory(policy)?) as Box<dyn Store>);
             conform(policy, &open, Bounds::default(), 100, 0, &|| {})
         }
-        Some(url) => match PgStore::connect(url, false, policy) {
+        Some(url) => match crate::store::bind::reusing_postgres(url, false, policy) {
             Err(e) => Err(e),
-            Ok(store) => {
-                let shared = std::rc::Rc::new(std::cell::RefCell::new(store));
-                let open = || -> Result<Box<dyn Store>, StoreError> {
-                    shared.borrow_mut().reset()?;
-                    Ok(Box::new(crate::store::bind::Reused::new(shared.clone())) as Box<dyn Store>)
-                };
-                conform(policy, &open, Bounds::default(), 30, 0, &|| {})
-            }
+            Ok(open) => conform(policy, &open, Bounds::default(), 30, 0, &|| {}),
         },
     };
     match report {

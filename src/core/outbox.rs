@@ -76,6 +76,16 @@ pub enum WriteKind {
 }
 
 impl WriteKind {
+    /// The failure code the write records (none for `mark_published`).
+    pub fn code(self) -> Option<FailureCode> {
+        match self {
+            WriteKind::Published => None,
+            WriteKind::Ambiguous { code } | WriteKind::Retry { code } | WriteKind::Failed { code } | WriteKind::Exhausted { code } => {
+                Some(code)
+            }
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             WriteKind::Published => "mark_published",

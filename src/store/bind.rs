@@ -9,7 +9,7 @@
 use super::sql::{self, Dialect, ROW_COLUMNS};
 use crate::core::{
     random_token, AggregateId, ClaimRequest, EnqueueRequest, EnqueueResult, FailureCode, Instant, Lease, LeaseToken,
-    MessageId, Outbox, Policy, RelayId, Row, Status, StaleReason, TenantId, WriteKind, WriteRequest, WriteResult,
+    MessageId, Outbox, Policy, RelayId, Row, Status, StaleReason, TenantId, WriteRequest, WriteResult,
 };
 use crate::core::policy::TokenKind;
 
@@ -170,15 +170,6 @@ fn render(sql: &str, params: &[Param]) -> String {
     out + ";"
 }
 
-fn code_of(kind: WriteKind) -> Option<FailureCode> {
-    match kind {
-        WriteKind::Published => None,
-        WriteKind::Ambiguous { code } | WriteKind::Retry { code } | WriteKind::Failed { code } | WriteKind::Exhausted { code } => {
-            Some(code)
-        }
-    }
-}
-
 /// What every SQL store keeps besides its connection.
 struct Common {
     policy: Policy,
@@ -205,7 +196,7 @@ impl Common {
             Param::Text(owner_name(req.lease.owner)),
             Param::Int(req.lease.token.0 as i64),
             Param::Int(req.now.0 as i64),
-            code_of(req.kind).map_or(Param::Null, |c| Param::Text(c.as_str().into())),
+            req.kind.code().map_or(Param::Null, |c| Param::Text(c.as_str().into())),
             Param::Int(i64::from(req.max_attempts)),
             Param::Int(self.policy.backoff.base.0 as i64),
             Param::Int(self.policy.backoff.cap.0 as i64),
@@ -469,6 +460,20 @@ impl Reused {
         self.log.extend(new);
         result
     }
+}
+
+/// Opens a store per conformance case, all on one scratch schema emptied between cases:
+/// connecting fails fast (one line) on a server that does not answer.
+pub fn reusing_postgres(
+    url: &str,
+    disposable: bool,
+    policy: Policy,
+) -> Result<impl Fn() -> Result<Box<dyn Store>, StoreError>, StoreError> {
+    let shared = std::rc::Rc::new(std::cell::RefCell::new(PgStore::connect(url, disposable, policy)?));
+    Ok(move || -> Result<Box<dyn Store>, StoreError> {
+        shared.borrow_mut().reset()?;
+        Ok(Box::new(Reused::new(shared.clone())) as Box<dyn Store>)
+    })
 }
 
 impl Store for Reused {
