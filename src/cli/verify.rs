@@ -136,15 +136,28 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
             && found.sql.values().all(|v| v == "agrees")
     });
 
+    let seconds = started.elapsed().as_secs_f64();
+    let verdicts = verdicts_json(&rows, args, seconds, &changed, defaults);
     if let Some(dir) = &args.report {
-        if let Err(error) = write_report(dir, &rows, args) {
+        // The JSON behind the matrix, beside it (without the run's duration, so an unchanged
+        // verdict regenerates an unchanged file).
+        let mut stable = verdicts.clone();
+        stable["seconds"] = serde_json::Value::Null;
+        if let Some(fleets) = stable["fleets"].as_array_mut() {
+            for f in fleets {
+                f["seconds"] = serde_json::Value::Null;
+            }
+        }
+        let written = write_report(dir, &rows, args).and_then(|()| {
+            std::fs::write(dir.join("verdicts.json"), serde_json::to_string_pretty(&stable).expect("JSON of plain values") + "\n")
+        });
+        if let Err(error) = written {
             eprintln!("outbox-check: cannot write the report under {}: {error}", dir.display());
             return ExitCode::from(2);
         }
     }
-    let seconds = started.elapsed().as_secs_f64();
     if args.json {
-        print_json(&rows, args, seconds, &changed, defaults);
+        println!("{}", serde_json::to_string_pretty(&verdicts).expect("JSON of plain values"));
     } else {
         print_matrix(&rows, args, seconds);
         if !reference_ok {
@@ -302,7 +315,7 @@ fn print_matrix<S: SimLike>(rows: &[Row<'_, S>], args: &VerifyArgs, seconds: f64
     println!("{seconds:.1} s.");
 }
 
-fn print_json<S: SimLike>(rows: &[Row<'_, S>], args: &VerifyArgs, seconds: f64, changed: &[String], defaults: bool) {
+fn verdicts_json<S: SimLike>(rows: &[Row<'_, S>], args: &VerifyArgs, seconds: f64, changed: &[String], defaults: bool) -> serde_json::Value {
     let ids = ids();
     let fleets: Vec<serde_json::Value> = rows
         .iter()
@@ -343,7 +356,7 @@ fn print_json<S: SimLike>(rows: &[Row<'_, S>], args: &VerifyArgs, seconds: f64, 
         "expectations": if defaults { serde_json::json!({ "file": "reports/expectations.json", "differences": changed }) } else { serde_json::Value::Null },
         "fleets": fleets,
     });
-    println!("{}", serde_json::to_string_pretty(&out).expect("JSON of plain values"));
+    out
 }
 
 fn write_report<S: SimLike>(dir: &std::path::Path, rows: &[Row<'_, S>], args: &VerifyArgs) -> std::io::Result<()> {
