@@ -47,6 +47,9 @@ pub struct Divergence {
     /// Unknown outcomes opened more resolutions than the oracle keeps, some were dropped: the
     /// divergence may belong to a dropped one.
     pub resolutions_dropped: bool,
+    /// The model numbers its relays and messages in order of first appearance (`r0`, `m0`, …);
+    /// the names these stand for in the history, for the ids the event involves.
+    pub names: Vec<(String, String)>,
 }
 
 impl std::fmt::Display for Divergence {
@@ -56,6 +59,10 @@ impl std::fmt::Display for Divergence {
             write!(f, "{p}: ")?;
         }
         write!(f, "the model allows {}, the implementation reported {}\n  event: {}", self.expected, self.got, self.event)?;
+        if !self.names.is_empty() {
+            let names: Vec<String> = self.names.iter().map(|(model, yours)| format!("{model} = {yours}")).collect();
+            write!(f, "\n  model ids: {}", names.join(", "))?;
+        }
         if self.resolutions_dropped {
             write!(f, "\n  (too many unknown outcomes: {BRANCHES_MAX} resolutions were kept, others dropped)")?;
         }
@@ -205,8 +212,10 @@ impl Oracle {
                 got: "an event".into(),
                 rows: Vec::new(),
                 resolutions_dropped: false,
+                names: Vec::new(),
             })).map_err(|mut d| {
                 d.resolutions_dropped = self.dropped;
+                d.names = self.legend(&plan);
                 d
             });
         }
@@ -383,6 +392,7 @@ impl Oracle {
             got,
             rows,
             resolutions_dropped: false,
+            names: Vec::new(),
         };
         let rows_of = |b: &Branch, ids: &[MessageId]| ids.iter().filter_map(|id| b.outbox.row(*id).cloned()).collect::<Vec<_>>();
         let audited = |b: &mut Branch, before: Vec<Row>| -> Result<(), Divergence> {
@@ -569,6 +579,20 @@ impl Oracle {
             }
             Event::Clock { .. } | Event::Fault { .. } => Ok(vec![b]),
         }
+    }
+
+    /// The history's names for the relay and messages an event involves, by model id.
+    fn legend(&self, plan: &Plan) -> Vec<(String, String)> {
+        let Plan::Ids { relay, messages, .. } = plan else { return Vec::new() };
+        let mut names = Vec::new();
+        if let Some((name, _)) = self.names[2].iter().find(|(_, v)| **v == u32::from(relay.0)) {
+            names.push((format!("{relay}"), name.clone()));
+        }
+        for m in messages {
+            names.push((format!("{m}"), self.name_of(0, m.0)));
+        }
+        names.retain(|(model, yours)| model != yours);
+        names
     }
 
     fn name_of(&self, kind: u8, id: u32) -> String {
