@@ -124,6 +124,11 @@ pub struct Oracle {
 impl Oracle {
     pub fn new(header: &Header) -> Result<Oracle, String> {
         let variant = header.variant.as_deref().unwrap_or("reference");
+        if variant.contains('+') && Design::parse(variant).is_none() {
+            return Err(format!(
+                "'{variant}' is a mixed fleet: the oracle checks a history against one design; pass --variant to choose it"
+            ));
+        }
         let design = Design::parse(variant)
             .ok_or_else(|| format!("unknown variant '{variant}'; valid: {}", Design::all_names().join(", ")))?;
         Ok(Oracle::for_design(design, header.max_attempts, header.backoff_base, header.backoff_cap))
