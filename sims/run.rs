@@ -9,7 +9,7 @@ use crate::core::{
 };
 use crate::oracle::Oracle;
 use crate::relay::{Clocks, Cycle, Effect, Input, PublishOutcome};
-use crate::trace::{self, Event, Outcome, PublishAnswer, TraceLease, WriteReport};
+use crate::trace::{self, Event, Outcome, PublishAnswer, WriteReport};
 use crate::world::WorldConfig;
 use madsim::net::rpc::{Deserialize, Request, Serialize};
 use madsim::net::{Endpoint, NetSim};
@@ -283,43 +283,33 @@ fn message(m: MessageId) -> String {
 // ---------------------------------------------------------------------------------------------
 // The database node.
 
+/// The clock a statement runs by: the database's own reading, and the `now` the statement
+/// uses — the database's, unless the relay's design binds its own clock as a parameter.
+fn statement_clock(s: &State, policy: &crate::core::Policy, asked: Instant) -> (Instant, Instant) {
+    let true_now = Instant(s.now_ms());
+    let now = if policy.relay.clock == ClockSource::Database { true_now } else { asked };
+    (true_now, now)
+}
+
 fn db_claim(shared: &Shared, rpc: ClaimRpc) -> Vec<Lease> {
-    let setup = &shared.setup;
     let mut s = shared.lock();
-    let true_now = s.now_ms();
-    let policy = setup.world.policy(rpc.relay as usize);
+    let policy = shared.setup.world.policy(rpc.relay as usize);
     let mut request = rpc.request;
-    if policy.relay.clock == ClockSource::Database {
-        request.now = Instant(true_now);
-    }
+    let (true_now, now) = statement_clock(&s, &policy, request.now);
+    request.now = now;
     let State { outbox, auditor, .. } = &mut *s;
-    let leases = auditor.claim(outbox, &policy, &request, Instant(true_now)).unwrap_or_default();
+    let leases = auditor.claim(outbox, &policy, &request, true_now).unwrap_or_default();
     s.audit();
-    let event = Event::Claim {
-        relay: names(rpc.relay),
-        tenant: tenant(request.tenant_id),
-        batch: request.batch,
-        lease_ms: request.lease.0,
-        now: request.now.0,
-        leases: leases
-            .iter()
-            .map(|l| TraceLease { message: message(l.message_id), token: l.token.0.to_string(), attempts: l.attempts })
-            .collect(),
-        outcome: Outcome::Ok,
-    };
+    let event = Event::claim_of(names(rpc.relay), tenant(request.tenant_id), &request, &leases, message);
     s.recorder.commit(rpc.op, event);
     leases
 }
 
 fn db_write(shared: &Shared, rpc: WriteRpc) -> WriteResult {
-    let setup = &shared.setup;
     let mut s = shared.lock();
-    let true_now = s.now_ms();
-    let policy = setup.world.policy(rpc.relay as usize);
+    let policy = shared.setup.world.policy(rpc.relay as usize);
     let mut request = rpc.request;
-    if policy.relay.clock == ClockSource::Database {
-        request.now = Instant(true_now);
-    }
+    request.now = statement_clock(&s, &policy, request.now).1;
     let State { outbox, auditor, .. } = &mut *s;
     let Ok(result) = auditor.write(outbox, &policy, &request) else {
         unreachable!("a relay's lease names a row of the table");
@@ -328,20 +318,8 @@ fn db_write(shared: &Shared, rpc: WriteRpc) -> WriteResult {
     if matches!(result, WriteResult::Stale { .. }) {
         s.stale_refused += 1;
     }
-    let event = Event::Write {
-        relay: names(rpc.relay),
-        write: request.kind.name().to_string(),
-        message: message(request.lease.message_id),
-        tenant: tenant(request.lease.tenant_id),
-        token: request.lease.token.0.to_string(),
-        now: request.now.0,
-        code: request.kind.code(),
-        result: match result {
-            WriteResult::Applied { .. } => WriteReport::Applied,
-            WriteResult::Stale { .. } => WriteReport::Stale,
-        },
-        status: None,
-    };
+    let event =
+        Event::write_of(names(rpc.relay), tenant(request.lease.tenant_id), message(request.lease.message_id), &request, result.into());
     s.recorder.commit(rpc.op, event);
     result
 }

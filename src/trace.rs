@@ -137,6 +137,43 @@ pub enum Event {
 }
 
 impl Event {
+    /// A claim as committed, with the leases it returned; `message` names the messages.
+    pub fn claim_of(
+        relay: String,
+        tenant: String,
+        request: &crate::core::ClaimRequest,
+        leases: &[crate::core::Lease],
+        message: impl Fn(crate::core::MessageId) -> String,
+    ) -> Event {
+        Event::Claim {
+            relay,
+            tenant,
+            batch: request.batch,
+            lease_ms: request.lease.0,
+            now: request.now.0,
+            leases: leases
+                .iter()
+                .map(|l| TraceLease { message: message(l.message_id), token: l.token.0.to_string(), attempts: l.attempts })
+                .collect(),
+            outcome: Outcome::Ok,
+        }
+    }
+
+    /// A terminal write with the lease it presented and what it reported.
+    pub fn write_of(relay: String, tenant: String, message: String, request: &crate::core::WriteRequest, result: WriteReport) -> Event {
+        Event::Write {
+            relay,
+            write: request.kind.name().to_string(),
+            message,
+            tenant,
+            token: request.lease.token.0.to_string(),
+            now: request.now.0,
+            code: request.kind.code(),
+            result,
+            status: None,
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Event::Enqueue { .. } => "enqueue",
@@ -147,6 +184,15 @@ impl Event {
             Event::Requeue { .. } => "requeue",
             Event::Clock { .. } => "clock",
             Event::Fault { .. } => "fault",
+        }
+    }
+}
+
+impl From<crate::core::WriteResult> for WriteReport {
+    fn from(result: crate::core::WriteResult) -> WriteReport {
+        match result {
+            crate::core::WriteResult::Applied { .. } => WriteReport::Applied,
+            crate::core::WriteResult::Stale { .. } => WriteReport::Stale,
         }
     }
 }
@@ -261,22 +307,16 @@ pub fn from_world(config: &crate::world::WorldConfig, events: &[crate::world::Ev
                     crate::core::EnqueueResult::Stale { .. } => "stale".into(),
                 },
             }),
-            W::Claimed { relay: r, request, leases, db } => out.push(Event::Claim {
-                relay: relay(*r),
-                tenant: tenant(request.tenant_id),
-                batch: request.batch,
-                lease_ms: request.lease.0,
-                now: request.now.0,
-                leases: if *db == DbFate::Ok {
-                    leases
-                        .iter()
-                        .map(|l| TraceLease { message: message(l.message_id), token: l.token.0.to_string(), attempts: l.attempts })
-                        .collect()
-                } else {
-                    Vec::new()
-                },
-                outcome: if *db == DbFate::Ok { Outcome::Ok } else { Outcome::Unknown },
-            }),
+            W::Claimed { relay: r, request, leases, db } => {
+                let mut event = Event::claim_of(relay(*r), tenant(request.tenant_id), request, leases, message);
+                if let Event::Claim { leases, outcome, .. } = &mut event {
+                    if *db != DbFate::Ok {
+                        leases.clear();
+                        *outcome = Outcome::Unknown;
+                    }
+                }
+                out.push(event);
+            }
             W::Published { relay: r, lease, key, fate } => out.push(Event::Publish {
                 relay: relay(*r),
                 message: message(lease.message_id),
@@ -293,22 +333,17 @@ pub fn from_world(config: &crate::world::WorldConfig, events: &[crate::world::Ev
                 stored: Some(matches!(fate, BrokerFate::Ack | BrokerFate::Duplicate | BrokerFate::LostAck)),
             }),
             W::Wrote { relay: r, request, result, db } => {
-                let code = request.kind.code();
-                out.push(Event::Write {
-                    relay: relay(*r),
-                    write: request.kind.name().to_string(),
-                    message: message(request.lease.message_id),
-                    tenant: tenant(request.lease.tenant_id),
-                    token: request.lease.token.0.to_string(),
-                    now: request.now.0,
-                    code,
-                    result: match (db, result) {
-                        (DbFate::Ok, Some(crate::core::WriteResult::Applied { .. })) => WriteReport::Applied,
-                        (DbFate::Ok, Some(crate::core::WriteResult::Stale { .. })) => WriteReport::Stale,
-                        _ => WriteReport::Unknown,
-                    },
-                    status: None,
-                });
+                let report = match (db, result) {
+                    (DbFate::Ok, Some(result)) => WriteReport::from(*result),
+                    _ => WriteReport::Unknown,
+                };
+                out.push(Event::write_of(
+                    relay(*r),
+                    tenant(request.lease.tenant_id),
+                    message(request.lease.message_id),
+                    request,
+                    report,
+                ));
             }
             W::Finished { .. } => {}
             W::Crashed { relay: r } => out.push(Event::Fault { kind: format!("{} crashed", relay(*r)) }),

@@ -12,7 +12,7 @@ use outbox_check::store::bind::{message_name, owner_name, tenant_name};
 use outbox_check::store::postgres::Scratch;
 use outbox_check::store::sql::{self, Dialect};
 use outbox_check::store::{PgStore, Store};
-use outbox_check::trace::{to_jsonl, Event, Header, Outcome, PublishAnswer, TraceLease, WriteReport};
+use outbox_check::trace::{to_jsonl, Event, Header, PublishAnswer, WriteReport};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -104,17 +104,7 @@ struct Relay<'a> {
 }
 
 fn write_event(req: &WriteRequest, result: WriteReport) -> Event {
-    Event::Write {
-        relay: owner_name(req.lease.owner),
-        write: req.kind.name().to_string(),
-        message: message_name(req.lease.message_id),
-        tenant: tenant_name(req.lease.tenant_id),
-        token: req.lease.token.0.to_string(),
-        now: req.now.0,
-        code: req.kind.code(),
-        result,
-        status: None,
-    }
+    Event::write_of(owner_name(req.lease.owner), tenant_name(req.lease.tenant_id), message_name(req.lease.message_id), req, result)
 }
 
 impl<'a> Relay<'a> {
@@ -156,21 +146,10 @@ impl<'a> Relay<'a> {
         }
         let stamp: i64 = tx.query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
         tx.commit()?;
-        self.trace.lock().unwrap().push((
-            2 * stamp,
-            Event::Claim {
-                relay: owner_name(req.owner),
-                tenant: tenant_name(req.tenant_id),
-                batch: req.batch,
-                lease_ms: req.lease.0,
-                now: req.now.0,
-                leases: leases
-                    .iter()
-                    .map(|l| TraceLease { message: message_name(l.message_id), token: l.token.0.to_string(), attempts: l.attempts })
-                    .collect(),
-                outcome: Outcome::Ok,
-            },
-        ));
+        self.trace
+            .lock()
+            .unwrap()
+            .push((2 * stamp, Event::claim_of(owner_name(req.owner), tenant_name(req.tenant_id), req, &leases, message_name)));
         let mut log = log.lock().unwrap();
         for l in &leases {
             log.push(Stamped::Claim { stamp, message: l.message_id.0, token: l.token.0 });

@@ -309,7 +309,7 @@ fn print_matrix<S: SimLike>(rows: &[Row<'_, S>], args: &VerifyArgs, seconds: f64
         println!("   {sql:<22}{}", report.unique_states);
     }
     println!("\n✓  holds: in every reachable state of the model (liveness under the fairness of docs/model-checking.md), and in no simulated run was it broken");
-    println!("✗  violated, decided by model checking — shortest counterexample: outbox-check check --variant V (or --fleet A,B)");
+    println!("✗  violated, decided by model checking — shortest counterexample: reports/counterexamples/<fleet>/<id>.md (written by --report), or outbox-check check --variant V (or --fleet A,B)");
     println!("✗s violated in simulation only (a scenario beyond the model's bounds) — the failing seed replays with outbox-check sim --seed N");
     println!("SQL: the design's SQL against its own core, step by step (agrees: the model's verdicts carry over to the SQL)");
     println!("{seconds:.1} s.");
@@ -332,6 +332,10 @@ fn verdicts_json<S: SimLike>(rows: &[Row<'_, S>], args: &VerifyArgs, seconds: f6
                         "technique": technique,
                         "model": p.map(|p| p.status.clone()),
                         "steps": p.and_then(|p| p.counterexample.as_ref().map(|c| c.len())),
+                        // Where `verify --report reports` writes it (Markdown, JSON, trace, ITF).
+                        "counterexample": p.filter(|p| p.status == Verdict::Violated && p.counterexample.is_some()).map(|p| {
+                            format!("reports/counterexamples/{}/{}.md", crate::report::fleet_slug(&report.fleet), p.id)
+                        }),
                         "simulation_seed": sim.as_ref().and_then(|s| s.first_failing(id)).map(|(seed, _)| seed),
                         "replay": sim.as_ref().and_then(|s| s.first_failing(id)).map(|(_, r)| r),
                     })
