@@ -413,12 +413,11 @@ async fn database(shared: Shared) {
 // The broker node and its consumer.
 
 /// What the broker does with a publication: the answer (None: none is sent) and copies stored.
-fn broker_fate(shared: &Shared, now: u64) -> (Option<PublishOutcome>, u64) {
-    let p = &shared.setup.profile;
+fn broker_fate(p: &Profile, faults_on: bool, now: u64) -> (Option<PublishOutcome>, u64) {
     if p.permanent_outage {
         return (Some(PublishOutcome::RetryableFailure), 0);
     }
-    if !shared.faults_on() {
+    if !faults_on {
         return (Some(PublishOutcome::Ack), 1);
     }
     if p.broker_outage.is_some_and(|(from, to)| (from..to).contains(&now)) {
@@ -448,10 +447,8 @@ fn broker_publish(shared: &Shared, rpc: PublishRpc) -> Option<PublishOutcome> {
         // lost-ack fault's business).
         return None;
     }
-    drop(s);
-    let now = shared.lock().now_ms();
-    let (answer, copies) = broker_fate(shared, now);
-    let mut s = shared.lock();
+    let now = s.now_ms();
+    let (answer, copies) = broker_fate(&shared.setup.profile, s.faults_on, now);
     s.auditor.published(&rpc.lease, rpc.key, copies > 0);
     s.audit();
     let delivery = &mut s.deliveries[rpc.lease.message_id.0 as usize];
@@ -575,8 +572,8 @@ async fn relay(shared: Shared, index: usize) {
 /// unanswered (it may have committed).
 async fn db_statement<R: Request>(shared: &Shared, ep: &Endpoint, op: u64, rpc: R) -> Option<R::Response> {
     if shared.faults_on() && madsim::rand::random::<f64>() < shared.setup.profile.db_lost_before {
+        // Nothing was sent, so nothing can arrive late: the op needs no bookkeeping.
         sleep(ms(shared.setup.sim.timeout_ms)).await;
-        shared.lock().recorder.abandoned.insert(op);
         return None;
     }
     let response = call(shared, ep, DB, op, rpc).await;
