@@ -29,7 +29,7 @@ pub struct VerifyArgs {
 pub struct Found {
     pub model: Vec<String>,
     pub simulation: Vec<String>,
-    /// `agrees`, `diverges` or `not bound`, per SQL engine run.
+    /// `agrees` or `diverges` (or the error that stopped it), per SQL engine run.
     pub sql: BTreeMap<String, String>,
 }
 
@@ -220,7 +220,7 @@ struct NoSim {
 /// The design's SQL against its own core: `agrees`, `diverges`, or why it could not run.
 fn conformance(design: Design, url: Option<&str>) -> String {
     use crate::store::conform::{conform, Bounds};
-    use crate::store::{SqliteStore, Store, StoreError};
+    use crate::store::{SqliteStore, Store};
     let policy = design.policy();
     let report = match url {
         None => {
@@ -235,7 +235,6 @@ fn conformance(design: Design, url: Option<&str>) -> String {
     match report {
         Ok(r) if r.divergence.is_none() => "agrees".into(),
         Ok(_) => "diverges".into(),
-        Err(StoreError::Setup(reason)) if reason.contains("no SQL binding") => "not bound".into(),
         Err(e) => format!("error: {e}"),
     }
 }

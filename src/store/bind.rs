@@ -6,12 +6,12 @@
 //! row is `Stale`, never swallowed. Every statement a SQL store runs is also logged with its
 //! parameters written in, so a divergence can be replayed by pasting the log into a SQL shell.
 
-use super::sql::{self, Dialect, ROW_COLUMNS};
+use super::sql::{self, Dialect, Table, ROW_COLUMNS};
 use crate::core::{
     random_token, AggregateId, ClaimRequest, EnqueueRequest, EnqueueResult, FailureCode, Instant, Lease, LeaseToken,
     MessageId, Outbox, Policy, RelayId, Row, Status, StaleReason, TenantId, WriteRequest, WriteResult,
 };
-use crate::core::policy::TokenKind;
+use crate::core::{Variant, WriteKind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -52,6 +52,20 @@ pub trait Store {
     /// The statements run so far, parameters written in (empty for the core).
     fn log(&self) -> &[String] {
         &[]
+    }
+    /// Whether the store's table has a state for this write (outbox_events has no FAILED or
+    /// EXHAUSTED): conformance sends only writes both sides can hold.
+    fn can_write(&self, _kind: &WriteKind) -> bool {
+        true
+    }
+    /// Whether the design has a reaper statement on this table.
+    fn can_reap(&self) -> bool {
+        true
+    }
+    /// A core row as this store's table can show it: fields the table has no column for are
+    /// cleared, so the model's rows compare with the table's.
+    fn view(&self, row: Row) -> Row {
+        row
     }
 }
 
@@ -103,6 +117,33 @@ fn number(text: &str, prefix: char) -> Result<u32, StoreError> {
     text.strip_prefix(prefix).and_then(|n| n.parse().ok()).ok_or_else(|| StoreError::Corrupt(format!("id '{text}'")))
 }
 
+/// A lease token as a table stores it.
+enum RawToken {
+    /// messaging_outbox's BIGINT ≥ 0.
+    Int(i64),
+    /// outbox_events' text: NULL before the first claim, else 16 hex digits.
+    Text(Option<String>),
+}
+
+impl RawToken {
+    fn value(self) -> Result<LeaseToken, StoreError> {
+        match self {
+            RawToken::Int(v) => Ok(LeaseToken(v as u64)),
+            RawToken::Text(None) => Ok(LeaseToken(0)),
+            RawToken::Text(Some(t)) => token_from_text(&t),
+        }
+    }
+}
+
+/// A random token as outbox_events stores it (it holds a uuid in the seed; text either way).
+fn token_text(token: u64) -> String {
+    format!("{token:016x}")
+}
+
+fn token_from_text(text: &str) -> Result<LeaseToken, StoreError> {
+    u64::from_str_radix(text, 16).map(LeaseToken).map_err(|_| StoreError::Corrupt(format!("lease token '{text}'")))
+}
+
 /// A row as the SQL stores read it, before conversion.
 struct RawRow {
     message_id: String,
@@ -112,7 +153,7 @@ struct RawRow {
     status: String,
     attempts: i64,
     lease_owner: Option<String>,
-    lease_token: i64,
+    lease_token: RawToken,
     lease_expires_at: Option<i64>,
     next_attempt_at: Option<i64>,
     last_failure_code: Option<String>,
@@ -131,7 +172,7 @@ impl RawRow {
             status: Status::parse(&self.status).ok_or_else(|| corrupt(format!("status '{}'", self.status)))?,
             attempts: self.attempts as u32,
             lease_owner: self.lease_owner.map(|o| number(&o, 'r').map(|n| RelayId(n as u16))).transpose()?,
-            lease_token: LeaseToken(self.lease_token as u64),
+            lease_token: self.lease_token.value()?,
             lease_expires_at: self.lease_expires_at.map(|t| Instant(t as u64)),
             next_attempt_at: self.next_attempt_at.map(|t| Instant(t as u64)),
             last_failure_code: self
@@ -170,23 +211,122 @@ fn render(sql: &str, params: &[Param]) -> String {
     out + ";"
 }
 
+/// The last migration: every store's schema has all tables (messaging_outbox and outbox_events).
+const LATEST: u32 = 4;
+
 /// What every SQL store keeps besides its connection.
 struct Common {
     policy: Policy,
     dialect: Dialect,
+    table: Table,
     /// Random tokens issued so far (designs with random tokens: the core's sequence).
     random_issued: u64,
     log: Vec<String>,
 }
 
 impl Common {
-    fn next_token(&mut self) -> i64 {
-        if self.policy.token_kind == TokenKind::Random {
-            self.random_issued += 1;
-            random_token(self.random_issued) as i64
-        } else {
-            0
+    fn new(policy: Policy, dialect: Dialect) -> Result<Common, StoreError> {
+        let table = Table::of(&policy);
+        if table == Table::OutboxEvents {
+            // outbox_events' statements are seed 003's: only its switches are bound.
+            let seed = Variant::SeedTenant.policy();
+            if (Policy { backoff: policy.backoff, relay: policy.relay, ..seed }) != policy {
+                return Err(StoreError::Setup(
+                    "random tokens live in outbox_events, whose SQL binds only seed-tenant's switches".into(),
+                ));
+            }
         }
+        Ok(Common { policy, dialect, table, random_issued: 0, log: Vec::new() })
+    }
+
+    /// The fresh token a claim binds (parameter 4): the next random one, as the table stores it.
+    /// (Random tokens live only in outbox_events; messaging_outbox's counter is `lease_token + 1`.)
+    fn next_token(&mut self) -> Param {
+        match self.table {
+            Table::OutboxEvents => {
+                self.random_issued += 1;
+                Param::Text(token_text(random_token(self.random_issued)))
+            }
+            Table::MessagingOutbox => Param::Int(0),
+        }
+    }
+
+    fn token_param(&self, token: LeaseToken) -> Param {
+        match self.table {
+            Table::OutboxEvents => Param::Text(token_text(token.0)),
+            Table::MessagingOutbox => Param::Int(token.0 as i64),
+        }
+    }
+
+    fn claim_sql(&self) -> (String, String) {
+        match self.table {
+            Table::MessagingOutbox => {
+                (sql::claim_select(self.dialect, &self.policy), sql::claim_update(self.dialect, &self.policy))
+            }
+            Table::OutboxEvents => (sql::events_claim_select(self.dialect), sql::events_claim_update(self.dialect)),
+        }
+    }
+
+    fn write_sql(&self, kind: WriteKind) -> Result<String, StoreError> {
+        match self.table {
+            Table::MessagingOutbox => Ok(sql::write(self.dialect, &self.policy, kind)),
+            Table::OutboxEvents => sql::events_write(self.dialect, kind)
+                .ok_or_else(|| StoreError::Setup(format!("outbox_events has no state for {kind:?}"))),
+        }
+    }
+
+    fn reap_sql(&self) -> Result<String, StoreError> {
+        match self.table {
+            Table::MessagingOutbox => Ok(sql::reap(self.dialect)),
+            Table::OutboxEvents => Err(StoreError::Setup("seed-tenant has no reaper and outbox_events no EXHAUSTED state".into())),
+        }
+    }
+
+    fn rows_sql(&self) -> String {
+        match self.table {
+            Table::MessagingOutbox => format!("SELECT {ROW_COLUMNS} FROM messaging_outbox ORDER BY message_id"),
+            Table::OutboxEvents => sql::events_rows(),
+        }
+    }
+
+    /// The enqueue's INSERT: parameters 1 message_id, 2 tenant, 3 aggregate, 4 version, 5 now.
+    fn insert_sql(&self) -> String {
+        let p = |n, ty| match self.dialect {
+            Dialect::Sqlite => format!("?{n}"),
+            Dialect::Postgres => format!("${n}::{ty}"),
+        };
+        let (m, t, a, v, now) = (p(1, "text"), p(2, "text"), p(3, "text"), p(4, "bigint"), p(5, "bigint"));
+        match self.table {
+            Table::MessagingOutbox => format!(
+                "INSERT INTO messaging_outbox (message_id, tenant_id, aggregate_id, aggregate_version, status, attempts, created_at) \
+                 VALUES ({m}, {t}, {a}, {v}, 'PENDING', 0, {now})"
+            ),
+            Table::OutboxEvents => format!(
+                "INSERT INTO outbox_events (tenant_id, event_id, request_id, aggregate_version, event_type, status, attempts, \
+                 available_at, created_at) VALUES ({t}, {m}, {a}, {v}, 'PurchaseSubmitted', 'pending', 0, {now}, {now})"
+            ),
+        }
+    }
+
+    /// The row's status now, for a write that matched nothing (parameter 1 message_id).
+    fn status_sql(&self) -> String {
+        let p1 = if self.dialect == Dialect::Sqlite { "?1" } else { "$1" };
+        match self.table {
+            Table::MessagingOutbox => format!("SELECT status FROM messaging_outbox WHERE message_id = {p1}"),
+            Table::OutboxEvents => format!("SELECT {} FROM outbox_events WHERE event_id = {p1}", sql::EVENTS_STATUS),
+        }
+    }
+
+    fn can_write(&self, kind: &WriteKind) -> bool {
+        self.table == Table::MessagingOutbox || !matches!(kind, WriteKind::Failed { .. } | WriteKind::Exhausted { .. })
+    }
+
+    fn view(&self, mut row: Row) -> Row {
+        if self.table == Table::OutboxEvents {
+            row.last_failure_code = None;
+            row.published_at = None;
+        }
+        row
     }
 
     fn write_params(&self, req: &WriteRequest) -> Vec<Param> {
@@ -194,23 +334,13 @@ impl Common {
             Param::Text(message_name(req.lease.message_id)),
             Param::Text(tenant_name(req.lease.tenant_id)),
             Param::Text(owner_name(req.lease.owner)),
-            Param::Int(req.lease.token.0 as i64),
+            self.token_param(req.lease.token),
             Param::Int(req.now.0 as i64),
             req.kind.code().map_or(Param::Null, |c| Param::Text(c.as_str().into())),
             Param::Int(i64::from(req.max_attempts)),
             Param::Int(self.policy.backoff.base.0 as i64),
             Param::Int(self.policy.backoff.cap.0 as i64),
         ]
-    }
-
-    fn check_policy(policy: &Policy) -> Result<(), StoreError> {
-        if policy.token_kind == TokenKind::Random {
-            // lease_token is a BIGINT ≥ 0: a 64-bit random token does not fit.
-            return Err(StoreError::Setup(
-                "designs with random tokens (seed-tenant) use the outbox_events table, which has no SQL binding yet".into(),
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -232,12 +362,12 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// A fresh in-memory database migrated to V2.
+    /// A fresh in-memory database with every migration applied.
     pub fn in_memory(policy: Policy) -> Result<SqliteStore, StoreError> {
-        Common::check_policy(&policy)?;
+        let common = Common::new(policy, Dialect::Sqlite)?;
         let mut conn = rusqlite::Connection::open_in_memory()?;
-        super::migrate::migrate_sqlite(&mut conn, 2).map_err(|e| StoreError::Setup(e.to_string()))?;
-        Ok(SqliteStore { conn, common: Common { policy, dialect: Dialect::Sqlite, random_issued: 0, log: Vec::new() } })
+        super::migrate::migrate_sqlite(&mut conn, LATEST).map_err(|e| StoreError::Setup(e.to_string()))?;
+        Ok(SqliteStore { conn, common })
     }
 
     fn params(params: &[Param]) -> Vec<rusqlite::types::Value> {
@@ -261,7 +391,10 @@ fn read_sqlite_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
         status: r.get(4)?,
         attempts: r.get(5)?,
         lease_owner: r.get(6)?,
-        lease_token: r.get(7)?,
+        lease_token: match r.get_ref(7)? {
+            rusqlite::types::ValueRef::Integer(v) => RawToken::Int(v),
+            _ => RawToken::Text(r.get(7)?),
+        },
         lease_expires_at: r.get(8)?,
         next_attempt_at: r.get(9)?,
         last_failure_code: r.get(10)?,
@@ -298,8 +431,7 @@ impl Store for SqliteStore {
         if changed != 1 {
             return Ok(EnqueueResult::Stale { current_version: current.unwrap_or(0) as u32 });
         }
-        let insert = "INSERT INTO messaging_outbox (message_id, tenant_id, aggregate_id, aggregate_version, status, attempts, created_at) \
-                      VALUES (?1, ?2, ?3, ?4, 'PENDING', 0, ?5)";
+        let insert = &self.common.insert_sql();
         let params = [
             Param::Text(message_name(req.message_id)),
             Param::Text(tenant),
@@ -314,8 +446,7 @@ impl Store for SqliteStore {
     }
 
     fn claim(&mut self, req: &ClaimRequest) -> Result<Vec<Lease>, StoreError> {
-        let select = sql::claim_select(self.common.dialect, &self.common.policy);
-        let update = sql::claim_update(self.common.dialect, &self.common.policy);
+        let (select, update) = self.common.claim_sql();
         let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let params = [
             Param::Text(tenant_name(req.tenant_id)),
@@ -335,18 +466,23 @@ impl Store for SqliteStore {
                 Param::Text(id.clone()),
                 Param::Int(req.now.plus(req.lease).0 as i64),
                 Param::Text(owner_name(req.owner)),
-                Param::Int(self.common.next_token()),
+                self.common.next_token(),
             ];
-            let (tenant, token, attempts): (String, i64, i64) =
+            let (tenant, token, attempts): (String, rusqlite::types::Value, i64) =
                 tx.prepare_cached(&update)?.query_row(rusqlite::params_from_iter(Self::params(&params)), |r| {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?))
                 })?;
+            let token = match token {
+                rusqlite::types::Value::Integer(v) => LeaseToken(v as u64),
+                rusqlite::types::Value::Text(t) => token_from_text(&t)?,
+                other => return Err(StoreError::Corrupt(format!("lease token {other:?}"))),
+            };
             self.common.log.push(render(&update, &params));
             leases.push(Lease {
                 message_id: MessageId(number(&id, 'm')?),
                 tenant_id: TenantId(number(&tenant, 't')? as u16),
                 owner: req.owner,
-                token: LeaseToken(token as u64),
+                token,
                 attempts: attempts as u32,
                 claim_seq: 0,
             });
@@ -356,7 +492,7 @@ impl Store for SqliteStore {
     }
 
     fn write(&mut self, req: &WriteRequest) -> Result<WriteResult, StoreError> {
-        let statement = sql::write(self.common.dialect, &self.common.policy, req.kind);
+        let statement = self.common.write_sql(req.kind)?;
         let params = self.common.write_params(req);
         let status: Option<String> = {
             use rusqlite::OptionalExtension;
@@ -371,13 +507,7 @@ impl Store for SqliteStore {
             None => {
                 let current: Option<String> = {
                     use rusqlite::OptionalExtension;
-                    self.conn
-                        .query_row(
-                            "SELECT status FROM messaging_outbox WHERE message_id = ?1",
-                            [message_name(req.lease.message_id)],
-                            |r| r.get(0),
-                        )
-                        .optional()?
+                    self.conn.query_row(&self.common.status_sql(), [message_name(req.lease.message_id)], |r| r.get(0)).optional()?
                 };
                 Ok(stale_or_swallowed(&self.common.policy, current.as_deref().and_then(Status::parse)))
             }
@@ -385,7 +515,7 @@ impl Store for SqliteStore {
     }
 
     fn reap(&mut self, now: Instant, max_attempts: u32) -> Result<Vec<MessageId>, StoreError> {
-        let statement = sql::reap(self.common.dialect);
+        let statement = self.common.reap_sql()?;
         let params = [Param::Int(now.0 as i64), Param::Int(i64::from(max_attempts))];
         let ids: Vec<String> = {
             let mut stmt = self.conn.prepare_cached(&statement)?;
@@ -399,13 +529,22 @@ impl Store for SqliteStore {
     }
 
     fn rows(&mut self) -> Result<Vec<Row>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(&format!("SELECT {ROW_COLUMNS} FROM messaging_outbox ORDER BY message_id"))?;
+        let mut stmt = self.conn.prepare_cached(&self.common.rows_sql())?;
         let raw = stmt.query_map([], read_sqlite_row)?.collect::<Result<Vec<_>, _>>()?;
         raw.into_iter().map(RawRow::into_row).collect()
     }
 
     fn log(&self) -> &[String] {
         &self.common.log
+    }
+    fn can_write(&self, kind: &WriteKind) -> bool {
+        self.common.can_write(kind)
+    }
+    fn can_reap(&self) -> bool {
+        self.common.table == Table::MessagingOutbox
+    }
+    fn view(&self, row: Row) -> Row {
+        self.common.view(row)
     }
 }
 
@@ -419,12 +558,12 @@ pub struct PgStore {
 }
 
 impl PgStore {
-    /// Connects, creates a scratch schema (dropped with the store) and migrates it to V2.
+    /// Connects, creates a scratch schema (dropped with the store) and applies every migration.
     pub fn connect(url: &str, disposable: bool, policy: Policy) -> Result<PgStore, StoreError> {
-        Common::check_policy(&policy)?;
+        let common = Common::new(policy, Dialect::Postgres)?;
         let mut scratch = super::postgres::Scratch::connect(url, disposable).map_err(|e| StoreError::Setup(e.to_string()))?;
-        scratch.migrate(2).map_err(|e| StoreError::Setup(e.to_string()))?;
-        Ok(PgStore { scratch, common: Common { policy, dialect: Dialect::Postgres, random_issued: 0, log: Vec::new() } })
+        scratch.migrate(LATEST).map_err(|e| StoreError::Setup(e.to_string()))?;
+        Ok(PgStore { scratch, common })
     }
 
     pub fn scratch(&mut self) -> &mut super::postgres::Scratch {
@@ -434,7 +573,7 @@ impl PgStore {
     /// Empties the tables (inside the scratch schema) and the log, for the next case: cheaper
     /// than a schema per case.
     pub fn reset(&mut self) -> Result<(), StoreError> {
-        self.scratch.client().batch_execute("TRUNCATE messaging_outbox, business_aggregates")?;
+        self.scratch.client().batch_execute("TRUNCATE messaging_outbox, outbox_events, business_aggregates")?;
         self.common.random_issued = 0;
         self.common.log.clear();
         Ok(())
@@ -495,6 +634,15 @@ impl Store for Reused {
     fn log(&self) -> &[String] {
         &self.log
     }
+    fn can_write(&self, kind: &WriteKind) -> bool {
+        self.inner.borrow().can_write(kind)
+    }
+    fn can_reap(&self) -> bool {
+        self.inner.borrow().can_reap()
+    }
+    fn view(&self, row: Row) -> Row {
+        self.inner.borrow().view(row)
+    }
 }
 
 impl PgStore {
@@ -528,7 +676,11 @@ fn read_pg_row(r: &postgres::Row) -> RawRow {
         status: r.get(4),
         attempts: i64::from(r.get::<_, i32>(5)),
         lease_owner: r.get(6),
-        lease_token: r.get(7),
+        lease_token: if *r.columns()[7].type_() == postgres::types::Type::TEXT {
+            RawToken::Text(r.get(7))
+        } else {
+            RawToken::Int(r.get(7))
+        },
         lease_expires_at: r.get(8),
         next_attempt_at: r.get(9),
         last_failure_code: r.get(10),
@@ -577,8 +729,7 @@ impl Store for PgStore {
             tx.rollback()?;
             return Ok(EnqueueResult::Stale { current_version: current.unwrap_or(0) as u32 });
         }
-        let insert = "INSERT INTO messaging_outbox (message_id, tenant_id, aggregate_id, aggregate_version, status, attempts, created_at) \
-                      VALUES ($1::text, $2::text, $3::text, $4::bigint, 'PENDING', 0, $5::bigint)";
+        let insert = &self.common.insert_sql();
         let params = [
             Param::Text(message_name(req.message_id)),
             Param::Text(tenant),
@@ -594,8 +745,7 @@ impl Store for PgStore {
     }
 
     fn claim(&mut self, req: &ClaimRequest) -> Result<Vec<Lease>, StoreError> {
-        let select = sql::claim_select(self.common.dialect, &self.common.policy);
-        let update = sql::claim_update(self.common.dialect, &self.common.policy);
+        let (select, update) = self.common.claim_sql();
         let params = [
             Param::Text(tenant_name(req.tenant_id)),
             Param::Int(req.now.0 as i64),
@@ -613,16 +763,20 @@ impl Store for PgStore {
                 Param::Text(id.clone()),
                 Param::Int(req.now.plus(req.lease).0 as i64),
                 Param::Text(owner_name(req.owner)),
-                Param::Int(self.common.next_token()),
+                self.common.next_token(),
             ];
             let values = pg_fix_widths(&update, &params);
             let row = tx.query_one(&update, &refs(&values))?;
+            let token = match self.common.table {
+                Table::OutboxEvents => token_from_text(&row.get::<_, String>(1))?,
+                Table::MessagingOutbox => LeaseToken(row.get::<_, i64>(1) as u64),
+            };
             log.push(render(&update, &params));
             leases.push(Lease {
                 message_id: MessageId(number(&id, 'm')?),
                 tenant_id: TenantId(number(&row.get::<_, String>(0), 't')? as u16),
                 owner: req.owner,
-                token: LeaseToken(row.get::<_, i64>(1) as u64),
+                token,
                 attempts: row.get::<_, i32>(2) as u32,
                 claim_seq: 0,
             });
@@ -633,7 +787,7 @@ impl Store for PgStore {
     }
 
     fn write(&mut self, req: &WriteRequest) -> Result<WriteResult, StoreError> {
-        let statement = sql::write(self.common.dialect, &self.common.policy, req.kind);
+        let statement = self.common.write_sql(req.kind)?;
         let params = self.common.write_params(req);
         let values = pg_fix_widths(&statement, &params);
         let status: Option<String> = self.scratch.client().query_opt(&statement, &refs(&values))?.map(|r| r.get(0));
@@ -644,7 +798,7 @@ impl Store for PgStore {
                 let current: Option<String> = self
                     .scratch
                     .client()
-                    .query_opt("SELECT status FROM messaging_outbox WHERE message_id = $1", &[&message_name(req.lease.message_id)])?
+                    .query_opt(&self.common.status_sql(), &[&message_name(req.lease.message_id)])?
                     .map(|r| r.get(0));
                 Ok(stale_or_swallowed(&self.common.policy, current.as_deref().and_then(Status::parse)))
             }
@@ -652,7 +806,7 @@ impl Store for PgStore {
     }
 
     fn reap(&mut self, now: Instant, max_attempts: u32) -> Result<Vec<MessageId>, StoreError> {
-        let statement = sql::reap(self.common.dialect);
+        let statement = self.common.reap_sql()?;
         let params = [Param::Int(now.0 as i64), Param::Int(i64::from(max_attempts))];
         let values = pg_fix_widths(&statement, &params);
         let ids: Vec<String> = self.scratch.client().query(&statement, &refs(&values))?.iter().map(|r| r.get(0)).collect();
@@ -666,7 +820,7 @@ impl Store for PgStore {
         let raw: Vec<RawRow> = self
             .scratch
             .client()
-            .query(&format!("SELECT {ROW_COLUMNS} FROM messaging_outbox ORDER BY message_id"), &[])?
+            .query(&self.common.rows_sql(), &[])?
             .iter()
             .map(read_pg_row)
             .collect();
@@ -675,5 +829,14 @@ impl Store for PgStore {
 
     fn log(&self) -> &[String] {
         &self.common.log
+    }
+    fn can_write(&self, kind: &WriteKind) -> bool {
+        self.common.can_write(kind)
+    }
+    fn can_reap(&self) -> bool {
+        self.common.table == Table::MessagingOutbox
+    }
+    fn view(&self, row: Row) -> Row {
+        self.common.view(row)
     }
 }

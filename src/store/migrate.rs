@@ -13,7 +13,7 @@ pub struct Migration {
 }
 
 /// The SQLite migrations, in order.
-pub const SQLITE: [Migration; 3] = [
+pub const SQLITE: [Migration; 4] = [
     Migration { version: 1, name: "v1_outbox", sql: include_str!("../../migrations/sqlite/001_v1_outbox.sql") },
     Migration {
         version: 2,
@@ -24,6 +24,11 @@ pub const SQLITE: [Migration; 3] = [
         version: 3,
         name: "seed_tenant_outbox_events",
         sql: include_str!("../../migrations/sqlite/003_seed_tenant_outbox_events.sql"),
+    },
+    Migration {
+        version: 4,
+        name: "seed_tenant_claimable_states",
+        sql: include_str!("../../migrations/sqlite/004_seed_tenant_claimable_states.sql"),
     },
 ];
 

@@ -9,7 +9,7 @@ use super::migrate::{Migration, MigrateError};
 use std::str::FromStr;
 
 /// The PostgreSQL migrations, in order.
-pub const MIGRATIONS: [Migration; 3] = [
+pub const MIGRATIONS: [Migration; 4] = [
     Migration { version: 1, name: "v1_outbox", sql: include_str!("../../migrations/postgres/001_v1_outbox.sql") },
     Migration {
         version: 2,
@@ -20,6 +20,11 @@ pub const MIGRATIONS: [Migration; 3] = [
         version: 3,
         name: "seed_tenant_outbox_events",
         sql: include_str!("../../migrations/postgres/003_seed_tenant_outbox_events.sql"),
+    },
+    Migration {
+        version: 4,
+        name: "seed_tenant_claimable_states",
+        sql: include_str!("../../migrations/postgres/004_seed_tenant_claimable_states.sql"),
     },
 ];
 

@@ -171,16 +171,7 @@ pub fn write(d: Dialect, policy: &Policy, kind: WriteKind) -> String {
                 set.push(format!("status = '{next}'"));
             }
             if policy.retry_clock && !keeps_owner {
-                // min(base · 2^(a−1), cap), at least 1 ms; a = attempts after the write.
-                let doublings = format!("{}({}(({after}) - 1, 0), 32)", d.min(), d.max());
-                let delay = format!(
-                    "{}(1, {}({}, {} * (CAST(1 AS BIGINT) << {doublings})))",
-                    d.max(),
-                    d.min(),
-                    d.p(9, "bigint"),
-                    d.p(8, "bigint")
-                );
-                let due = format!("{now} + {delay}");
+                let due = retry_due(d, &after);
                 if policy.exhausted_status {
                     set.push(format!("next_attempt_at = CASE WHEN {spent} THEN next_attempt_at ELSE {due} END"));
                 } else {
@@ -197,15 +188,35 @@ pub fn write(d: Dialect, policy: &Policy, kind: WriteKind) -> String {
             set.push(format!("last_failure_code = {code}"));
         }
     }
-    let mut sql = format!("UPDATE messaging_outbox SET {} WHERE {}", set.join(", "), fence.join(" AND "));
-    // Every parameter must appear, used or not (PostgreSQL types it, SQLite counts it).
-    for (n, ty) in [(2, "text"), (3, "text"), (4, "bigint"), (5, "bigint"), (6, "text"), (7, "integer"), (8, "bigint"), (9, "bigint")] {
+    let sql = format!("UPDATE messaging_outbox SET {} WHERE {}", set.join(", "), fence.join(" AND "));
+    mention_write_params(d, sql, "bigint") + " RETURNING status"
+}
+
+/// `now + min(base · 2^(a−1), cap)`, at least 1 ms later, where `a` = `attempts` (the SQL
+/// expression for the attempts after the write): a write's parameters 5 now, 8 base, 9 cap.
+fn retry_due(d: Dialect, attempts: &str) -> String {
+    let doublings = format!("{}({}(({attempts}) - 1, 0), 32)", d.min(), d.max());
+    let delay = format!(
+        "{}(1, {}({}, {} * (CAST(1 AS BIGINT) << {doublings})))",
+        d.max(),
+        d.min(),
+        d.p(9, "bigint"),
+        d.p(8, "bigint")
+    );
+    format!("{} + {delay}", d.p(5, "bigint"))
+}
+
+/// Appends `AND (<p> IS NULL OR TRUE)` for every write parameter the statement does not use:
+/// PostgreSQL must type each one, SQLite counts them.
+/// `token_ty` is the token's SQL type (`bigint` in messaging_outbox, `text` in outbox_events).
+fn mention_write_params(d: Dialect, mut sql: String, token_ty: &str) -> String {
+    for (n, ty) in [(2, "text"), (3, "text"), (4, token_ty), (5, "bigint"), (6, "text"), (7, "integer"), (8, "bigint"), (9, "bigint")] {
         let p = d.p(n, ty);
         if !sql.contains(&p) {
             sql.push_str(&format!(" AND ({p} IS NULL OR TRUE)"));
         }
     }
-    sql + " RETURNING status"
+    sql
 }
 
 /// The reaper: parameters 1 now, 2 max_attempts. Returns message_id.
@@ -222,3 +233,103 @@ pub fn reap(d: Dialect) -> String {
 /// Every column of a row, in [`crate::core::Row`]'s order.
 pub const ROW_COLUMNS: &str = "message_id, tenant_id, aggregate_id, aggregate_version, status, attempts, lease_owner, \
      lease_token, lease_expires_at, next_attempt_at, last_failure_code, created_at, published_at";
+
+
+// ---------------------------------------------------------------------------------------------
+// seed 003's outbox_events
+
+/// The table a design's rows live in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Table {
+    /// `messaging_outbox` (V1/V2): every design with counter tokens.
+    MessagingOutbox,
+    /// seed 003's `outbox_events`: random tokens stored as text, its own five states.
+    OutboxEvents,
+}
+
+impl Table {
+    pub fn of(policy: &Policy) -> Table {
+        if policy.token_kind == TokenKind::Random {
+            Table::OutboxEvents
+        } else {
+            Table::MessagingOutbox
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Table::MessagingOutbox => "messaging_outbox",
+            Table::OutboxEvents => "outbox_events",
+        }
+    }
+}
+
+/// outbox_events' state as the core's status (docs/decisions.md, 4 and 33): `pending` and
+/// `retry_scheduled` are PENDING, `ack_unknown` is AMBIGUOUS, `leased` IN_FLIGHT, `sent` PUBLISHED.
+pub const EVENTS_STATUS: &str = "CASE status WHEN 'pending' THEN 'PENDING' WHEN 'retry_scheduled' THEN 'PENDING' \
+     WHEN 'ack_unknown' THEN 'AMBIGUOUS' WHEN 'leased' THEN 'IN_FLIGHT' WHEN 'sent' THEN 'PUBLISHED' END";
+
+/// Seed 003's claim, with `now` bound: parameters as [`claim_select`]'s (1 tenant, 2 now,
+/// 3 max_attempts, 4 batch). A row is claimable when it waits (`pending`, `retry_scheduled`,
+/// `ack_unknown`) and its `available_at` has passed, or its lease has expired; within the budget.
+pub fn events_claim_select(d: Dialect) -> String {
+    let now = d.p(2, "bigint");
+    let lock = if d == Dialect::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" };
+    format!(
+        "SELECT event_id FROM outbox_events WHERE tenant_id = {} AND attempts < {} \
+         AND ((status IN ('pending', 'retry_scheduled', 'ack_unknown') AND available_at <= {now}) \
+         OR (status = 'leased' AND lease_until <= {now})) \
+         ORDER BY created_at, tenant_id, event_id LIMIT {}{lock}",
+        d.p(1, "text"),
+        d.p(3, "integer"),
+        d.p(4, "bigint")
+    )
+}
+
+/// Seed 003's claim UPDATE: parameters as [`claim_update`]'s (1 event_id, 2 now + lease,
+/// 3 owner, 4 the fresh token as text). Returns tenant_id, lease_token, attempts.
+pub fn events_claim_update(d: Dialect) -> String {
+    format!(
+        "UPDATE outbox_events SET status = 'leased', attempts = attempts + 1, leased_by = {}, lease_token = {}, \
+         lease_until = {} WHERE event_id = {} RETURNING tenant_id, lease_token, attempts",
+        d.p(3, "text"),
+        d.p(4, "text"),
+        d.p(2, "bigint"),
+        d.p(1, "text")
+    )
+}
+
+/// A terminal write on outbox_events, parameters as [`write`]'s (the token as text). Fenced on
+/// tenant, `leased` and the token; `None` for a write the table has no state for (FAILED,
+/// EXHAUSTED). Returns the status as the core's.
+pub fn events_write(d: Dialect, kind: WriteKind) -> Option<String> {
+    let state = match kind {
+        WriteKind::Published => "sent",
+        WriteKind::Retry { .. } => "retry_scheduled",
+        WriteKind::Ambiguous { .. } => "ack_unknown",
+        WriteKind::Failed { .. } | WriteKind::Exhausted { .. } => return None,
+    };
+    let mut set = vec![format!("status = '{state}'"), "leased_by = NULL".into(), "lease_until = NULL".into()];
+    if state != "sent" {
+        set.push(format!("available_at = {}", retry_due(d, "attempts")));
+    }
+    let sql = format!(
+        "UPDATE outbox_events SET {} WHERE event_id = {} AND tenant_id = {} AND status = 'leased' AND lease_token = {}",
+        set.join(", "),
+        d.p(1, "text"),
+        d.p(2, "text"),
+        d.p(4, "text")
+    );
+    Some(mention_write_params(d, sql, "text") + &format!(" RETURNING {EVENTS_STATUS}"))
+}
+
+/// Every outbox_events row in [`ROW_COLUMNS`]' shape: the retry time is `available_at` once it
+/// differs from `created_at` (a retry is always later), and the table keeps no failure code
+/// and no publication time.
+pub fn events_rows() -> String {
+    format!(
+        "SELECT event_id, tenant_id, request_id, aggregate_version, {EVENTS_STATUS}, attempts, leased_by, lease_token, \
+         lease_until, CASE WHEN available_at = created_at THEN NULL ELSE available_at END, CAST(NULL AS TEXT), created_at, \
+         CAST(NULL AS BIGINT) FROM outbox_events ORDER BY event_id"
+    )
+}
