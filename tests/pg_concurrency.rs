@@ -41,30 +41,44 @@ fn claim_request(owner: u16, now: u64, batch: u32, lease: u64) -> ClaimRequest {
     ClaimRequest { tenant_id: TenantId(0), owner: RelayId(owner), batch, lease: Duration(lease), now: Instant(now), max_attempts: 3 }
 }
 
-#[test]
-fn a_claim_skips_a_row_another_transaction_holds_without_waiting() {
+/// Seed 003's test: while one transaction holds a row lock, a second worker's claim returns a
+/// different row, without blocking and without claiming the locked one — on each table.
+fn skip_locked(variant: Variant) {
     let Some(url) = url() else { return };
-    let policy = Variant::Reference.policy();
+    let policy = variant.policy();
+    let (table, id, select) = match sql::Table::of(&policy) {
+        sql::Table::MessagingOutbox => ("messaging_outbox", "message_id", sql::claim_select(Dialect::Postgres, &policy)),
+        sql::Table::OutboxEvents => ("outbox_events", "event_id", sql::events_claim_select(Dialect::Postgres)),
+    };
     let mut first = PgStore::connect(&url, false, policy).expect("the server answers");
     enqueue_all(&mut first, 2);
     let schema = first.scratch().schema().to_string();
     let mut holder = Scratch::attach(&url, false, &schema).unwrap();
     let mut tx = holder.client().transaction().unwrap();
-    tx.query("SELECT 1 FROM messaging_outbox WHERE message_id = $1 FOR UPDATE", &[&message_name(MessageId(0))]).unwrap();
+    tx.query(&format!("SELECT 1 FROM {table} WHERE {id} = $1 FOR UPDATE"), &[&message_name(MessageId(0))]).unwrap();
     // A second worker, on its own connection, must not wait for the lock (a timeout proves it).
     let mut second = Scratch::attach(&url, false, &schema).unwrap();
     second.client().batch_execute("SET lock_timeout = '2s'").unwrap();
     let started = std::time::Instant::now();
-    let select = sql::claim_select(Dialect::Postgres, &policy);
     let rows = second.client().query(&select, &[&tenant_name(TenantId(0)), &100i64, &3i32, &1i64]).unwrap();
     let elapsed = started.elapsed();
     let ids: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-    assert_eq!(ids, [message_name(MessageId(1))], "the claim took the locked row or none");
-    assert!(elapsed < std::time::Duration::from_secs(1), "the claim waited {elapsed:?} for the lock");
+    assert_eq!(ids, [message_name(MessageId(1))], "{variant}: the claim took the locked row or none");
+    assert!(elapsed < std::time::Duration::from_secs(1), "{variant}: the claim waited {elapsed:?} for the lock");
     tx.commit().unwrap();
     // Once the lock is gone, the row is claimable again, in due order.
     let leases = first.claim(&claim_request(1, 100, 2, 1000)).unwrap();
-    assert_eq!(leases.iter().map(|l| l.message_id).collect::<Vec<_>>(), [MessageId(0), MessageId(1)]);
+    assert_eq!(leases.iter().map(|l| l.message_id).collect::<Vec<_>>(), [MessageId(0), MessageId(1)], "{variant}");
+}
+
+#[test]
+fn a_claim_skips_a_row_another_transaction_holds_without_waiting() {
+    skip_locked(Variant::Reference);
+}
+
+#[test]
+fn seed_tenant_claim_skips_a_row_another_transaction_holds_without_waiting() {
+    skip_locked(Variant::SeedTenant);
 }
 
 #[test]
