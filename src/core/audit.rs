@@ -142,6 +142,15 @@ pub struct RowGhost {
     pub stored: bool,
 }
 
+/// A write request in words, for a violation's detail: "mark_published by r0 with t3".
+struct WriteWords<'a>(&'a WriteRequest);
+
+impl std::fmt::Display for WriteWords<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} by {} with {}", self.0.kind.name(), self.0.lease.owner, self.0.lease.token)
+    }
+}
+
 /// Performs operations on an [`Outbox`] and checks the safety properties on each.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Auditor {
@@ -164,7 +173,9 @@ impl Auditor {
     }
 
     pub fn ghost(&self, message_id: MessageId) -> Option<&RowGhost> {
-        self.ghosts.binary_search_by_key(&message_id.0, |g| g.message_id).ok().map(|i| &self.ghosts[i])
+        crate::core::outbox::find_sorted(&self.ghosts, &message_id.0, message_id.0 as usize, |g| g.message_id)
+            .ok()
+            .map(|i| &self.ghosts[i])
     }
 
     pub fn ghosts(&self) -> &[RowGhost] {
@@ -177,16 +188,7 @@ impl Auditor {
     }
 
     fn ghost_mut(&mut self, message_id: MessageId) -> &mut RowGhost {
-        // Histories mostly touch the newest message: try the end before searching.
-        let last = self.ghosts.last().map(|g| g.message_id);
-        if last.is_none_or(|m| m < message_id.0) {
-            self.ghosts.push(RowGhost { message_id: message_id.0, ..RowGhost::default() });
-            return self.ghosts.last_mut().expect("just pushed");
-        }
-        if last == Some(message_id.0) {
-            return self.ghosts.last_mut().expect("not empty");
-        }
-        let i = match self.ghosts.binary_search_by_key(&message_id.0, |g| g.message_id) {
+        let i = match crate::core::outbox::find_sorted(&self.ghosts, &message_id.0, message_id.0 as usize, |g| g.message_id) {
             Ok(i) => i,
             Err(i) => {
                 self.ghosts.insert(i, RowGhost { message_id: message_id.0, ..RowGhost::default() });
@@ -219,7 +221,7 @@ impl Auditor {
     }
 
     /// S4 across one step: a row that was terminal is unchanged.
-    fn check_absorbing(&mut self, before: &Row, after: &Row, what: &str) {
+    fn check_absorbing(&mut self, before: &Row, after: &Row, what: &dyn std::fmt::Display) {
         if before.status.is_terminal() && before != after {
             self.violated(
                 Property::S4,
@@ -229,7 +231,7 @@ impl Auditor {
     }
 
     /// S2 across a step that is not a claim: the token did not move.
-    fn check_token_kept(&mut self, before: &Row, after: &Row, what: &str) {
+    fn check_token_kept(&mut self, before: &Row, after: &Row, what: &dyn std::fmt::Display) {
         if before.lease_token != after.lease_token {
             self.violated(
                 Property::S2,
@@ -369,7 +371,8 @@ impl Auditor {
         let (Some(old), Some(new)) = (before, outbox.row(id).cloned()) else {
             return Ok(result);
         };
-        let what = format!("{} by {} with {}", req.kind.name(), req.lease.owner, req.lease.token);
+        // Written out only when a violation needs it: this runs on every write of every engine.
+        let what = WriteWords(req);
         let latest = self.ghost(id).map(|g| g.claims).unwrap_or(0);
         match result {
             WriteResult::Applied { .. } if old == new => {
@@ -422,8 +425,8 @@ impl Auditor {
             let (Some(old), Some(new)) = (before.iter().find(|r| r.message_id == *id), outbox.row(*id).cloned()) else {
                 continue;
             };
-            self.check_absorbing(old, &new, "reap");
-            self.check_token_kept(old, &new, "reap");
+            self.check_absorbing(old, &new, &"reap");
+            self.check_token_kept(old, &new, &"reap");
         }
         reaped
     }
@@ -433,7 +436,7 @@ impl Auditor {
         let before = outbox.row(id).cloned();
         let result = outbox.requeue(policy, id)?;
         if let (Some(old), Some(new)) = (before, outbox.row(id).cloned()) {
-            self.check_token_kept(&old, &new, "requeue");
+            self.check_token_kept(&old, &new, &"requeue");
         }
         if result == RequeueResult::Applied {
             let ghost = self.ghost_mut(id);

@@ -149,6 +149,24 @@ pub enum RequeueResult {
     NotRequeueable { status: Status },
 }
 
+/// Where `key` is in `items` (sorted by `key_of`, keys unique), as `binary_search` answers.
+///
+/// Ids are handed out densely from 0 by every engine, so an item usually sits at the index its
+/// id names (`guess`), and a new one belongs at the end: both are tried before the search, which
+/// on a large table misses the cache at every step.
+pub fn find_sorted<T, K: Ord>(items: &[T], key: &K, guess: usize, key_of: impl Fn(&T) -> K) -> Result<usize, usize> {
+    if let Some(item) = items.get(guess) {
+        if key_of(item) == *key {
+            return Ok(guess);
+        }
+    }
+    match items.last() {
+        None => Err(0),
+        Some(last) if key_of(last) < *key => Err(items.len()),
+        Some(_) => items.binary_search_by(|item| key_of(item).cmp(key)),
+    }
+}
+
 /// The outbox table with its business rows.
 ///
 /// Rows are kept sorted by `message_id` and aggregates by `(tenant, aggregate)`, so equal tables
@@ -178,15 +196,17 @@ impl Outbox {
         self.index(message_id).map(|i| &self.rows[i])
     }
 
-    fn index(&self, message_id: MessageId) -> Option<usize> {
-        self.rows.binary_search_by_key(&message_id, |r| r.message_id).ok()
+    /// The row's position in the table (sorted by message id).
+    pub fn index(&self, message_id: MessageId) -> Option<usize> {
+        find_sorted(&self.rows, &message_id, message_id.0 as usize, |r| r.message_id).ok()
+    }
+
+    fn aggregate_slot(&self, tenant_id: TenantId, aggregate_id: AggregateId) -> Result<usize, usize> {
+        find_sorted(&self.aggregates, &(tenant_id, aggregate_id), aggregate_id.0 as usize, |a| (a.tenant_id, a.aggregate_id))
     }
 
     pub fn aggregate_version(&self, tenant_id: TenantId, aggregate_id: AggregateId) -> u32 {
-        self.aggregates
-            .binary_search_by_key(&(tenant_id, aggregate_id), |a| (a.tenant_id, a.aggregate_id))
-            .map(|i| self.aggregates[i].version)
-            .unwrap_or(0)
+        self.aggregate_slot(tenant_id, aggregate_id).map(|i| self.aggregates[i].version).unwrap_or(0)
     }
 
     /// Used by normalising engines (the model checker) that rewrite times and tokens in place.
@@ -203,17 +223,11 @@ impl Outbox {
     /// SPEC §3.1: the aggregate moves from `expected_version` to the next only if it is there now;
     /// the outbox row is inserted only if that update changed a row.
     pub fn enqueue(&mut self, req: &EnqueueRequest) -> Result<EnqueueResult, CoreError> {
-        // Messages mostly arrive in id order: try the end before searching.
-        let slot = match self.rows.last() {
-            None => Err(0),
-            Some(last) if last.message_id < req.message_id => Err(self.rows.len()),
-            Some(_) => self.rows.binary_search_by_key(&req.message_id, |r| r.message_id),
-        };
+        let slot = find_sorted(&self.rows, &req.message_id, req.message_id.0 as usize, |r| r.message_id);
         let Err(row_at) = slot else {
             return Err(CoreError::DuplicateMessageId(req.message_id));
         };
-        let key = (req.tenant_id, req.aggregate_id);
-        let found = self.aggregates.binary_search_by_key(&key, |a| (a.tenant_id, a.aggregate_id));
+        let found = self.aggregate_slot(req.tenant_id, req.aggregate_id);
         let current = found.map(|i| self.aggregates[i].version).unwrap_or(0);
         if current != req.expected_version {
             return Ok(EnqueueResult::Stale { current_version: current });
