@@ -31,6 +31,7 @@ use crate::core::{
     TenantId, WriteKind, WriteRequest, WriteResult,
 };
 use crate::trace::{Event, Header, Outcome, PublishAnswer, WriteReport};
+use smallvec::{smallvec, SmallVec};
 use serde::Serialize;
 
 /// Where the history first leaves what the model allows.
@@ -81,8 +82,35 @@ pub struct Accepted {
 #[derive(Clone, Debug, PartialEq, Hash)]
 struct Held {
     relay: RelayId,
-    token: String,
+    token: TokenName,
     lease: Lease,
+}
+
+/// An implementation's token string, kept without an allocation when it is a plain decimal
+/// number (most are): a history holds one per claim.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum TokenName {
+    Number(u64),
+    Text(Box<str>),
+}
+
+impl TokenName {
+    /// `text` as a number when it is one written canonically (no sign, no leading zero).
+    fn number(text: &str) -> Option<u64> {
+        let canonical = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) && (text == "0" || !text.starts_with('0'));
+        canonical.then(|| text.parse().ok()).flatten()
+    }
+
+    fn new(text: &str) -> TokenName {
+        TokenName::number(text).map_or_else(|| TokenName::Text(text.into()), TokenName::Number)
+    }
+
+    fn is(&self, text: &str) -> bool {
+        match self {
+            TokenName::Number(n) => TokenName::number(text) == Some(*n),
+            TokenName::Text(t) => **t == *text,
+        }
+    }
 }
 
 /// One way the history so far can have happened.
@@ -116,6 +144,9 @@ pub struct Oracle {
     /// The implementation's names by kind (message, tenant, relay, aggregate), each mapped to a
     /// small number in order of first appearance.
     names: [ahash::AHashMap<String, u32>; 4],
+    /// The last name looked up per kind and its id: a history names the same relay, tenant and
+    /// message on consecutive lines, and a string comparison is cheaper than a hash lookup.
+    last_name: [(String, u32); 4],
     branches: Vec<Branch>,
     events: usize,
     dropped: bool,
@@ -147,6 +178,7 @@ impl Oracle {
             policy,
             max_attempts,
             names: Default::default(),
+            last_name: Default::default(),
             branches: vec![Branch {
                 outbox: Outbox::new(),
                 auditor: Auditor::new(max_attempts),
@@ -161,12 +193,22 @@ impl Oracle {
 
     /// The implementation's name for a thing, as a small number (in order of first appearance).
     fn id(&mut self, kind: u8, name: &str) -> u32 {
-        let names = &mut self.names[kind as usize];
-        if let Some(&id) = names.get(name) {
-            return id;
+        let last = &mut self.last_name[kind as usize];
+        if last.0 == name && !name.is_empty() {
+            return last.1;
         }
-        let id = names.len() as u32;
-        names.insert(name.to_string(), id);
+        let names = &mut self.names[kind as usize];
+        let id = match names.get(name) {
+            Some(&id) => id,
+            None => {
+                let id = names.len() as u32;
+                names.insert(name.to_string(), id);
+                id
+            }
+        };
+        last.0.clear();
+        last.0.push_str(name);
+        last.1 = id;
         id
     }
 
@@ -190,24 +232,31 @@ impl Oracle {
     /// stop at the first divergence.
     pub fn feed(&mut self, line: usize, event: &Event) -> Result<(), Divergence> {
         let plan = self.plan(event);
-        let mut next = Vec::new();
         let mut first_error = None;
-        let branches = std::mem::take(&mut self.branches);
+        let mut branches = std::mem::take(&mut self.branches);
         let before = branches.len();
-        let branches: Vec<Branch> = branches.into_iter().flat_map(|b| self.resolve_deferred(b, event, &plan)).collect();
-        for branch in branches {
-            match self.step(branch, line, event, &plan) {
-                Ok(mut successors) => {
-                    for b in &mut successors {
-                        self.forget(b, &plan, event);
-                    }
-                    next.extend(successors)
-                }
-                Err(divergence) => {
-                    first_error.get_or_insert(divergence);
-                }
-            }
+        if branches.iter().any(|b| !b.deferred.is_empty()) {
+            branches = branches.into_iter().flat_map(|b| self.resolve_deferred(b, event, &plan)).collect();
         }
+        // Each branch steps in place (a history without unknown outcomes has one, moved never);
+        // a claim of unknown outcome adds its committed twin after the others.
+        let mut twins = Vec::new();
+        branches.retain_mut(|b| match self.step(b, line, event, &plan) {
+            Ok(twin) => {
+                self.forget(b, &plan, event);
+                if let Some(mut twin) = twin {
+                    self.forget(&mut twin, &plan, event);
+                    twins.push(twin);
+                }
+                true
+            }
+            Err(divergence) => {
+                first_error.get_or_insert(divergence);
+                false
+            }
+        });
+        branches.append(&mut twins);
+        let next = branches;
         if next.is_empty() {
             return Err(first_error.unwrap_or_else(|| Divergence {
                 line,
@@ -290,14 +339,13 @@ impl Oracle {
                 row.next_attempt_at = None;
             }
         };
-        let rows = branch.outbox.rows_mut();
         match plan {
-            Plan::Ids { .. } if all => rows.iter_mut().for_each(forget),
-            // Rows are sorted by message id: find the touched ones, never walk the table.
+            Plan::Ids { .. } if all => branch.outbox.rows_mut().iter_mut().for_each(forget),
+            // Find the touched rows, never walk the table.
             Plan::Ids { messages, .. } => {
                 for id in messages {
-                    if let Ok(i) = rows.binary_search_by_key(id, |r| r.message_id) {
-                        forget(&mut rows[i]);
+                    if let Some(i) = branch.outbox.index(*id) {
+                        forget(&mut branch.outbox.rows_mut()[i]);
                     }
                 }
             }
@@ -357,7 +405,7 @@ impl Oracle {
     fn plan(&mut self, event: &Event) -> Plan {
         match event {
             Event::Enqueue { tenant, aggregate, message, .. } => {
-                Plan::Ids { tenant: self.tenant(tenant), relay: RelayId(0), messages: vec![self.message(message)], aggregate: self.aggregate(aggregate) }
+                Plan::Ids { tenant: self.tenant(tenant), relay: RelayId(0), messages: smallvec![self.message(message)], aggregate: self.aggregate(aggregate) }
             }
             Event::Claim { relay, tenant, leases, .. } => Plan::Ids {
                 tenant: self.tenant(tenant),
@@ -366,10 +414,10 @@ impl Oracle {
                 aggregate: AggregateId(0),
             },
             Event::Publish { relay, message, .. } => {
-                Plan::Ids { tenant: TenantId(0), relay: self.relay(relay), messages: vec![self.message(message)], aggregate: AggregateId(0) }
+                Plan::Ids { tenant: TenantId(0), relay: self.relay(relay), messages: smallvec![self.message(message)], aggregate: AggregateId(0) }
             }
             Event::Write { relay, message, tenant, .. } => {
-                Plan::Ids { tenant: self.tenant(tenant), relay: self.relay(relay), messages: vec![self.message(message)], aggregate: AggregateId(0) }
+                Plan::Ids { tenant: self.tenant(tenant), relay: self.relay(relay), messages: smallvec![self.message(message)], aggregate: AggregateId(0) }
             }
             Event::Reap { messages, .. } => Plan::Ids {
                 tenant: TenantId(0),
@@ -378,35 +426,34 @@ impl Oracle {
                 aggregate: AggregateId(0),
             },
             Event::Requeue { message, .. } => {
-                Plan::Ids { tenant: TenantId(0), relay: RelayId(0), messages: vec![self.message(message)], aggregate: AggregateId(0) }
+                Plan::Ids { tenant: TenantId(0), relay: RelayId(0), messages: smallvec![self.message(message)], aggregate: AggregateId(0) }
             }
             Event::Clock { .. } | Event::Fault { .. } => Plan::Nothing,
         }
     }
 
     /// The successors of one branch under `event`, or why it cannot happen there.
-    fn step(&self, branch: Branch, line: usize, event: &Event, plan: &Plan) -> Result<Vec<Branch>, Divergence> {
-        let Plan::Ids { tenant, relay, messages, aggregate } = plan.clone() else {
-            return Ok(vec![branch]);
+    fn step(&self, b: &mut Branch, line: usize, event: &Event, plan: &Plan) -> Result<Option<Branch>, Divergence> {
+        let &Plan::Ids { tenant, relay, ref messages, aggregate } = plan else {
+            return Ok(None);
         };
-        let diverge = |property: Option<Property>, expected: String, got: String, rows: Vec<Row>| Divergence {
+        let diverge = |property: Option<Property>, expected: String, got: String, rows: &[Row]| Divergence {
             line,
             event: event_json(event),
             property,
             expected,
             got,
-            rows,
+            rows: rows.to_vec(),
             resolutions_dropped: false,
             names: Vec::new(),
         };
-        let rows_of = |b: &Branch, ids: &[MessageId]| ids.iter().filter_map(|id| b.outbox.row(*id).cloned()).collect::<Vec<_>>();
-        let audited = |b: &mut Branch, before: Vec<Row>| -> Result<(), Divergence> {
+        let rows_of = |b: &Branch, ids: &[MessageId]| ids.iter().filter_map(|id| b.outbox.row(*id).cloned()).collect::<SmallVec<[Row; 1]>>();
+        let audited = |b: &mut Branch, before: &[Row]| -> Result<(), Divergence> {
             match b.auditor.take_violations().into_iter().next() {
                 None => Ok(()),
-                Some(v) => Err(diverge(Some(v.property), "no violation".into(), v.detail, before)),
+                Some(v) => Err(diverge(Some(v.property), "no violation".into(), v.detail, &before)),
             }
         };
-        let mut b = branch;
         match event {
             Event::Enqueue { expected_version, now, result, .. } => {
                 let req = EnqueueRequest {
@@ -416,16 +463,16 @@ impl Oracle {
                     message_id: messages[0],
                     now: Instant(*now),
                 };
-                let model = b.auditor.enqueue(&mut b.outbox, &req).map_err(|e| diverge(Some(Property::S10), "a valid enqueue".into(), e.to_string(), Vec::new()))?;
+                let model = b.auditor.enqueue(&mut b.outbox, &req).map_err(|e| diverge(Some(Property::S10), "a valid enqueue".into(), e.to_string(), &[]))?;
                 let model_says = match model {
                     EnqueueResult::Applied { .. } => "applied",
                     EnqueueResult::Stale { .. } => "stale",
                 };
                 if model_says != result {
-                    return Err(diverge(Some(Property::S10), model_says.into(), result.clone(), Vec::new()));
+                    return Err(diverge(Some(Property::S10), model_says.into(), result.clone(), &[]));
                 }
-                audited(&mut b, Vec::new())?;
-                Ok(vec![b])
+                audited(b, &[])?;
+                Ok(None)
             }
             Event::Claim { batch, lease_ms, now, leases, outcome, .. } => {
                 let req = ClaimRequest {
@@ -441,15 +488,14 @@ impl Oracle {
                     let mut committed = b.clone();
                     let _ = committed.auditor.claim(&mut committed.outbox, &self.policy, &req, Instant(*now));
                     committed.resolutions.push(format!("line {line}: claim committed"));
-                    let mut not = b;
-                    not.resolutions.push(format!("line {line}: claim not committed"));
-                    return Ok(vec![not, committed]);
+                    b.resolutions.push(format!("line {line}: claim not committed"));
+                    return Ok(Some(committed));
                 }
-                let before = rows_of(&b, &messages);
+                let before = rows_of(b, &messages);
                 let claimed = b
                     .auditor
                     .claim_exactly(&mut b.outbox, &self.policy, &req, &messages, Instant(*now))
-                    .map_err(|e| diverge(None, "a valid claim".into(), e.to_string(), before.clone()))?;
+                    .map_err(|e| diverge(None, "a valid claim".into(), e.to_string(), &before))?;
                 match claimed {
                     Err((id, refusal)) => {
                         let property = match refusal {
@@ -461,7 +507,7 @@ impl Oracle {
                             ClaimRefusal::OverBatch | ClaimRefusal::OutOfOrder | ClaimRefusal::Twice => None,
                         };
                         let name = self.name_of(0, id.0);
-                        Err(diverge(property, format!("no claim of {name} ({refusal:?})"), format!("a claim of {name}"), before))
+                        Err(diverge(property, format!("no claim of {name} ({refusal:?})"), format!("a claim of {name}"), &before))
                     }
                     Ok(model_leases) => {
                         for (got, lease) in leases.iter().zip(&model_leases) {
@@ -472,13 +518,13 @@ impl Oracle {
                                     None,
                                     format!("attempts = {} after the claim of {}", lease.attempts, got.message),
                                     format!("attempts = {}", got.attempts),
-                                    before,
+                                    &before,
                                 ));
                             }
-                            b.held.push(Held { relay, token: got.token.clone(), lease: *lease });
+                            b.held.push(Held { relay, token: TokenName::new(&got.token), lease: *lease });
                         }
-                        audited(&mut b, before)?;
-                        Ok(vec![b])
+                        audited(b, &before)?;
+                        Ok(None)
                     }
                 }
             }
@@ -493,36 +539,36 @@ impl Oracle {
                     .unwrap_or(Lease { message_id: id, tenant_id: tenant, owner: relay, token: LeaseToken(u64::MAX), attempts: 0, claim_seq: u32::MAX });
                 let key = if key == message { IdempotencyKey::Message { message_id: id } } else { IdempotencyKey::Other { value: fnv(key) } };
                 let stored = stored.unwrap_or(*answer == PublishAnswer::Ack);
-                let before = rows_of(&b, &messages);
+                let before = rows_of(b, &messages);
                 b.auditor.published(&lease, key, stored);
-                audited(&mut b, before)?;
-                Ok(vec![b])
+                audited(b, &before)?;
+                Ok(None)
             }
             Event::Write { write, message, token, now, code, result, status, .. } => {
                 let id = messages[0];
-                let kind = write_kind(write, *code).ok_or_else(|| diverge(None, "a known write".into(), write.clone(), Vec::new()))?;
+                let kind = write_kind(write, *code).ok_or_else(|| diverge(None, "a known write".into(), write.clone(), &[]))?;
                 let mut lease = b
                     .held
                     .iter()
                     .rev()
-                    .find(|h| h.relay == relay && h.lease.message_id == id && h.token == *token)
+                    .find(|h| h.relay == relay && h.lease.message_id == id && h.token.is(token))
                     .map(|h| h.lease)
                     .unwrap_or(Lease { message_id: id, tenant_id: tenant, owner: relay, token: LeaseToken(u64::MAX), attempts: 0, claim_seq: u32::MAX });
                 lease.tenant_id = tenant;
                 let req = WriteRequest { lease, kind, now: Instant(*now), max_attempts: self.max_attempts };
-                let before = rows_of(&b, &messages);
+                let before = rows_of(b, &messages);
                 if *result == WriteReport::Unknown {
                     if b.outbox.row(id).is_none() {
-                        return Err(diverge(None, "a write to a known row".into(), format!("a write to {message}"), before));
+                        return Err(diverge(None, "a write to a known row".into(), format!("a write to {message}"), &before));
                     }
                     b.deferred.push(Deferred { line, write: write.clone(), req });
-                    return Ok(vec![b]);
+                    return Ok(None);
                 }
-                let mut applied = b;
+                let applied = b;
                 let model = applied
                     .auditor
                     .write(&mut applied.outbox, &self.policy, &req)
-                    .map_err(|e| diverge(None, "a write to a known row".into(), e.to_string(), before.clone()))?;
+                    .map_err(|e| diverge(None, "a write to a known row".into(), e.to_string(), &before))?;
                 match result {
                     WriteReport::Unknown => unreachable!("an unknown write is deferred above"),
                     WriteReport::Applied | WriteReport::Stale => {
@@ -544,45 +590,45 @@ impl Oracle {
                                 (WriteResult::Stale { .. }, WriteReport::Applied) => Some(Property::S1),
                                 _ => None,
                             };
-                            return Err(diverge(property, format!("{model:?}"), format!("{result:?}"), before));
+                            return Err(diverge(property, format!("{model:?}"), format!("{result:?}"), &before));
                         }
                         if let (Some(got), WriteResult::Applied { status: expected }) = (status, model) {
                             if *got != expected {
-                                return Err(diverge(None, format!("status {expected}"), format!("status {got}"), before));
+                                return Err(diverge(None, format!("status {expected}"), format!("status {got}"), &before));
                             }
                         }
-                        audited(&mut applied, before)?;
-                        Ok(vec![applied])
+                        audited(applied, &before)?;
+                        Ok(None)
                     }
                 }
             }
             Event::Reap { now, .. } => {
-                let before = rows_of(&b, &messages);
+                let before = rows_of(b, &messages);
                 let mut reaped = b.auditor.reap(&mut b.outbox, Instant(*now));
-                let mut expected = messages.clone();
+                let mut expected = messages.to_vec();
                 reaped.sort();
                 expected.sort();
                 if reaped != expected {
                     let names = |ids: &[MessageId]| ids.iter().map(|m| self.name_of(0, m.0)).collect::<Vec<_>>().join(", ");
-                    return Err(diverge(None, format!("reaping [{}]", names(&reaped)), format!("[{}]", names(&expected)), before));
+                    return Err(diverge(None, format!("reaping [{}]", names(&reaped)), format!("[{}]", names(&expected)), &before));
                 }
-                audited(&mut b, before)?;
-                Ok(vec![b])
+                audited(b, &before)?;
+                Ok(None)
             }
             Event::Requeue { result, .. } => {
-                let before = rows_of(&b, &messages);
+                let before = rows_of(b, &messages);
                 let model = b
                     .auditor
                     .requeue(&mut b.outbox, &self.policy, messages[0])
-                    .map_err(|e| diverge(None, "a requeue of a known row".into(), e.to_string(), before.clone()))?;
+                    .map_err(|e| diverge(None, "a requeue of a known row".into(), e.to_string(), &before))?;
                 let model_says = if model == RequeueResult::Applied { "applied" } else { "not_requeueable" };
                 if model_says != result {
-                    return Err(diverge(None, model_says.into(), result.clone(), before));
+                    return Err(diverge(None, model_says.into(), result.clone(), &before));
                 }
-                audited(&mut b, before)?;
-                Ok(vec![b])
+                audited(b, &before)?;
+                Ok(None)
             }
-            Event::Clock { .. } | Event::Fault { .. } => Ok(vec![b]),
+            Event::Clock { .. } | Event::Fault { .. } => Ok(None),
         }
     }
 
@@ -607,7 +653,7 @@ impl Oracle {
 
 #[derive(Clone, Debug)]
 enum Plan {
-    Ids { tenant: TenantId, relay: RelayId, messages: Vec<MessageId>, aggregate: AggregateId },
+    Ids { tenant: TenantId, relay: RelayId, messages: SmallVec<[MessageId; 2]>, aggregate: AggregateId },
     Nothing,
 }
 

@@ -203,3 +203,27 @@ fn counterexample_traces_pass_through_the_oracle() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn an_event_reads_the_same_whatever_the_position_of_its_tag() {
+    // The parser reads the tag first when it comes first (the fast path) and gathers the object
+    // when it does not: both must give the same event, and the same errors.
+    let header = r#"{"format":"outbox-check-trace","version":1,"max_attempts":3}"#;
+    let first = r#"{"event":"claim","relay":"r1","tenant":"t","batch":2,"lease_ms":30,"now":5,"leases":[{"message":"m1","token":"7","attempts":1}]}"#;
+    let last = r#"{"relay":"r1","tenant":"t","batch":2,"lease_ms":30,"now":5,"leases":[{"message":"m1","token":"7","attempts":1}],"event":"claim"}"#;
+    let (_, a) = parse("a", &format!("{header}\n{first}\n")).unwrap();
+    let (_, b) = parse("b", &format!("{header}\n{last}\n")).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a[0].1.name(), "claim");
+    for line in [r#"{"now":5,"event":"clock","extra":1}"#, r#"{"event":"clock","now":5,"extra":1}"#] {
+        let e = parse("c", &format!("{header}\n{line}\n")).unwrap_err();
+        assert!(e.message.contains("unknown field `extra`"), "{e}");
+    }
+    for line in [r#"{"now":5}"#, r#"{}"#] {
+        let e = parse("d", &format!("{header}\n{line}\n")).unwrap_err();
+        assert!(e.message.contains("missing field `event`"), "{e}");
+    }
+    // With the tag first, a wrong type's column is where the value is.
+    let e = parse("e", &format!("{header}\n{{\"event\":\"clock\",\"now\":\"soon\"}}\n")).unwrap_err();
+    assert_eq!((e.line, e.column), (2, 29), "{e}");
+}
