@@ -223,6 +223,24 @@ impl Table {
     }
 }
 
+/// The [`Store`] methods every SQL store answers from its [`Common`].
+macro_rules! common_store_methods {
+    () => {
+        fn log(&self) -> &[String] {
+            &self.common.log
+        }
+        fn can_write(&self, kind: &WriteKind) -> bool {
+            self.common.can_write(kind)
+        }
+        fn can_reap(&self) -> bool {
+            self.common.table == Table::MessagingOutbox
+        }
+        fn view(&self, row: Row) -> Row {
+            self.common.view(row)
+        }
+    };
+}
+
 /// What every SQL store keeps besides its connection.
 struct Common {
     policy: Policy,
@@ -543,18 +561,7 @@ impl Store for SqliteStore {
         raw.into_iter().map(RawRow::into_row).collect()
     }
 
-    fn log(&self) -> &[String] {
-        &self.common.log
-    }
-    fn can_write(&self, kind: &WriteKind) -> bool {
-        self.common.can_write(kind)
-    }
-    fn can_reap(&self) -> bool {
-        self.common.table == Table::MessagingOutbox
-    }
-    fn view(&self, row: Row) -> Row {
-        self.common.view(row)
-    }
+    common_store_methods!();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -837,16 +844,5 @@ impl Store for PgStore {
         raw.into_iter().map(RawRow::into_row).collect()
     }
 
-    fn log(&self) -> &[String] {
-        &self.common.log
-    }
-    fn can_write(&self, kind: &WriteKind) -> bool {
-        self.common.can_write(kind)
-    }
-    fn can_reap(&self) -> bool {
-        self.common.table == Table::MessagingOutbox
-    }
-    fn view(&self, row: Row) -> Row {
-        self.common.view(row)
-    }
+    common_store_methods!();
 }
