@@ -236,7 +236,7 @@ fn the_explorer_steps_through_a_counterexample_in_chromium() {
 
     let png = browser.screenshot();
     assert!(png.starts_with(b"\x89PNG"), "not a PNG screenshot");
-    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/explorer-legacy-v1-S1.png");
+    let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("explorer-legacy-v1-S1.png");
     std::fs::write(&target, &png).unwrap();
     if std::env::var("OUTBOX_CHECK_WRITE_REPORTS").as_deref() == Ok("1") {
         std::fs::write(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/explorer-legacy-v1-S1.png"), &png).unwrap();
