@@ -285,6 +285,14 @@ pub struct ParseError {
     pub message: String,
 }
 
+/// serde_json's message without its own "at line 1 column N": each line is parsed alone, so its
+/// line would always say 1; the error names the file's line and column already.
+fn json_message(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    text.strip_suffix(&suffix).map(str::to_string).unwrap_or(text)
+}
+
 /// Parses a whole trace: the header, then one event per non-blank line.
 pub fn parse(file: &str, text: &str) -> Result<(Header, Vec<(usize, Event)>), ParseError> {
     let mut events = Vec::new();
@@ -333,7 +341,7 @@ pub fn stream_reader<T>(
         return Err(error(1, 1, "empty trace: expected a header line".into()));
     };
     let header: Header =
-        serde_json::from_str(&buffer).map_err(|e| error(first, e.column().max(1), format!("bad header: {e}")))?;
+        serde_json::from_str(&buffer).map_err(|e| error(first, e.column().max(1), format!("bad header: {}", json_message(&e))))?;
     if header.format != FORMAT {
         return Err(error(first, 1, format!("not an outbox-check trace: format is '{}', expected '{FORMAT}'", header.format)));
     }
@@ -345,7 +353,7 @@ pub fn stream_reader<T>(
     }
     let started = start(&header).map_err(|message| error(first, 1, message))?;
     while let Some(line) = next_line(&mut buffer)? {
-        let event: Event = serde_json::from_str(&buffer).map_err(|e| error(line, e.column().max(1), e.to_string()))?;
+        let event: Event = serde_json::from_str(&buffer).map_err(|e| error(line, e.column().max(1), json_message(&e)))?;
         if !each(line, event) {
             break;
         }
