@@ -185,6 +185,29 @@ impl<'de> Deserialize<'de> for Event {
 
 struct EventVisitor;
 
+/// An object's first key: `None` when it is `event` (read without allocating), else the key.
+struct FirstKey;
+
+impl<'de> serde::de::DeserializeSeed<'de> for FirstKey {
+    type Value = Option<String>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Option<String>, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl serde::de::Visitor<'_> for FirstKey {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Option<String>, E> {
+        Ok((key != "event").then(|| key.to_string()))
+    }
+}
+
 impl<'de> serde::de::Visitor<'de> for EventVisitor {
     type Value = Event;
 
@@ -194,17 +217,17 @@ impl<'de> serde::de::Visitor<'de> for EventVisitor {
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Event, A::Error> {
         use serde::de::Error;
-        let Some(first) = map.next_key::<std::borrow::Cow<'de, str>>()? else {
+        let Some(first) = map.next_key_seed(FirstKey)? else {
             return Err(A::Error::missing_field("event"));
         };
-        if first == "event" {
+        let Some(first) = first else {
             // The usual shape (every recorder of this project writes the tag first).
             let tag: Tag = map.next_value()?;
             return tag.read(serde::de::value::MapAccessDeserializer::new(map));
-        }
+        };
         // The tag comes later: gather the object, then read it.
         let mut object = serde_json::Map::new();
-        object.insert(first.into_owned(), map.next_value()?);
+        object.insert(first, map.next_value()?);
         while let Some((key, value)) = map.next_entry::<String, serde_json::Value>()? {
             object.insert(key, value);
         }
