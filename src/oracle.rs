@@ -113,6 +113,45 @@ impl TokenName {
     }
 }
 
+/// An implementation's names of one kind, each numbered in order of first appearance: the text
+/// of all of them in one string, and a hash table of numbers looked up by the names they stand
+/// for. A history names every message and aggregate; a map of `String` keys would cost an
+/// allocation and some 40 bytes per name more.
+#[derive(Default)]
+struct Names {
+    text: String,
+    /// `ends[id]`: where name `id` ends in `text` (it starts where `id - 1` ends).
+    ends: Vec<u32>,
+    table: hashbrown::HashTable<u32>,
+    hasher: ahash::RandomState,
+}
+
+impl Names {
+    fn name(&self, id: u32) -> Option<&str> {
+        name_in(&self.text, &self.ends, id)
+    }
+
+    /// The number of `name`, given one if it is new.
+    fn id(&mut self, name: &str) -> u32 {
+        let Names { text, ends, table, hasher } = self;
+        let hash = hasher.hash_one(name);
+        if let Some(&id) = table.find(hash, |&id| name_in(text, ends, id) == Some(name)) {
+            return id;
+        }
+        let id = ends.len() as u32;
+        text.push_str(name);
+        ends.push(text.len() as u32);
+        table.insert_unique(hash, id, |&id| hasher.hash_one(name_in(text, ends, id).unwrap_or_default()));
+        id
+    }
+}
+
+fn name_in<'a>(text: &'a str, ends: &[u32], id: u32) -> Option<&'a str> {
+    let end = *ends.get(id as usize)? as usize;
+    let start = if id == 0 { 0 } else { ends[id as usize - 1] as usize };
+    text.get(start..end)
+}
+
 /// One way the history so far can have happened.
 #[derive(Clone, Debug)]
 struct Branch {
@@ -143,7 +182,7 @@ pub struct Oracle {
     max_attempts: u32,
     /// The implementation's names by kind (message, tenant, relay, aggregate), each mapped to a
     /// small number in order of first appearance.
-    names: [ahash::AHashMap<String, u32>; 4],
+    names: [Names; 4],
     /// The last name looked up per kind and its id: a history names the same relay, tenant and
     /// message on consecutive lines, and a string comparison is cheaper than a hash lookup.
     last_name: [(String, u32); 4],
@@ -197,15 +236,7 @@ impl Oracle {
         if last.0 == name && !name.is_empty() {
             return last.1;
         }
-        let names = &mut self.names[kind as usize];
-        let id = match names.get(name) {
-            Some(&id) => id,
-            None => {
-                let id = names.len() as u32;
-                names.insert(name.to_string(), id);
-                id
-            }
-        };
+        let id = self.names[kind as usize].id(name);
         last.0.clear();
         last.0.push_str(name);
         last.1 = id;
@@ -636,8 +667,8 @@ impl Oracle {
     fn legend(&self, plan: &Plan) -> Vec<(String, String)> {
         let Plan::Ids { relay, messages, .. } = plan else { return Vec::new() };
         let mut names = Vec::new();
-        if let Some((name, _)) = self.names[2].iter().find(|(_, v)| **v == u32::from(relay.0)) {
-            names.push((format!("{relay}"), name.clone()));
+        if let Some(name) = self.names[2].name(u32::from(relay.0)) {
+            names.push((format!("{relay}"), name.to_string()));
         }
         for m in messages {
             names.push((format!("{m}"), self.name_of(0, m.0)));
@@ -647,7 +678,7 @@ impl Oracle {
     }
 
     fn name_of(&self, kind: u8, id: u32) -> String {
-        self.names[kind as usize].iter().find(|(_, v)| **v == id).map(|(n, _)| n.clone()).unwrap_or_else(|| id.to_string())
+        self.names[kind as usize].name(id).map_or_else(|| id.to_string(), str::to_string)
     }
 }
 
