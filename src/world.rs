@@ -8,6 +8,7 @@
 //! [`Auditor`](crate::core::Auditor). No rule of the outbox lives here, only the environment:
 //! which faults may strike and how the broker and the consumer behave.
 
+use smallvec::{smallvec, SmallVec};
 use crate::core::{
     AggregateId, Auditor, ClaimRequest, Design, Duration, EnqueueRequest, EnqueueResult, FailureCode, IdempotencyKey,
     Instant, Lease, LeaseToken, MessageId, Outbox, Policy, Property, RelayId, RequeueResult, Status, TenantId, Violation,
@@ -704,7 +705,7 @@ impl World {
         for m in 0..self.outbox.rows().len() {
             let id = self.outbox.rows()[m].message_id;
             if !resets_tokens {
-                let mut tokens = vec![self.outbox.rows()[m].lease_token.0];
+                let mut tokens: SmallVec<[u64; 8]> = smallvec![self.outbox.rows()[m].lease_token.0];
                 self.each_lease(&mut |l| {
                     if l.message_id == id {
                         tokens.push(l.token.0)
@@ -723,7 +724,7 @@ impl World {
             }
             let claims = self.auditor.ghost(id).map(|g| g.claims).unwrap_or(0);
             let requeued = self.auditor.ghost(id).map(|g| g.requeued_after_claim).unwrap_or(0);
-            let mut seqs = vec![claims, requeued];
+            let mut seqs: SmallVec<[u32; 8]> = smallvec![claims, requeued];
             self.each_lease(&mut |l| {
                 if l.message_id == id {
                     seqs.push(l.claim_seq)
@@ -766,7 +767,7 @@ impl World {
         if !facts.fenced {
             return;
         }
-        let latest: Vec<(MessageId, u32)> =
+        let latest: SmallVec<[(MessageId, u32); 8]> =
             self.auditor.ghosts().iter().map(|g| (MessageId(g.message_id), g.claims)).collect();
         let is_stale = |l: &Lease| latest.iter().any(|&(m, c)| m == l.message_id && c != l.claim_seq);
         for (cycle, effect) in self.relays.iter_mut().flatten() {
@@ -859,7 +860,7 @@ impl World {
     ///   a lease for it is held, since a stale relay may still publish it (S3).
     fn erase_dead_fields(&mut self, facts: &FleetFacts) {
         let terminal_safe = self.requeues_left == 0 && facts.keeps_terminal;
-        let mut dead: Vec<MessageId> = Vec::new();
+        let mut dead: SmallVec<[MessageId; 8]> = SmallVec::new();
         for row in self.outbox.rows_mut() {
             if row.last_failure_code != Some(FailureCode::Timeout) {
                 row.last_failure_code = None;
@@ -882,7 +883,7 @@ impl World {
         if dead.is_empty() {
             return;
         }
-        let mut held: Vec<MessageId> = Vec::new();
+        let mut held: SmallVec<[MessageId; 8]> = SmallVec::new();
         self.each_lease(&mut |l| {
             if dead.contains(&l.message_id) {
                 held.push(l.message_id);
@@ -911,12 +912,12 @@ impl World {
         let window = config.relays.iter().map(|r| r.skew.min(0).unsigned_abs()).max().unwrap_or(0);
         let now = self.now.0;
         let horizon = now.saturating_sub(window);
-        let mut old: Vec<u64> = Vec::new();
+        let mut old: SmallVec<[u64; 16]> = SmallVec::new();
         for row in self.outbox.rows() {
             old.push(row.created_at.0);
             old.extend(row.next_attempt_at.map(|t| t.0));
         }
-        old.retain(|&t| t < horizon);
+        old.retain(|t| *t < horizon);
         old.sort_unstable();
         old.dedup();
         let base = old.len() as u64;
@@ -967,13 +968,13 @@ struct FleetFacts {
     /// No design touches a terminal row.
     keeps_terminal: bool,
     /// Per relay: its design reads the relay's own clock.
-    relay_clock: Vec<bool>,
+    relay_clock: SmallVec<[bool; 4]>,
 }
 
 impl FleetFacts {
     fn of(config: &WorldConfig) -> FleetFacts {
         use crate::core::policy::{ClaimFence, ClockSource, WriteFence};
-        let policies: Vec<Policy> = (0..config.relays.len()).map(|i| config.policy(i)).collect();
+        let policies: SmallVec<[Policy; 4]> = (0..config.relays.len()).map(|i| config.policy(i)).collect();
         FleetFacts {
             resets_tokens: policies.iter().any(|p| p.requeue_resets_token),
             random_tokens: policies.iter().any(|p| p.token_kind == TokenKind::Random),
