@@ -151,6 +151,19 @@ impl std::fmt::Display for WriteWords<'_> {
     }
 }
 
+/// A claim in words, for a violation's detail: "claim by r1".
+struct ClaimWords(crate::core::RelayId);
+
+impl std::fmt::Display for ClaimWords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "claim by {}", self.0)
+    }
+}
+
+/// A snapshot of the rows a step may change, on the stack for the small tables of the model
+/// checker (which claims in every other step).
+type Snapshot = smallvec::SmallVec<[Row; 4]>;
+
 /// Performs operations on an [`Outbox`] and checks the safety properties on each.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Auditor {
@@ -275,7 +288,7 @@ impl Auditor {
         req: &ClaimRequest,
         true_now: Instant,
     ) -> Result<Vec<Lease>, CoreError> {
-        let before: Vec<Row> = outbox.rows().to_vec();
+        let before: Snapshot = outbox.rows().iter().cloned().collect();
         let mut leases = outbox.claim(policy, req)?;
         self.audit_claim(&before, outbox, policy, req, &mut leases, true_now);
         Ok(leases)
@@ -291,7 +304,7 @@ impl Auditor {
         true_now: Instant,
     ) -> Result<Result<Vec<Lease>, (MessageId, crate::core::outbox::ClaimRefusal)>, CoreError> {
         // Only the named rows can change: snapshot those, not the table.
-        let before: Vec<Row> = ids.iter().filter_map(|id| outbox.row(*id).cloned()).collect();
+        let before: Snapshot = ids.iter().filter_map(|id| outbox.row(*id).cloned()).collect();
         let claimed = outbox.claim_exactly(policy, req, ids)?;
         Ok(claimed.map(|mut leases| {
             self.audit_claim(&before, outbox, policy, req, &mut leases, true_now);
@@ -313,7 +326,7 @@ impl Auditor {
                 continue;
             };
             let new = outbox.row(lease.message_id).cloned().unwrap_or_else(|| old.clone());
-            let what = format!("claim by {}", req.owner);
+            let what = ClaimWords(req.owner);
             self.check_absorbing(old, &new, &what);
             if old.tenant_id != req.tenant_id {
                 self.violated(
