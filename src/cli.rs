@@ -205,7 +205,7 @@ enum Command {
         /// The engine: sqlite (embedded, in memory) or postgres.
         #[arg(long = "store", value_enum)]
         engine: conform::Engine,
-        /// The design whose SQL runs on the store.
+        /// The design whose SQL runs on the store (on messaging_outbox; seed-tenant on seed 003's outbox_events).
         #[arg(long, value_parser = parse_design, default_value = "reference")]
         variant: Design,
         /// The design whose core is the model (default: the same design).
