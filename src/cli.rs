@@ -89,6 +89,10 @@ enum Command {
         /// Stop the search after this many seconds (the result then says it is incomplete).
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         timeout: Option<u64>,
+        /// Give up (one line, exit 1) when the search holds more than this many GB of memory,
+        /// instead of being killed by the system [default: 80% of the machine's memory].
+        #[arg(long, value_name = "GB", value_parser = parse_gigabytes)]
+        max_memory: Option<f64>,
         /// Skip L1–L3 (they build the state graph a second time, in memory).
         #[arg(long)]
         no_liveness: bool,
@@ -361,14 +365,15 @@ pub fn main() -> ExitCode {
             })
         }
         Command::Variants { design, json } => variants(design, json),
-        Command::Check { fleet, threads, timeout, no_liveness, out, no_write, explorer_port, json, quiet } => {
+        Command::Check { fleet, threads, timeout, max_memory, no_liveness, out, no_write, explorer_port, json, quiet } => {
             let options = CheckOptions {
                 threads: threads as usize,
                 timeout: timeout.map(std::time::Duration::from_secs),
                 liveness: !no_liveness,
                 ..CheckOptions::default()
             };
-            check_command(&fleet, &options, (!no_write).then_some(out.as_path()), explorer_port, json, quiet)
+            let max_memory = max_memory.map(|gb| (gb * 1e9) as u64).or_else(|| memory_total().map(|total| total / 10 * 8));
+            check_command(&fleet, &options, max_memory, (!no_write).then_some(out.as_path()), explorer_port, json, quiet)
         }
         Command::Explore { fleet, port } => explore(&fleet, port),
         Command::Mutants { threads, json, quiet } => mutants(threads as usize, json, quiet),
@@ -492,9 +497,34 @@ fn spinner(quiet: bool, what: &str) -> indicatif::ProgressBar {
     bar
 }
 
+/// A positive number of gigabytes.
+fn parse_gigabytes(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(gb) if gb > 0.0 && gb.is_finite() => Ok(gb),
+        _ => Err(format!("'{text}' is not a positive number of GB")),
+    }
+}
+
+/// The machine's memory in bytes (Linux; `None` elsewhere).
+fn memory_total() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = info.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// This process's resident memory in bytes (Linux; `None` elsewhere).
+fn memory_resident() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
+}
+
 fn check_command(
     fleet: &FleetArgs,
     options: &CheckOptions,
+    max_memory: Option<u64>,
     out: Option<&std::path::Path>,
     explorer_port: u16,
     json: bool,
@@ -504,6 +534,20 @@ fn check_command(
     let bar = spinner(quiet, "model checking");
     let report = check(&config, options, &|states, unique| {
         bar.set_message(format!("model checking: {states} states generated, {unique} unique"));
+        if let (Some(limit), Some(held)) = (max_memory, memory_resident()) {
+            if held > limit {
+                // stateright's checker threads cannot be stopped from outside: leave while the
+                // machine still answers, rather than be killed by it.
+                bar.finish_and_clear();
+                eprintln!(
+                    "outbox-check: gave up: the search holds {:.2} GB, over --max-memory {:.2} GB, after {states} states \
+                     ({unique} unique) — the state space is too large for this machine; check fewer messages or relays",
+                    held as f64 / 1e9,
+                    limit as f64 / 1e9
+                );
+                std::process::exit(1);
+            }
+        }
     });
     bar.finish_and_clear();
     let command = format!("outbox-check check {}", fleet.command_line());

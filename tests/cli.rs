@@ -51,7 +51,7 @@ fn an_unknown_variant_is_one_line_naming_the_valid_ones_and_exit_2() {
 
 #[test]
 fn bad_flags_exit_2_with_one_line() {
-    for args in [&["verify", "--bogus"][..], &["verify", "--messages", "zero"], &["nonsense"], &["sim", "--seeds", "0"], &["sim", "--seed", "1", "--seeds", "3"], &["sim", "--history"], &["conform"], &["check", "--variant", "nosuch"], &["check", "--fleet", "reference", "--variant", "reference"], &["check", "--relays", "2"]] {
+    for args in [&["verify", "--bogus"][..], &["verify", "--messages", "zero"], &["nonsense"], &["sim", "--seeds", "0"], &["sim", "--seed", "1", "--seeds", "3"], &["sim", "--history"], &["conform"], &["check", "--variant", "nosuch"], &["check", "--fleet", "reference", "--variant", "reference"], &["check", "--relays", "2"], &["check", "--variant", "reference", "--max-memory", "0"]] {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = text(&out.stderr);
@@ -186,4 +186,17 @@ fn verify_fails_when_a_verdict_differs_from_the_pinned_expectations() {
     assert_eq!(out.status.code(), Some(1));
     let text = text(&out.stdout);
     assert!(text.contains("seed-v2: model checking found [S3 S6 S7], expected [S3 S7]"), "{text}");
+}
+
+#[test]
+fn check_gives_up_in_one_line_before_the_machine_runs_out_of_memory() {
+    // Two messages take some hundred MB to search: a limit of 40 MB is passed within a second.
+    let out = run(&["check", "--variant", "reference", "--messages", "2", "--no-liveness", "--no-write", "--quiet", "--max-memory", "0.04"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("gave up") && err.contains("--max-memory 0.04 GB"), "{err}");
+    // A limit the search stays under changes nothing.
+    let out = run(&["check", "--variant", "reference", "--no-liveness", "--no-write", "--quiet", "--max-memory", "8"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
