@@ -248,6 +248,9 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// No progress display (shown on a terminal while a long history is checked).
+        #[arg(short, long)]
+        quiet: bool,
     },
 }
 
@@ -421,7 +424,7 @@ pub fn main() -> ExitCode {
                 quiet,
             })
         }
-        Command::Trace { files, variant, json } => trace(&files, variant, json),
+        Command::Trace { files, variant, json, quiet } => trace(&files, variant, json, quiet),
     }
 }
 
@@ -713,8 +716,9 @@ fn mutants(threads: usize, json: bool, quiet: bool) -> ExitCode {
     }
 }
 
-fn trace(files: &[std::path::PathBuf], variant: Option<Design>, json: bool) -> ExitCode {
+fn trace(files: &[std::path::PathBuf], variant: Option<Design>, json: bool, quiet: bool) -> ExitCode {
     use crate::oracle::Oracle;
+    let bar = spinner(quiet, "checking");
     let mut verdicts = Vec::new();
     let mut diverged = false;
     for file in files {
@@ -722,6 +726,7 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, json: bool) -> E
         let reader = match std::fs::File::open(file) {
             Ok(f) => std::io::BufReader::with_capacity(1 << 16, f),
             Err(error) => {
+                bar.finish_and_clear();
                 eprintln!("outbox-check: cannot read {name}: {error}");
                 return ExitCode::from(2);
             }
@@ -743,6 +748,9 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, json: bool) -> E
                 Ok(())
             },
             |line, event| {
+                if line % 65_536 == 0 {
+                    bar.set_message(format!("checking {name}: line {line}"));
+                }
                 let mut guard = slot.borrow_mut();
                 let Some(oracle) = guard.as_mut() else { return false };
                 match oracle.feed(line, &event) {
@@ -755,10 +763,12 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, json: bool) -> E
             },
         );
         if let Err(error) = checked {
+            bar.finish_and_clear();
             eprintln!("outbox-check: {error}");
             return ExitCode::from(2);
         }
         let Some(oracle) = slot.into_inner() else {
+            bar.finish_and_clear();
             eprintln!("outbox-check: {name}: no header");
             return ExitCode::from(2);
         };
@@ -766,25 +776,30 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, json: bool) -> E
             Some(d) => {
                 diverged = true;
                 if !json {
-                    println!("{name}: DIVERGES at {d}");
-                    for row in &d.rows {
-                        println!("  row before: {}", serde_json::to_string(row).unwrap_or_default());
-                    }
+                    bar.suspend(|| {
+                        println!("{name}: DIVERGES at {d}");
+                        for row in &d.rows {
+                            println!("  row before: {}", serde_json::to_string(row).unwrap_or_default());
+                        }
+                    });
                 }
                 verdicts.push(serde_json::json!({ "file": name, "verdict": "diverges", "divergence": d }));
             }
             None => {
                 let accepted = oracle.finish();
                 if !json {
-                    println!("{name}: consistent with the model ({} events)", accepted.events);
-                    for r in &accepted.resolutions {
-                        println!("  unknown outcome resolved as: {r}");
-                    }
+                    bar.suspend(|| {
+                        println!("{name}: consistent with the model ({} events)", accepted.events);
+                        for r in &accepted.resolutions {
+                            println!("  unknown outcome resolved as: {r}");
+                        }
+                    });
                 }
                 verdicts.push(serde_json::json!({ "file": name, "verdict": "consistent", "accepted": accepted }));
             }
         }
     }
+    bar.finish_and_clear();
     if json {
         println!("{}", serde_json::to_string_pretty(&verdicts).expect("JSON"));
     }
