@@ -285,6 +285,27 @@ impl Common {
         }
     }
 
+    /// The claim SELECT's parameters: 1 tenant, 2 now, 3 max_attempts, 4 batch.
+    fn claim_select_params(req: &ClaimRequest) -> [Param; 4] {
+        [
+            Param::Text(tenant_name(req.tenant_id)),
+            Param::Int(req.now.0 as i64),
+            Param::Int(i64::from(req.max_attempts)),
+            Param::Int(i64::from(req.batch)),
+        ]
+    }
+
+    /// One claimed row's UPDATE parameters: 1 message_id, 2 the lease's expiry, 3 owner, 4 the
+    /// fresh token (drawn here, for designs with random tokens).
+    fn claim_update_params(&mut self, id: &str, req: &ClaimRequest) -> [Param; 4] {
+        [
+            Param::Text(id.to_string()),
+            Param::Int(req.now.plus(req.lease).0 as i64),
+            Param::Text(owner_name(req.owner)),
+            self.next_token(),
+        ]
+    }
+
     fn claim_sql(&self) -> (String, String) {
         match self.table {
             Table::MessagingOutbox => {
@@ -316,7 +337,19 @@ impl Common {
         }
     }
 
-    /// The enqueue's INSERT: parameters 1 message_id, 2 tenant, 3 aggregate, 4 version, 5 now.
+    /// The enqueue's INSERT of the outbox row, with its parameters: 1 message_id, 2 tenant,
+    /// 3 aggregate, 4 the version the business change moved to, 5 now.
+    fn insert(&self, req: &EnqueueRequest) -> (String, [Param; 5]) {
+        let params = [
+            Param::Text(message_name(req.message_id)),
+            Param::Text(tenant_name(req.tenant_id)),
+            Param::Text(aggregate_name(req.aggregate_id)),
+            Param::Int(i64::from(req.expected_version) + 1),
+            Param::Int(req.now.0 as i64),
+        ];
+        (self.insert_sql(), params)
+    }
+
     fn insert_sql(&self) -> String {
         let p = |n, ty| match self.dialect {
             Dialect::Sqlite => format!("?{n}"),
@@ -452,20 +485,14 @@ impl Store for SqliteStore {
         } else {
             "INSERT INTO business_aggregates (tenant_id, aggregate_id, version) VALUES (?1, ?2, ?3 + 1)"
         };
-        let params = [Param::Text(tenant.clone()), Param::Text(aggregate.clone()), Param::Int(expected)];
+        let params = [Param::Text(tenant), Param::Text(aggregate), Param::Int(expected)];
         let changed = tx.execute(business, rusqlite::params_from_iter(Self::params(&params)))?;
         self.common.log.push(render(business, &params));
         if changed != 1 {
             return Ok(EnqueueResult::Stale { current_version: current.unwrap_or(0) as u32 });
         }
-        let insert = &self.common.insert_sql();
-        let params = [
-            Param::Text(message_name(req.message_id)),
-            Param::Text(tenant),
-            Param::Text(aggregate),
-            Param::Int(expected + 1),
-            Param::Int(req.now.0 as i64),
-        ];
+        let (insert, params) = self.common.insert(req);
+        let insert = insert.as_str();
         tx.execute(insert, rusqlite::params_from_iter(Self::params(&params)))?;
         self.common.log.push(render(insert, &params));
         tx.commit()?;
@@ -475,12 +502,7 @@ impl Store for SqliteStore {
     fn claim(&mut self, req: &ClaimRequest) -> Result<Vec<Lease>, StoreError> {
         let (select, update) = self.common.claim_sql();
         let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let params = [
-            Param::Text(tenant_name(req.tenant_id)),
-            Param::Int(req.now.0 as i64),
-            Param::Int(i64::from(req.max_attempts)),
-            Param::Int(i64::from(req.batch)),
-        ];
+        let params = Common::claim_select_params(req);
         let ids: Vec<String> = {
             let mut stmt = tx.prepare_cached(&select)?;
             let rows = stmt.query_map(rusqlite::params_from_iter(Self::params(&params)), |r| r.get(0))?;
@@ -489,12 +511,7 @@ impl Store for SqliteStore {
         self.common.log.push(render(&select, &params));
         let mut leases = Vec::with_capacity(ids.len());
         for id in ids {
-            let params = [
-                Param::Text(id.clone()),
-                Param::Int(req.now.plus(req.lease).0 as i64),
-                Param::Text(owner_name(req.owner)),
-                self.common.next_token(),
-            ];
+            let params = self.common.claim_update_params(&id, req);
             let (tenant, token, attempts): (String, rusqlite::types::Value, i64) =
                 tx.prepare_cached(&update)?.query_row(rusqlite::params_from_iter(Self::params(&params)), |r| {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?))
@@ -746,14 +763,8 @@ impl Store for PgStore {
             tx.rollback()?;
             return Ok(EnqueueResult::Stale { current_version: current.unwrap_or(0) as u32 });
         }
-        let insert = &self.common.insert_sql();
-        let params = [
-            Param::Text(message_name(req.message_id)),
-            Param::Text(tenant),
-            Param::Text(aggregate),
-            Param::Int(expected + 1),
-            Param::Int(req.now.0 as i64),
-        ];
+        let (insert, params) = self.common.insert(req);
+        let insert = insert.as_str();
         let values = pg_fix_widths(insert, &params);
         tx.execute(insert, &refs(&values))?;
         self.common.log.push(render(insert, &params));
@@ -763,12 +774,7 @@ impl Store for PgStore {
 
     fn claim(&mut self, req: &ClaimRequest) -> Result<Vec<Lease>, StoreError> {
         let (select, update) = self.common.claim_sql();
-        let params = [
-            Param::Text(tenant_name(req.tenant_id)),
-            Param::Int(req.now.0 as i64),
-            Param::Int(i64::from(req.max_attempts)),
-            Param::Int(i64::from(req.batch)),
-        ];
+        let params = Common::claim_select_params(req);
         let values = pg_fix_widths(&select, &params);
         let mut log = vec![render(&select, &params)];
         let mut leases = Vec::new();
@@ -776,12 +782,7 @@ impl Store for PgStore {
         // FOR UPDATE SKIP LOCKED: the rows are this transaction's until it commits.
         let ids: Vec<String> = tx.query(&select, &refs(&values))?.iter().map(|r| r.get(0)).collect();
         for id in ids {
-            let params = [
-                Param::Text(id.clone()),
-                Param::Int(req.now.plus(req.lease).0 as i64),
-                Param::Text(owner_name(req.owner)),
-                self.common.next_token(),
-            ];
+            let params = self.common.claim_update_params(&id, req);
             let values = pg_fix_widths(&update, &params);
             let row = tx.query_one(&update, &refs(&values))?;
             let token = match self.common.table {
