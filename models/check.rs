@@ -96,13 +96,38 @@ impl CheckReport {
     }
 }
 
+/// States the first, exact search may visit while it looks for an example of every
+/// reachability property (a path to each, shortest); what it has not found by then the complete
+/// check looks for.
+pub const DISCOVERY_STATES: usize = 500_000;
+
 /// Model-checks `config`. `progress` is called now and then with (states, unique states).
+///
+/// Three searches: a breadth-first search of the exact model (the normalised world) for the
+/// shortest example of each reachability property, stopped once it has them all (or after
+/// [`DISCOVERY_STATES`]); the complete check of the safety properties, on two threads, over the
+/// model with the safety abstractions ([`OutboxModel::for_safety`]), tracking only the
+/// reachability flags the first search did not find; and, for what the complete check found
+/// and the first search did not, a breadth-first search of the exact model again for the
+/// shortest path to it. The abstractions only ever add violations, so a property the complete
+/// check finds holding holds; a violation it reports is confirmed by an exact path, or the
+/// verdict is unknown.
 pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(usize, usize) + Sync)) -> CheckReport {
-    let model = OutboxModel::new(config.clone());
     let started = Instant::now();
-    let mut builder = model.clone().checker().threads(options.threads.max(1));
+    let exact = OutboxModel::new(config.clone());
+    let reachability: BTreeSet<&'static str> = REACHABILITY.iter().map(|r| r.name).collect();
+    let everything: BTreeSet<&'static str> = SAFETY_NAMES.iter().copied().chain(reachability.iter().copied()).collect();
+    let (mut paths, _) = bfs_paths(&exact, &everything, &|found| reachability.iter().all(|r| found.contains(r)), Some(DISCOVERY_STATES));
+    let tracked = REACHABILITY
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| paths.iter().all(|(n, _, _)| *n != r.name))
+        .fold(0u8, |mask, (i, _)| mask | 1 << i);
+
+    let model = OutboxModel::for_safety(config.clone(), tracked);
+    let mut builder = model.checker().threads(options.threads.max(1));
     if let Some(timeout) = options.timeout {
-        builder = builder.timeout(timeout);
+        builder = builder.timeout(timeout.saturating_sub(started.elapsed()));
     }
     let checker = builder.spawn_bfs();
     while !checker.is_done() {
@@ -110,32 +135,42 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
         std::thread::sleep(Duration::from_millis(200));
     }
     let checker = checker.join();
-    let seconds = started.elapsed().as_secs_f64();
     let complete = options.timeout.is_none_or(|t| started.elapsed() < t);
-    let found: BTreeSet<&'static str> = checker.discoveries().keys().copied().collect();
-
-    // stateright's BFS keeps the last path it met for a discovery, not the first, so the
-    // shortest paths come from a breadth-first search of our own that stops once it has them.
-    let paths = shortest_paths(&model, &found);
+    // stateright's BFS keeps the last path it met for a discovery, not the first, and this one
+    // ran on the abstract model: the shortest paths come from the exact model, breadth-first.
+    let missing: BTreeSet<&'static str> =
+        checker.discoveries().keys().copied().filter(|name| paths.iter().all(|(n, _, _)| n != name)).collect();
+    let mut unconfirmed = BTreeSet::new();
+    if !missing.is_empty() {
+        let (more, _) = bfs_paths(&exact, &missing, &|found| found.len() == missing.len(), None);
+        unconfirmed = missing.iter().copied().filter(|name| more.iter().all(|(n, _, _)| n != name)).collect();
+        paths.extend(more);
+    }
+    let seconds = started.elapsed().as_secs_f64();
     let path_of = |name: &str| paths.iter().find(|(n, _, _)| *n == name);
 
     let mut properties = Vec::new();
     for (i, name) in SAFETY_NAMES.iter().enumerate() {
         let id = crate::core::Property::SAFETY[i].id();
         let hit = path_of(name);
+        let flagged_only = unconfirmed.contains(name);
         properties.push(PropertyResult {
             id: id.to_string(),
             name: name[id.len() + 1..].to_string(),
             kind: Kind::Safety,
             status: match (hit, complete) {
                 (Some(_), _) => Verdict::Violated,
-                (None, true) => Verdict::Holds,
-                (None, false) => Verdict::Unknown,
+                (None, true) if !flagged_only => Verdict::Holds,
+                (None, _) => Verdict::Unknown,
             },
             counterexample: hit.map(|(_, actions, _)| replay(config, actions)),
             cycle_from: None,
             explorer_path: hit.map(|(_, _, encoded)| encoded.clone()),
-            note: (hit.is_none() && !complete).then(|| "the search stopped at its timeout".to_string()),
+            note: if flagged_only {
+                Some("the abstract check flags it, but the exact world has no path to it".to_string())
+            } else {
+                (hit.is_none() && !complete).then(|| "the search stopped at its timeout".to_string())
+            },
         });
     }
     for r in REACHABILITY.iter() {
@@ -178,13 +213,28 @@ pub fn shortest_paths(model: &OutboxModel, targets: &BTreeSet<&'static str>) -> 
     shortest_paths_until(model, targets, targets.len())
 }
 
-/// Like [`shortest_paths`], stopping once `enough` of the targets are discovered (all those at
-/// the depth where the last of them was found).
+/// Like [`shortest_paths`], stopping once `enough` of the targets are discovered.
 pub fn shortest_paths_until(
     model: &OutboxModel,
     targets: &BTreeSet<&'static str>,
     enough: usize,
 ) -> Vec<(&'static str, Vec<Action>, String)> {
+    bfs_paths(model, targets, &|found| found.len() >= enough, None).0
+}
+
+/// A path to a discovery: the property's name, the actions, the explorer's encoded path.
+pub type Path = (&'static str, Vec<Action>, String);
+
+/// Breadth-first from the initial state, noting the first (so shortest) path to each property
+/// of `targets` (a violated `always`, a reached `sometimes`), until `done` says the names found
+/// so far are enough, the graph is exhausted, or `max_states` states have been seen. Returns
+/// the paths and the number of states seen.
+pub fn bfs_paths(
+    model: &OutboxModel,
+    targets: &BTreeSet<&'static str>,
+    done: &dyn Fn(&BTreeSet<&'static str>) -> bool,
+    max_states: Option<usize>,
+) -> (Vec<Path>, usize) {
     use std::collections::{HashMap, VecDeque};
     let fp = crate::world::fingerprint::<crate::world::World>;
     let properties: Vec<_> = model.properties().into_iter().filter(|p| targets.contains(p.name)).collect();
@@ -193,6 +243,7 @@ pub fn shortest_paths_until(
         _ => !(p.condition)(model, w),
     };
     let mut found: Vec<(&'static str, Vec<usize>)> = Vec::new();
+    let mut names: BTreeSet<&'static str> = BTreeSet::new();
     let init = model.init_states().remove(0);
     let init_fp = fp(&init);
     let mut parent: HashMap<u64, Option<(u64, usize)>> = HashMap::from([(init_fp, None)]);
@@ -209,11 +260,12 @@ pub fn shortest_paths_until(
     let mut actions = Vec::new();
     while let Some((at, state)) = queue.pop_front() {
         for p in &properties {
-            if found.iter().all(|(n, _)| *n != p.name) && violated(p, &state) {
+            if !names.contains(p.name) && violated(p, &state) {
+                names.insert(p.name);
                 found.push((p.name, path_to(&parent, at)));
             }
         }
-        if found.len() >= enough.min(properties.len()) {
+        if done(&names) || max_states.is_some_and(|max| parent.len() >= max) {
             break;
         }
         actions.clear();
@@ -227,7 +279,8 @@ pub fn shortest_paths_until(
             }
         }
     }
-    found
+    let seen = parent.len();
+    let paths = found
         .into_iter()
         .map(|(name, indices)| {
             let mut state = model.init_states().remove(0);
@@ -243,7 +296,8 @@ pub fn shortest_paths_until(
             let encoded = std::iter::once("0".to_string()).chain(indices.iter().map(|i| i.to_string())).collect::<Vec<_>>().join("/");
             (name, path_actions, encoded)
         })
-        .collect()
+        .collect();
+    (paths, seen)
 }
 
 /// The world every mutant is checked in: three relays competing for one message, the third

@@ -20,7 +20,7 @@
 //! is sound only on acyclic paths and this graph has cycles (a quiet tick returns to its state).
 
 use crate::core::Property as Spec;
-use crate::world::{Action, Event, World, WorldConfig};
+use crate::world::{Action, Event, FleetFacts, World, WorldConfig};
 use stateright::{Model, Property};
 
 /// The model: a world configuration; the state is the [`World`].
@@ -31,6 +31,13 @@ pub struct OutboxModel {
     /// configuration's `time_max` — which the tests compare against to show the reductions
     /// change no verdict.
     pub normalise: bool,
+    /// `Some(tracked)`: the safety check's model — the abstractions of
+    /// [`World::normalise_with`] on, and of the reachability flags only those in the bit mask
+    /// `tracked` (in [`REACHABILITY`]'s order) kept in the state. A flag that is not looked at
+    /// would only split states.
+    pub safety: Option<u8>,
+    /// What normalisation needs to know of the fleet, read once.
+    facts: FleetFacts,
 }
 
 /// A `sometimes` property of SPEC §7's reachability list and the safety property it exercises.
@@ -70,12 +77,18 @@ macro_rules! safety {
 
 impl OutboxModel {
     pub fn new(config: WorldConfig) -> OutboxModel {
-        OutboxModel { config, normalise: true }
+        OutboxModel { facts: FleetFacts::of(&config), config, normalise: true, safety: None }
+    }
+
+    /// The model of the complete safety check: the normalised world with the safety
+    /// abstractions, tracking only the reachability flags in the bit mask `tracked`.
+    pub fn for_safety(config: WorldConfig, tracked: u8) -> OutboxModel {
+        OutboxModel { facts: FleetFacts::of(&config), config, normalise: true, safety: Some(tracked) }
     }
 
     /// The plain world, without reductions; needs a `time_max` to be finite.
     pub fn unreduced(config: WorldConfig) -> OutboxModel {
-        OutboxModel { config, normalise: false }
+        OutboxModel { facts: FleetFacts::of(&config), config, normalise: false, safety: None }
     }
 
     /// The safety property a name belongs to.
@@ -91,7 +104,7 @@ impl Model for OutboxModel {
     fn init_states(&self) -> Vec<World> {
         let mut world = World::new(&self.config);
         if self.normalise {
-            world.normalise(&self.config);
+            world.normalise_by(&self.config, &self.facts, self.safety);
         }
         vec![world]
     }
@@ -103,8 +116,11 @@ impl Model for OutboxModel {
     fn next_state(&self, last: &World, action: Action) -> Option<World> {
         let mut next = last.clone();
         next.apply(&self.config, action);
+        if let Some(tracked) = self.safety {
+            next.step.seen.mask(tracked);
+        }
         if self.normalise {
-            next.normalise(&self.config);
+            next.normalise_by(&self.config, &self.facts, self.safety);
         }
         Some(next)
     }
@@ -119,6 +135,10 @@ impl Model for OutboxModel {
             Property::sometimes(REACHABILITY[4].name, |_, s: &World| s.step.seen.ambiguous_then_published),
             Property::sometimes(REACHABILITY[5].name, |_, s: &World| s.step.seen.order_overtaken),
         ]);
+        if let Some(tracked) = self.safety {
+            let untracked = |name: &str| REACHABILITY.iter().position(|r| r.name == name).is_some_and(|i| tracked & (1 << i) == 0);
+            properties.retain(|p| !untracked(p.name));
+        }
         properties
     }
 

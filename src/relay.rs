@@ -154,6 +154,18 @@ impl Cycle {
         &self.leases
     }
 
+    /// The leases this cycle may still publish: the current one unless its publication is
+    /// behind it (a mutant that republishes after a lost connection may publish it again from
+    /// `Recording`, and is not counted here), and those after it.
+    pub fn leases_to_publish(&self) -> &[Lease] {
+        let from = match self.phase {
+            Phase::Publishing | Phase::RecordingEarly | Phase::Republishing => self.current,
+            Phase::Recording => self.current + 1,
+            Phase::Claiming | Phase::Done => self.leases.len(),
+        };
+        &self.leases[from.min(self.leases.len())..]
+    }
+
     /// Mutable leases, for normalising engines that rewrite tokens in place.
     pub fn leases_mut(&mut self) -> &mut [Lease] {
         &mut self.leases

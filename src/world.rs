@@ -345,6 +345,23 @@ pub struct Seen {
     pub order_overtaken: bool,
 }
 
+impl Seen {
+    /// Keeps the flags whose bit (in [`crate::model::REACHABILITY`]'s order) is set in `mask`.
+    pub fn mask(&mut self, mask: u8) {
+        let flags = [
+            &mut self.stale_refused,
+            &mut self.duplicate_deduplicated,
+            &mut self.lease_taken_over,
+            &mut self.exhausted,
+            &mut self.ambiguous_then_published,
+            &mut self.order_overtaken,
+        ];
+        for (i, flag) in flags.into_iter().enumerate() {
+            *flag &= mask & (1 << i) != 0;
+        }
+    }
+}
+
 /// What the last step did, kept in the state for the model checker's properties.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct StepFlags {
@@ -696,7 +713,18 @@ impl World {
     ///   `max + 1`; a lease's pending write's `now` is overwritten when it runs, so it becomes 0;
     ///   the lifetime publication count is not a state at all.
     pub fn normalise(&mut self, config: &WorldConfig) -> Vec<usize> {
-        let facts = FleetFacts::of(config);
+        self.normalise_with(config, None)
+    }
+
+    /// [`World::normalise`], and with `safety = Some(tracked)` the abstractions of
+    /// [`World::abstract_for_safety`] too, for a check of the safety properties in which only the
+    /// reachability flags in the bit mask `tracked` are still looked at.
+    pub fn normalise_with(&mut self, config: &WorldConfig, safety: Option<u8>) -> Vec<usize> {
+        self.normalise_by(config, &FleetFacts::of(config), safety)
+    }
+
+    /// [`World::normalise_with`] with the fleet's facts read once by the caller.
+    pub fn normalise_by(&mut self, config: &WorldConfig, facts: &FleetFacts, safety: Option<u8>) -> Vec<usize> {
         let cap = config.max_attempts + 1;
         self.normalise_time(config);
         self.erase_stale_leases(&facts);
@@ -754,6 +782,9 @@ impl World {
             self.outbox.restart_random_tokens();
         }
         self.each_effect_write(&mut |request| request.now = Instant(0));
+        if let Some(tracked) = safety {
+            self.abstract_for_safety(config, &facts, tracked);
+        }
         self.erase_dead_fields(&facts);
         self.canonical_relay_order(config, &facts)
     }
@@ -785,6 +816,65 @@ impl World {
                     request.kind = crate::core::WriteKind::Published;
                 }
                 _ => {}
+            }
+        }
+    }
+
+    /// Abstractions for the safety check: they merge states that differ in ghost variables a
+    /// safety property reads, and only ever towards a *larger* chance of a violation, so a
+    /// property that holds here holds in the exact world; in the fleets where they apply they
+    /// also raise no false alarm. No rule of the core reads what they change, so the abstract
+    /// world takes exactly the steps of the exact one. `tracked` is the bit mask (in
+    /// [`crate::model::REACHABILITY`]'s order) of the reachability flags still looked at: a
+    /// field one of them reads is left alone.
+    ///
+    /// - **Publications over-counted** (S3). A row's ghost publication count `p` becomes
+    ///   `max(p, attempts − h)`, `h` the leases of its current budget that are still to be
+    ///   published. It never decreases `p`, so a publication past the budget is still seen. In a
+    ///   fleet whose every design counts `attempts` at the claim under the strict budget
+    ///   predicate and publishes once per lease, `p + h ≤ attempts` always holds (every
+    ///   publication and every lease still to publish was a claim, and every claim counted one
+    ///   attempt), so the new value is exactly `attempts − h`: `p` is no longer a state of its
+    ///   own, and since `attempts − h` publications plus at most `h + (max − attempts)` more
+    ///   stay within `max`, nothing is flagged that the exact world would not flag. (Applied in
+    ///   those fleets only: elsewhere the count stays exact.)
+    /// - **Broker storage forgotten** (S5). `stored` is kept only while some relay has a pending
+    ///   write of PUBLISHED for the row; otherwise it becomes `false`. That only ever makes an
+    ///   unconfirmed PUBLISHED more likely to be flagged. In a fleet where no design writes
+    ///   PUBLISHED before its broker acknowledged (or after a second, unchecked publication),
+    ///   every write of PUBLISHED follows its own relay's stored publication, which sets `stored`
+    ///   again, so nothing is flagged that the exact world would not flag.
+    /// - **Failure code dropped.** `last_failure_code` is read by no rule, by S4's comparison of a
+    ///   terminal row (whose fields are dead anyway where [`Self::erase_dead_fields`] erases
+    ///   them) and by the "AMBIGUOUS later PUBLISHED" flag: once that flag is not tracked, it
+    ///   goes.
+    fn abstract_for_safety(&mut self, config: &WorldConfig, facts: &FleetFacts, tracked: u8) {
+        let cap = config.max_attempts + 1;
+        let keep_stored = tracked & (1 << 1) != 0 || !facts.confirms_after_ack;
+        let drop_code = tracked & (1 << 4) == 0 && self.requeues_left == 0 && facts.keeps_terminal;
+        for m in 0..self.outbox.rows().len() {
+            let row = &mut self.outbox.rows_mut()[m];
+            if drop_code {
+                row.last_failure_code = None;
+            }
+            let (id, attempts) = (row.message_id, row.attempts);
+            let Some(ghost) = self.auditor.ghost(id) else { continue };
+            let budget_from = ghost.requeued_after_claim;
+            let mut to_publish = 0u32;
+            let mut confirming = false;
+            for (cycle, effect) in self.relays.iter().flatten() {
+                let ours = |l: &&Lease| l.message_id == id && l.claim_seq > budget_from;
+                to_publish += cycle.leases_to_publish().iter().filter(ours).count() as u32;
+                if let Effect::Write { request } = effect {
+                    confirming |= request.lease.message_id == id && request.kind == crate::core::WriteKind::Published;
+                }
+            }
+            let Some(ghost) = self.auditor.ghosts_mut().iter_mut().find(|g| g.message_id == id.0) else { continue };
+            if facts.counts_at_claim {
+                ghost.publications = ghost.publications.max(attempts.saturating_sub(to_publish)).min(cap);
+            }
+            if !keep_stored && !confirming {
+                ghost.stored = false;
             }
         }
     }
@@ -917,12 +1007,14 @@ impl World {
             old.push(row.created_at.0);
             old.extend(row.next_attempt_at.map(|t| t.0));
         }
-        old.retain(|t| *t < horizon);
+        // Instants at or before the horizon are past for every clock that may still read them,
+        // now and later: only their order among themselves is left to compare.
+        old.retain(|t| *t <= horizon);
         old.sort_unstable();
         old.dedup();
         let base = old.len() as u64;
         let map = |t: u64| {
-            if t < horizon {
+            if t <= horizon {
                 old.binary_search(&t).unwrap_or(0) as u64
             } else {
                 base + (t - horizon)
@@ -931,10 +1023,13 @@ impl World {
         for row in self.outbox.rows_mut() {
             row.created_at = Instant(map(row.created_at.0));
             row.next_attempt_at = row.next_attempt_at.map(|t| Instant(map(t.0)));
-            row.lease_expires_at = row.lease_expires_at.map(|t| Instant(if t.0 < horizon { 0 } else { map(t.0) }));
+            // Every clock that may still read an expiry reads at least `horizon`, and expiries
+            // are only ever compared as `expiry <= clock`: one at or before the horizon has
+            // expired for good, however long ago.
+            row.lease_expires_at = row.lease_expires_at.map(|t| Instant(if t.0 <= horizon { 0 } else { map(t.0) }));
             row.published_at = row.published_at.map(|_| Instant(0));
         }
-        self.now = Instant(map(now));
+        self.now = Instant(base + (now - horizon));
     }
 
     /// Calls `f` on every copy of a lease the relays hold (in their cycles and pending effects).
@@ -959,8 +1054,9 @@ impl World {
 
 }
 
-/// What normalisation needs to know of the fleet's designs, read once per state.
-struct FleetFacts {
+/// What normalisation needs to know of the fleet's designs: read once per model, not per state.
+#[derive(Clone, Debug)]
+pub struct FleetFacts {
     resets_tokens: bool,
     random_tokens: bool,
     /// Every claim bumps the token and every write checks it.
@@ -969,11 +1065,16 @@ struct FleetFacts {
     keeps_terminal: bool,
     /// Per relay: its design reads the relay's own clock.
     relay_clock: SmallVec<[bool; 4]>,
+    /// Every design counts `attempts` at the claim, under the strict budget predicate, and
+    /// publishes once per lease.
+    counts_at_claim: bool,
+    /// No design writes PUBLISHED but right after its own acknowledged publication.
+    confirms_after_ack: bool,
 }
 
 impl FleetFacts {
-    fn of(config: &WorldConfig) -> FleetFacts {
-        use crate::core::policy::{ClaimFence, ClockSource, WriteFence};
+    pub fn of(config: &WorldConfig) -> FleetFacts {
+        use crate::core::policy::{AttemptsAt, BudgetPredicate, ClaimFence, ClockSource, WriteFence};
         let policies: SmallVec<[Policy; 4]> = (0..config.relays.len()).map(|i| config.policy(i)).collect();
         FleetFacts {
             resets_tokens: policies.iter().any(|p| p.requeue_resets_token),
@@ -988,6 +1089,10 @@ impl FleetFacts {
                 .iter()
                 .all(|p| !p.claim_terminal && p.write_fence != WriteFence::MessageIdOnly && !p.swallow_stale),
             relay_clock: policies.iter().map(|p| p.relay.clock == ClockSource::Relay).collect(),
+            counts_at_claim: policies.iter().all(|p| {
+                p.attempts_at == AttemptsAt::Claim && p.budget == BudgetPredicate::Strict && !p.relay.republish_after_db_loss
+            }),
+            confirms_after_ack: policies.iter().all(|p| !p.relay.publish_before_ack && !p.relay.republish_after_db_loss),
         }
     }
 }
