@@ -7,7 +7,7 @@
 //! on the same normalised world with the lasso search of [`crate::liveness`].
 
 use crate::liveness::{check_l1, check_l2, check_l3, Graph, LassoVerdict};
-use crate::model::{replay, OutboxModel, ReplayStep, REACHABILITY, SAFETY_NAMES};
+use crate::model::{replay, replay_with, OutboxModel, ReplayStep, REACHABILITY, SAFETY_NAMES};
 use crate::world::{Action, WorldConfig};
 use serde::Serialize;
 use stateright::{Checker, Model};
@@ -74,7 +74,14 @@ pub struct CheckReport {
     pub states: usize,
     pub unique_states: usize,
     pub max_depth: usize,
+    /// Wall time of the safety and reachability check: the complete check and the searches for
+    /// shortest paths (liveness not included).
     pub seconds: f64,
+    /// Wall time of the complete safety check alone, whose counts `states` and `unique_states`
+    /// are.
+    pub search_seconds: f64,
+    /// States the exact searches for shortest paths visited (before and after the complete check).
+    pub path_search_states: usize,
     pub complete: bool,
     pub liveness_states: Option<usize>,
     pub properties: Vec<PropertyResult>,
@@ -117,7 +124,8 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
     let exact = OutboxModel::new(config.clone());
     let reachability: BTreeSet<&'static str> = REACHABILITY.iter().map(|r| r.name).collect();
     let everything: BTreeSet<&'static str> = SAFETY_NAMES.iter().copied().chain(reachability.iter().copied()).collect();
-    let (mut paths, _) = bfs_paths(&exact, &everything, &|found| reachability.iter().all(|r| found.contains(r)), Some(DISCOVERY_STATES));
+    let (mut paths, mut path_search_states) =
+        bfs_paths(&exact, &everything, &|found| reachability.iter().all(|r| found.contains(r)), Some(DISCOVERY_STATES));
     let tracked = REACHABILITY
         .iter()
         .enumerate()
@@ -129,12 +137,14 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
     if let Some(timeout) = options.timeout {
         builder = builder.timeout(timeout.saturating_sub(started.elapsed()));
     }
+    let search_started = Instant::now();
     let checker = builder.spawn_bfs();
     while !checker.is_done() {
         progress(checker.state_count(), checker.unique_state_count());
         std::thread::sleep(Duration::from_millis(200));
     }
     let checker = checker.join();
+    let search_seconds = search_started.elapsed().as_secs_f64();
     let complete = options.timeout.is_none_or(|t| started.elapsed() < t);
     // stateright's BFS keeps the last path it met for a discovery, not the first, and this one
     // ran on the abstract model: the shortest paths come from the exact model, breadth-first.
@@ -142,7 +152,8 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
         checker.discoveries().keys().copied().filter(|name| paths.iter().all(|(n, _, _)| n != name)).collect();
     let mut unconfirmed = BTreeSet::new();
     if !missing.is_empty() {
-        let (more, _) = bfs_paths(&exact, &missing, &|found| found.len() == missing.len(), None);
+        let (more, seen) = bfs_paths(&exact, &missing, &|found| found.len() == missing.len(), None);
+        path_search_states += seen;
         unconfirmed = missing.iter().copied().filter(|name| more.iter().all(|(n, _, _)| n != name)).collect();
         paths.extend(more);
     }
@@ -201,6 +212,8 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
         unique_states: checker.unique_state_count(),
         max_depth: checker.max_depth(),
         seconds,
+        search_seconds,
+        path_search_states,
         complete,
         liveness_states,
         properties,
@@ -235,7 +248,9 @@ pub fn bfs_paths(
     done: &dyn Fn(&BTreeSet<&'static str>) -> bool,
     max_states: Option<usize>,
 ) -> (Vec<Path>, usize) {
-    use std::collections::{HashMap, VecDeque};
+    use std::collections::VecDeque;
+    // Keys are fingerprints already: hashing them again is wasted work.
+    type HashMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<Fingerprints>>;
     let fp = crate::world::fingerprint::<crate::world::World>;
     let properties: Vec<_> = model.properties().into_iter().filter(|p| targets.contains(p.name)).collect();
     let violated = |p: &stateright::Property<OutboxModel>, w: &crate::world::World| match p.expectation {
@@ -246,7 +261,8 @@ pub fn bfs_paths(
     let mut names: BTreeSet<&'static str> = BTreeSet::new();
     let init = model.init_states().remove(0);
     let init_fp = fp(&init);
-    let mut parent: HashMap<u64, Option<(u64, usize)>> = HashMap::from([(init_fp, None)]);
+    let mut parent: HashMap<u64, Option<(u64, usize)>> = HashMap::default();
+    parent.insert(init_fp, None);
     let mut queue = VecDeque::from([(init_fp, init)]);
     let path_to = |parent: &HashMap<u64, Option<(u64, usize)>>, mut at: u64| {
         let mut indices = Vec::new();
@@ -300,6 +316,26 @@ pub fn bfs_paths(
     (paths, seen)
 }
 
+/// A hasher for keys that are fingerprints already: passes the `u64` through.
+#[derive(Default)]
+struct Fingerprints(u64);
+
+impl std::hash::Hasher for Fingerprints {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
+}
+
 /// The world every mutant is checked in: three relays competing for one message, the third
 /// reusing the first one's id (a restarted relay while its paused predecessor still lives), a
 /// second tenant (so a write can be mis-routed to it), one operator requeue, every fault.
@@ -324,7 +360,8 @@ fn liveness(config: &WorldConfig, states_max: usize) -> (Vec<PropertyResult>, Op
             Some(LassoVerdict { lasso: Some(lasso), .. }) => {
                 let mut actions = lasso.prefix.clone();
                 actions.extend(lasso.cycle.iter().copied());
-                (Verdict::Violated, Some(replay(world, &actions)), Some(lasso.prefix.len() + 1))
+                let steps = replay_with(world, &actions, crate::liveness::LIVENESS_NORMALISATION);
+                (Verdict::Violated, Some(steps), Some(lasso.prefix.len() + 1))
             }
         };
         PropertyResult {

@@ -28,6 +28,10 @@ use crate::relay::Effect;
 use crate::world::{Action, BrokerFate, DbFate, World, WorldConfig};
 use std::collections::HashMap;
 
+/// How the liveness graph normalises its states: with the safety abstractions and no
+/// reachability flag tracked.
+pub const LIVENESS_NORMALISATION: Option<u8> = Some(0);
+
 /// The explored graph: states by index, each with its parent (for paths) and its edges.
 pub struct Graph {
     pub states: Vec<World>,
@@ -57,9 +61,15 @@ pub struct TooLarge {
 
 impl Graph {
     /// Explores every state reachable from the initial world, up to `states_max`.
+    ///
+    /// States are normalised with the safety check's abstractions ([`LIVENESS_NORMALISATION`]):
+    /// they change only ghost counters and flags no liveness check reads, never a step, so they
+    /// merge states liveness cannot tell apart. A path of this graph names relay slots as this
+    /// normalisation ordered them: replay it with [`crate::model::replay_with`] and the same.
     pub fn build(config: &WorldConfig, states_max: usize) -> Result<Graph, TooLarge> {
+        let facts = crate::world::FleetFacts::of(config);
         let mut init = World::new(config);
-        init.normalise(config);
+        init.normalise_by(config, &facts, LIVENESS_NORMALISATION);
         // States by fingerprint, as the checker dedups them; the states themselves live once, in
         // `graph.states`.
         let fingerprint = crate::world::fingerprint::<World>;
@@ -75,8 +85,8 @@ impl Graph {
             let mut out = Vec::with_capacity(actions.len());
             for &action in &actions {
                 let mut successor = state.clone();
-                successor.apply(config, action);
-                successor.normalise(config);
+                successor.advance(config, action);
+                successor.normalise_by(config, &facts, LIVENESS_NORMALISATION);
                 successor.step = Default::default();
                 let key = fingerprint(&successor);
                 let target = match index.get(&key) {

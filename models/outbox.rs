@@ -115,12 +115,12 @@ impl Model for OutboxModel {
 
     fn next_state(&self, last: &World, action: Action) -> Option<World> {
         let mut next = last.clone();
-        next.apply(&self.config, action);
+        next.advance(&self.config, action);
         if let Some(tracked) = self.safety {
             next.step.seen.mask(tracked);
         }
         if self.normalise {
-            next.normalise_by(&self.config, &self.facts, self.safety);
+            next.normalise_after(&self.config, &self.facts, self.safety, action);
         }
         Some(next)
     }
@@ -230,15 +230,21 @@ pub struct ReplayStep {
 /// applied and renames the relays back, and runs the real world beside the canonical one, so the
 /// steps carry true times and the fleet's own relay names.
 pub fn replay(config: &WorldConfig, actions: &[Action]) -> Vec<ReplayStep> {
+    replay_with(config, actions, None)
+}
+
+/// [`replay`] of a path found under [`World::normalise_with`]`(config, safety)` (whose relay
+/// order may differ where the abstractions merged ghost state).
+pub fn replay_with(config: &WorldConfig, actions: &[Action], safety: Option<u8>) -> Vec<ReplayStep> {
     let mut canonical = World::new(config);
-    let mut real_of: Vec<usize> = canonical.normalise(config);
+    let mut real_of = canonical.normalise_with(config, safety);
     let mut real = World::new(config);
     let mut steps = Vec::with_capacity(actions.len());
     for (index, &action) in actions.iter().enumerate() {
         let real_action = rename_relay(action, &real_of);
         let report = real.apply(config, real_action);
-        canonical.apply(config, action);
-        let perm = canonical.normalise(config);
+        canonical.advance(config, action);
+        let perm = canonical.normalise_with(config, safety);
         real_of = perm.iter().map(|&old| real_of[old]).collect();
         steps.push(ReplayStep {
             index: index + 1,

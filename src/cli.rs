@@ -593,11 +593,15 @@ fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) 
         c.faults.names().join(", ")
     );
     println!(
-        "{} states generated, {} unique, depth {}, {:.2} s{}{}\n",
+        "{} states generated, {} unique, depth {}, {:.2} s ({:.2} s complete check, {:.2} M states/s; \
+         {} states searched for shortest paths){}{}\n",
         report.states,
         report.unique_states,
         report.max_depth,
         report.seconds,
+        report.search_seconds,
+        report.states as f64 / report.search_seconds.max(1e-9) / 1e6,
+        report.path_search_states,
         if report.complete { "" } else { " — INCOMPLETE (timeout)" },
         report.liveness_states.map(|n| format!("; liveness graph {n} states")).unwrap_or_default()
     );

@@ -121,7 +121,7 @@ pub enum IdempotencyKey {
 }
 
 /// Ghost state of one row.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RowGhost {
     pub message_id: u32,
     /// Claims of this row by any path; the latest lease has `claim_seq == claims`.
@@ -140,6 +140,17 @@ pub struct RowGhost {
     pub publications_total: u32,
     /// The broker stored the message at least once.
     pub stored: bool,
+}
+
+/// Packed words, like [`Row`]'s hash (every field at full width, so injective).
+impl std::hash::Hash for RowGhost {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(u64::from(self.message_id) | u64::from(self.claims) << 32);
+        state.write_u64(u64::from(self.publications) | u64::from(self.publications_previous) << 32);
+        state.write_u64(u64::from(self.requeued_after_claim) | u64::from(self.publications_total) << 32);
+        state.write_u64(u64::from(self.stored) | (self.tokens_seen.len() as u64) << 1);
+        self.tokens_seen.iter().for_each(|t| state.write_u64(t.0));
+    }
 }
 
 /// A write request in words, for a violation's detail: "mark_published by r0 with t3".

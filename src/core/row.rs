@@ -124,8 +124,8 @@ impl FailureCode {
     }
 }
 
-/// One outbox row (SPEC §2).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// One outbox row (SPEC §2). `Copy`: tables and snapshots of rows are cloned as plain memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Row {
     pub message_id: MessageId,
     pub tenant_id: TenantId,
@@ -143,7 +143,7 @@ pub struct Row {
 }
 
 /// What a claim hands to the relay for one row: the proof it must show on its terminal write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
     pub message_id: MessageId,
     pub tenant_id: TenantId,
@@ -157,6 +157,42 @@ pub struct Lease {
     /// path that leaves owner and token unchanged cannot hide a superseded claim from S1.
     #[serde(default)]
     pub claim_seq: u32,
+}
+
+// Rows and leases are hashed as a few packed words, not field by field: the model checker
+// hashes every state it generates (a row took some twenty hasher calls). The packing is
+// injective — every field keeps its full width, an absent option sets no presence bit — so equal
+// hashes still mean equal values as far as a 64-bit hash can tell.
+
+impl std::hash::Hash for Row {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let present = |o: bool, bit: u32| u64::from(o) << bit;
+        let code = self.last_failure_code.map_or(0u64, |c| c as u64 + 1);
+        let flags = u64::from(self.tenant_id.0)
+            | (self.status as u64) << 16
+            | u64::from(self.lease_owner.map_or(0, |o| o.0)) << 24
+            | present(self.lease_owner.is_some(), 40)
+            | present(self.lease_expires_at.is_some(), 41)
+            | present(self.next_attempt_at.is_some(), 42)
+            | present(self.published_at.is_some(), 43)
+            | code << 48;
+        state.write_u64(u64::from(self.message_id.0) | u64::from(self.aggregate_id.0) << 32);
+        state.write_u64(u64::from(self.aggregate_version) | u64::from(self.attempts) << 32);
+        state.write_u64(flags);
+        state.write_u64(self.lease_token.0);
+        state.write_u64(self.lease_expires_at.map_or(0, |t| t.0));
+        state.write_u64(self.next_attempt_at.map_or(0, |t| t.0));
+        state.write_u64(self.created_at.0);
+        state.write_u64(self.published_at.map_or(0, |t| t.0));
+    }
+}
+
+impl std::hash::Hash for Lease {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(u64::from(self.message_id.0) | u64::from(self.tenant_id.0) << 32 | u64::from(self.owner.0) << 48);
+        state.write_u64(self.token.0);
+        state.write_u64(u64::from(self.attempts) | u64::from(self.claim_seq) << 32);
+    }
 }
 
 /// A business row: the aggregate whose version an enqueue moves forward.
