@@ -1,10 +1,12 @@
 //! `check`: model-check a fleet exhaustively and say, for every property of SPEC §7, whether it
 //! holds — with the shortest counterexample where it does not.
 //!
-//! Safety and reachability run on stateright's BFS over the normalised model (multi-threaded for
-//! the complete check; single-threaded again, stopping as soon as every discovery is made, for
-//! the shortest paths, since only single-threaded BFS is exactly breadth-first). Liveness runs
-//! on the same normalised world with the lasso search of [`crate::liveness`].
+//! Safety and reachability: the complete check is stateright's BFS on two threads over the
+//! model with the safety abstractions ([`OutboxModel::for_safety`]); shortest paths — examples of
+//! the reachability properties first, counterexamples after — come from a single-threaded
+//! breadth-first search of the exact normalised model ([`bfs_paths`]), since only that is
+//! exactly breadth-first and stateright keeps the last path it met. Liveness runs on the
+//! normalised world with the lasso search of [`crate::liveness`].
 
 use crate::liveness::{check_l1, check_l2, check_l3, Graph, LassoVerdict};
 use crate::model::{replay, replay_with, OutboxModel, ReplayStep, REACHABILITY, SAFETY_NAMES};
@@ -106,7 +108,7 @@ impl CheckReport {
 /// States the first, exact search may visit while it looks for an example of every
 /// reachability property (a path to each, shortest); what it has not found by then the complete
 /// check looks for.
-pub const DISCOVERY_STATES: usize = 500_000;
+pub const DISCOVERY_STATES: usize = 200_000;
 
 /// Model-checks `config`. `progress` is called now and then with (states, unique states).
 ///

@@ -10,9 +10,10 @@
 //! Symmetry. stateright 0.31 applies `symmetry()` only in its DFS and simulation checkers, and
 //! only BFS gives shortest counterexamples. The normalisation is applied inside `next_state`
 //! instead, so every checker — BFS included — explores the reduced graph, and a BFS path in the
-//! reduced graph replays step for step in the unreduced world (normalisation never permutes
-//! relays or messages, so an action means the same thing in both): shortest counterexamples and
-//! a reduced complete check from one model.
+//! reduced graph replays step for step in the unreduced world ([`replay`] renames the relay slots
+//! the normalisation exchanged): shortest counterexamples and a reduced complete check from one
+//! model. [`OutboxModel::for_safety`] adds the ghost abstractions of the complete safety check,
+//! which only ever add violations.
 //!
 //! Properties: S1–S10 as `always` over the last step's audit; SPEC §7's reachability list as
 //! `sometimes`, each paired with the safety property it exercises, so no check passes vacuously.

@@ -192,8 +192,8 @@ fn every_mutant_is_killed_by_a_property_mutants_md_lists() {
 /// `check` (abstract model, no reachability flag tracked) finds every safety violation the exact
 /// model finds, and no other. The default run takes the mutants whose exact worlds are small
 /// (among them `publish-before-ack`, whose relays publish after writing, which the
-/// publication count's abstraction must see coming); `-- --ignored` takes all fourteen (about
-/// eleven minutes: see reports/bench.md).
+/// publication count's abstraction must see coming); `-- --ignored` takes all fourteen (five to
+/// ten minutes: see reports/bench.md).
 #[test]
 fn the_safety_abstractions_hide_no_small_mutant() {
     abstractions_hide_no_mutant(&[
@@ -206,7 +206,7 @@ fn the_safety_abstractions_hide_no_small_mutant() {
 }
 
 #[test]
-#[ignore = "about eleven minutes; the small mutants run by default"]
+#[ignore = "five to ten minutes; the small mutants run by default"]
 fn the_safety_abstractions_hide_no_mutant() {
     abstractions_hide_no_mutant(&Mutant::ALL);
 }
