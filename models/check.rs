@@ -141,9 +141,15 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
     }
     let search_started = Instant::now();
     let checker = builder.spawn_bfs();
+    // Progress (and the caller's memory check) every 200 ms; whether the search is done, every
+    // 5 ms, so a small check does not wait out a 200 ms sleep.
+    let mut reported = search_started;
     while !checker.is_done() {
-        progress(checker.state_count(), checker.unique_state_count());
-        std::thread::sleep(Duration::from_millis(200));
+        if reported.elapsed() >= Duration::from_millis(200) {
+            progress(checker.state_count(), checker.unique_state_count());
+            reported = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
     let checker = checker.join();
     let search_seconds = search_started.elapsed().as_secs_f64();
