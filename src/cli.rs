@@ -102,8 +102,8 @@ enum Command {
         /// Write no files.
         #[arg(long)]
         no_write: bool,
-        /// The port printed in explorer links.
-        #[arg(long, default_value_t = 3000)]
+        /// The port printed in explorer links (1–65535).
+        #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u16).range(1..))]
         explorer_port: u16,
         /// Print one JSON object instead of the table.
         #[arg(long)]
@@ -117,8 +117,8 @@ enum Command {
     Explore {
         #[command(flatten)]
         fleet: FleetArgs,
-        /// Port on 127.0.0.1.
-        #[arg(long, default_value_t = 3000)]
+        /// Port on 127.0.0.1 (1–65535).
+        #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u16).range(1..))]
         port: u16,
     },
     /// Check every mutant of MUTANTS.md and say which property kills it, at what depth.

@@ -51,7 +51,7 @@ fn an_unknown_variant_is_one_line_naming_the_valid_ones_and_exit_2() {
 
 #[test]
 fn bad_flags_exit_2_with_one_line() {
-    for args in [&["verify", "--bogus"][..], &["verify", "--messages", "zero"], &["nonsense"], &["sim", "--seeds", "0"], &["sim", "--seed", "1", "--seeds", "3"], &["sim", "--history"], &["conform"], &["check", "--variant", "nosuch"], &["check", "--fleet", "reference", "--variant", "reference"], &["check", "--relays", "2"], &["check", "--variant", "reference", "--max-memory", "0"]] {
+    for args in [&["verify", "--bogus"][..], &["verify", "--messages", "zero"], &["nonsense"], &["sim", "--seeds", "0"], &["sim", "--seed", "1", "--seeds", "3"], &["sim", "--history"], &["conform"], &["check", "--variant", "nosuch"], &["check", "--fleet", "reference", "--variant", "reference"], &["check", "--relays", "2"], &["check", "--variant", "reference", "--max-memory", "0"], &["explore", "--variant", "reference", "--port", "0"]] {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = text(&out.stderr);
