@@ -228,13 +228,9 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
     }
 }
 
-/// Breadth-first from the initial state until every property in `targets` is discovered; returns
-/// for each the shortest path, as actions and as the explorer's encoded action indices.
-pub fn shortest_paths(model: &OutboxModel, targets: &BTreeSet<&'static str>) -> Vec<(&'static str, Vec<Action>, String)> {
-    shortest_paths_until(model, targets, targets.len())
-}
-
-/// Like [`shortest_paths`], stopping once `enough` of the targets are discovered.
+/// Breadth-first from the initial state until `enough` of the properties in `targets` are
+/// discovered; returns for each the shortest path, as actions and as the explorer's encoded
+/// action indices.
 pub fn shortest_paths_until(
     model: &OutboxModel,
     targets: &BTreeSet<&'static str>,

@@ -777,16 +777,13 @@ impl World {
         match action {
             Action::Publish { .. } => {
                 self.erase_stale_leases(facts);
-                let cap = config.max_attempts + 1;
                 for (_, effect) in self.relays.iter_mut().flatten() {
                     if let Effect::Write { request } = effect {
                         request.now = Instant(0);
                     }
                 }
                 for ghost in self.auditor.ghosts_mut() {
-                    ghost.publications = ghost.publications.min(cap);
-                    ghost.publications_previous = ghost.publications_previous.min(cap);
-                    ghost.publications_total = 0;
+                    saturate_publications(ghost, config.max_attempts + 1);
                 }
                 self.normalise_rest(config, facts, safety)
             }
@@ -843,9 +840,7 @@ impl World {
             if let Some(ghost) = ghost.as_mut() {
                 ghost.claims = rank(ghost.claims);
                 ghost.requeued_after_claim = rank(ghost.requeued_after_claim);
-                ghost.publications = ghost.publications.min(cap);
-                ghost.publications_previous = ghost.publications_previous.min(cap);
-                ghost.publications_total = 0;
+                saturate_publications(ghost, cap);
                 ghost.tokens_seen.clear();
             }
         }
@@ -933,8 +928,8 @@ impl World {
                 row.last_failure_code = None;
             }
             let (id, attempts) = (row.message_id, row.attempts);
-            let Some(ghost) = self.auditor.ghost(id) else { continue };
-            let budget_from = ghost.requeued_after_claim;
+            let Some(g) = self.auditor.ghosts().iter().position(|g| g.message_id == id.0) else { continue };
+            let budget_from = self.auditor.ghosts()[g].requeued_after_claim;
             let mut to_publish = 0u32;
             let mut confirming = false;
             for (cycle, effect) in self.relays.iter().flatten() {
@@ -944,7 +939,7 @@ impl World {
                     confirming |= request.lease.message_id == id && request.kind == crate::core::WriteKind::Published;
                 }
             }
-            let Some(ghost) = self.auditor.ghosts_mut().iter_mut().find(|g| g.message_id == id.0) else { continue };
+            let ghost = &mut self.auditor.ghosts_mut()[g];
             if facts.counts_at_claim {
                 ghost.publications = ghost.publications.max(attempts.saturating_sub(to_publish)).min(cap);
             }
@@ -1211,6 +1206,14 @@ impl FleetFacts {
             confirms_after_ack: policies.iter().all(|p| !p.relay.publish_before_ack && !p.relay.republish_after_db_loss),
         }
     }
+}
+
+/// A ghost's publication counts, compared only with the budget, saturate at `cap` (`max + 1`);
+/// the lifetime count is not a state at all.
+fn saturate_publications(ghost: &mut crate::core::RowGhost, cap: u32) {
+    ghost.publications = ghost.publications.min(cap);
+    ghost.publications_previous = ghost.publications_previous.min(cap);
+    ghost.publications_total = 0;
 }
 
 /// The rank of `value` in a short sorted slice: how many of its elements are smaller (a linear

@@ -3,27 +3,19 @@
 //! shows. Needs Debian's `chromium` and `chromium-driver` (`.ci/run` installs them); without
 //! them it prints NOT RUN, and fails instead under `OUTBOX_CHECK_REQUIRE_BROWSER=1`.
 //!
-//! The screenshot of the last step lands in `target/explorer-legacy-v1-S1.png`; with
+//! The screenshot of the last step lands in `$CARGO_TARGET_TMPDIR/explorer-legacy-v1-S1.png` (under
+//! `target/tmp/` by default); with
 //! `OUTBOX_CHECK_WRITE_REPORTS=1` also in `reports/explorer-legacy-v1-S1.png`.
 
 use serde_json::{json, Value};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Killed(Child);
+mod process;
 
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
-}
+use process::{free_port, Killed};
 
 /// One HTTP/1.1 request with a JSON body; the JSON answer.
 fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> Option<Value> {

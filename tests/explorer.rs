@@ -2,21 +2,12 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Server(Child);
+mod process;
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
-}
+use process::{free_port, Killed};
 
 fn get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -29,7 +20,7 @@ fn get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
-fn start(args: &[&str]) -> (Server, u16) {
+fn start(args: &[&str]) -> (Killed, u16) {
     let port = free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
         .args(args)
@@ -38,7 +29,7 @@ fn start(args: &[&str]) -> (Server, u16) {
         .stderr(Stdio::null())
         .spawn()
         .expect("the binary starts");
-    let server = Server(child);
+    let server = Killed(child);
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         if get(port, "/.status").is_some() {
