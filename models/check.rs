@@ -19,8 +19,13 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Debug)]
 pub struct CheckOptions {
     pub threads: usize,
-    /// Stop the safety search here (the result then says it is incomplete).
+    /// Stop the whole check — every search, liveness included — after this long; what is not
+    /// decided by then is reported as unknown and the check as incomplete. Any length is
+    /// accepted (one too large to add to the clock means no limit).
     pub timeout: Option<Duration>,
+    /// Stop the same way when this process holds more than this many bytes (checked in every
+    /// phase).
+    pub max_memory: Option<u64>,
     /// Check L1–L3 (builds the graph a second time, in memory).
     pub liveness: bool,
     /// The liveness graph's size limit; past it liveness is reported as not checked.
@@ -29,8 +34,55 @@ pub struct CheckOptions {
 
 impl Default for CheckOptions {
     fn default() -> Self {
-        CheckOptions { threads: 2, timeout: None, liveness: true, liveness_states_max: 2_000_000 }
+        CheckOptions { threads: 2, timeout: None, max_memory: None, liveness: true, liveness_states_max: 2_000_000 }
     }
+}
+
+/// The limits of one check: a deadline and a memory ceiling, read by every phase.
+pub struct Budget {
+    deadline: Option<Instant>,
+    max_memory: Option<u64>,
+    /// Why the check stopped early, once it has.
+    stopped: std::sync::Mutex<Option<String>>,
+}
+
+impl Budget {
+    pub fn new(started: Instant, options: &CheckOptions) -> Budget {
+        Budget {
+            deadline: options.timeout.and_then(|t| started.checked_add(t)),
+            max_memory: options.max_memory,
+            stopped: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// `Some(reason)` once the deadline has passed or memory is over the ceiling (and from then
+    /// on).
+    pub fn exceeded(&self) -> Option<String> {
+        let mut stopped = self.stopped.lock().expect("an unpoisoned lock");
+        if stopped.is_none() {
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                *stopped = Some("the check stopped at its --timeout".to_string());
+            } else if let (Some(limit), Some(held)) = (self.max_memory, memory_resident()) {
+                if held > limit {
+                    *stopped = Some(format!(
+                        "the check stopped when it held {:.2} GB, over --max-memory {:.2} GB",
+                        held as f64 / 1e9,
+                        limit as f64 / 1e9
+                    ));
+                }
+            }
+        }
+        stopped.clone()
+    }
+}
+
+/// This process's resident memory in bytes (Linux; `None` elsewhere).
+pub fn memory_resident() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -48,8 +100,12 @@ pub enum Verdict {
     Violated,
     Reached,
     Unreached,
-    /// The search stopped before it could decide (timeout, or a graph over the size limit).
+    /// The search stopped before it could decide (timeout, memory, or a graph over the size
+    /// limit), or the path it found did not replay in the plain world (a checker bug).
     Unknown,
+    /// A safety property nothing in the run could have broken: its witness (a situation in
+    /// which the property's check could fail) was never reached. Not a verdict of "holds".
+    NotExercised,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -65,8 +121,10 @@ pub struct PropertyResult {
     pub cycle_from: Option<usize>,
     /// The path as the explorer's action indices (`0/3/1/…`), to open at `/#/steps/…`.
     pub explorer_path: Option<String>,
-    /// Why the verdict is unknown, when it is.
+    /// Why the verdict is unknown or the property not exercised, when it is.
     pub note: Option<String>,
+    /// For liveness: the message the lasso keeps from its goal.
+    pub message: Option<u32>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -95,9 +153,9 @@ impl CheckReport {
         self.properties.iter().any(|p| p.status == Verdict::Violated)
     }
 
-    /// Every safety and liveness property was decided.
+    /// Every safety and liveness property was decided (held, violated or not exercised).
     pub fn decided(&self) -> bool {
-        self.properties.iter().all(|p| p.status != Verdict::Unknown)
+        self.complete && self.properties.iter().all(|p| p.status != Verdict::Unknown)
     }
 
     pub fn property(&self, id: &str) -> Option<&PropertyResult> {
@@ -123,93 +181,129 @@ pub const DISCOVERY_STATES: usize = 200_000;
 /// verdict is unknown.
 pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(usize, usize) + Sync)) -> CheckReport {
     let started = Instant::now();
+    let budget = Budget::new(started, options);
     let exact = OutboxModel::new(config.clone());
     let reachability: BTreeSet<&'static str> = REACHABILITY.iter().map(|r| r.name).collect();
     let everything: BTreeSet<&'static str> = SAFETY_NAMES.iter().copied().chain(reachability.iter().copied()).collect();
-    let (mut paths, mut path_search_states) =
-        bfs_paths(&exact, &everything, &|found| reachability.iter().all(|r| found.contains(r)), Some(DISCOVERY_STATES));
+    let (mut paths, mut path_search_states) = bfs_paths(
+        &exact,
+        &everything,
+        &|found| reachability.iter().all(|r| found.contains(r)),
+        Some(DISCOVERY_STATES),
+        Some(&budget),
+    );
     let tracked = REACHABILITY
         .iter()
         .enumerate()
         .filter(|(_, r)| paths.iter().all(|(n, _, _)| *n != r.name))
-        .fold(0u8, |mask, (i, _)| mask | 1 << i);
+        .fold(0u16, |mask, (i, _)| mask | 1 << i);
 
     let model = OutboxModel::for_safety(config.clone(), tracked);
-    let mut builder = model.checker().threads(options.threads.max(1));
-    if let Some(timeout) = options.timeout {
-        builder = builder.timeout(timeout.saturating_sub(started.elapsed()));
-    }
+    let stop = model.stop.clone();
     let search_started = Instant::now();
-    let checker = builder.spawn_bfs();
-    // Progress (and the caller's memory check) every 200 ms; whether the search is done, every
-    // 5 ms, so a small check does not wait out a 200 ms sleep.
+    let checker = model.checker().threads(options.threads.max(1)).spawn_bfs();
+    // Progress every 200 ms; the budget and whether the search is done every 5 ms, so a small
+    // check does not wait out a 200 ms sleep. A search over budget is stopped by the model
+    // itself, which then offers no more steps, and drains at once.
     let mut reported = search_started;
     while !checker.is_done() {
         if reported.elapsed() >= Duration::from_millis(200) {
             progress(checker.state_count(), checker.unique_state_count());
             reported = Instant::now();
+            if budget.exceeded().is_some() {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         std::thread::sleep(Duration::from_millis(5));
     }
     let checker = checker.join();
+    // stateright rebuilds each discovery's path by replaying the model's steps: offer them again.
+    stop.store(false, std::sync::atomic::Ordering::Relaxed);
     let search_seconds = search_started.elapsed().as_secs_f64();
-    let complete = options.timeout.is_none_or(|t| started.elapsed() < t);
     // stateright's BFS keeps the last path it met for a discovery, not the first, and this one
     // ran on the abstract model: the shortest paths come from the exact model, breadth-first.
     let missing: BTreeSet<&'static str> =
         checker.discoveries().keys().copied().filter(|name| paths.iter().all(|(n, _, _)| n != name)).collect();
     let mut unconfirmed = BTreeSet::new();
     if !missing.is_empty() {
-        let (more, seen) = bfs_paths(&exact, &missing, &|found| found.len() == missing.len(), None);
+        let (more, seen) = bfs_paths(&exact, &missing, &|found| found.len() == missing.len(), None, Some(&budget));
         path_search_states += seen;
         unconfirmed = missing.iter().copied().filter(|name| more.iter().all(|(n, _, _)| n != name)).collect();
         paths.extend(more);
     }
+    let stopped = budget.exceeded();
+    let complete = stopped.is_none();
     let seconds = started.elapsed().as_secs_f64();
     let path_of = |name: &str| paths.iter().find(|(n, _, _)| *n == name);
+    // Every path is replayed in the plain world before it is reported: one that does not show
+    // what it claims is a bug of the reductions, never a finding.
+    let confirmed = |id: &str, actions: &[Action]| -> Result<Vec<ReplayStep>, String> {
+        let steps = replay(config, actions);
+        let real: Vec<Action> = steps.iter().map(|s| s.action).collect();
+        crate::replay::confirm(config, id, &real, None, None)
+            .map_err(|e| format!("checker bug: the path found does not replay in the plain world ({e}); please report it"))
+    };
 
     let mut properties = Vec::new();
     for (i, name) in SAFETY_NAMES.iter().enumerate() {
         let id = crate::core::Property::SAFETY[i].id();
-        let hit = path_of(name);
-        let flagged_only = unconfirmed.contains(name);
+        let witness = crate::model::witness_of(id).expect("every safety property has a witness");
+        let exercised = path_of(witness.name).is_some();
+        let replayed = path_of(name).map(|(_, actions, encoded)| (confirmed(id, actions), encoded.clone()));
+        let (status, counterexample, explorer_path, note) = match replayed {
+            Some((Ok(steps), encoded)) => (Verdict::Violated, Some(steps), Some(encoded), None),
+            Some((Err(bug), _)) => (Verdict::Unknown, None, None, Some(bug)),
+            None if unconfirmed.contains(name) => (
+                Verdict::Unknown,
+                None,
+                None,
+                Some("the abstract check flags it, but the exact world has no path to it".to_string()),
+            ),
+            None if !complete => (Verdict::Unknown, None, None, stopped.clone()),
+            None if !exercised => (Verdict::NotExercised, None, None, Some(not_exercised_reason(config, witness))),
+            None => (Verdict::Holds, None, None, None),
+        };
         properties.push(PropertyResult {
             id: id.to_string(),
             name: name[id.len() + 1..].to_string(),
             kind: Kind::Safety,
-            status: match (hit, complete) {
-                (Some(_), _) => Verdict::Violated,
-                (None, true) if !flagged_only => Verdict::Holds,
-                (None, _) => Verdict::Unknown,
-            },
-            counterexample: hit.map(|(_, actions, _)| replay(config, actions)),
+            status,
+            counterexample,
             cycle_from: None,
-            explorer_path: hit.map(|(_, _, encoded)| encoded.clone()),
-            note: if flagged_only {
-                Some("the abstract check flags it, but the exact world has no path to it".to_string())
-            } else {
-                (hit.is_none() && !complete).then(|| "the search stopped at its timeout".to_string())
-            },
+            explorer_path,
+            note,
+            message: None,
         });
     }
     for r in REACHABILITY.iter() {
-        let hit = path_of(r.name);
         let (id, name) = r.name.split_once(' ').unwrap_or((r.name, r.name));
+        let replayed = path_of(r.name).map(|(_, actions, encoded)| (confirmed(id, actions), encoded.clone()));
+        let (status, counterexample, explorer_path, note) = match replayed {
+            Some((Ok(steps), encoded)) => (Verdict::Reached, Some(steps), Some(encoded), None),
+            Some((Err(bug), _)) => (Verdict::Unknown, None, None, Some(bug)),
+            None if !complete => (Verdict::Unknown, None, None, stopped.clone()),
+            None => (
+                Verdict::Unreached,
+                None,
+                None,
+                (id == "R-order" && config.messages < 2).then(|| "needs two events of one aggregate: --messages 2".to_string()),
+            ),
+        };
         properties.push(PropertyResult {
             id: id.to_string(),
             name: name.to_string(),
             kind: Kind::Reachability,
-            status: if hit.is_some() { Verdict::Reached } else { Verdict::Unreached },
-            counterexample: hit.map(|(_, actions, _)| replay(config, actions)),
+            status,
+            counterexample,
             cycle_from: None,
-            explorer_path: hit.map(|(_, _, encoded)| encoded.clone()),
-            note: (id == "R-order" && config.messages < 2)
-                .then(|| "needs two events of one aggregate: --messages 2".to_string()),
+            explorer_path,
+            note,
+            message: None,
         });
     }
     let mut liveness_states = None;
     if options.liveness {
-        let (results, states) = liveness(config, options.liveness_states_max);
+        let (results, states) = liveness(config, options.liveness_states_max, &budget);
         liveness_states = states;
         properties.extend(results);
     }
@@ -222,10 +316,22 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
         seconds,
         search_seconds,
         path_search_states,
-        complete,
+        complete: budget.exceeded().is_none(),
         liveness_states,
         properties,
     }
+}
+
+/// Why a safety property's witness was not reached, in the configuration's terms.
+fn not_exercised_reason(config: &WorldConfig, witness: &crate::model::Reachability) -> String {
+    let hint = match witness.exercises {
+        "S9" if config.tenants < 2 => " (one tenant: no row or write of another tenant exists; try --tenants 2)",
+        "S9" if !config.faults.misrouted_write => " (no claim meets another tenant's row, and mis-routed writes are off)",
+        "S10" if !config.enqueue_actions => " (every message is in the table from the start: no enqueue is attempted; try --enqueues)",
+        _ => "",
+    };
+    let (_, situation) = witness.name.split_once(' ').unwrap_or(("", witness.name));
+    format!("not exercised: \"{situation}\" never happens in this configuration{hint}")
 }
 
 /// Breadth-first from the initial state until `enough` of the properties in `targets` are
@@ -236,7 +342,7 @@ pub fn shortest_paths_until(
     targets: &BTreeSet<&'static str>,
     enough: usize,
 ) -> Vec<(&'static str, Vec<Action>, String)> {
-    bfs_paths(model, targets, &|found| found.len() >= enough, None).0
+    bfs_paths(model, targets, &|found| found.len() >= enough, None, None).0
 }
 
 /// A path to a discovery: the property's name, the actions, the explorer's encoded path.
@@ -244,13 +350,14 @@ pub type Path = (&'static str, Vec<Action>, String);
 
 /// Breadth-first from the initial state, noting the first (so shortest) path to each property
 /// of `targets` (a violated `always`, a reached `sometimes`), until `done` says the names found
-/// so far are enough, the graph is exhausted, or `max_states` states have been seen. Returns
-/// the paths and the number of states seen.
+/// so far are enough, the graph is exhausted, `max_states` states have been seen, or `budget`
+/// is spent. Returns the paths and the number of states seen.
 pub fn bfs_paths(
     model: &OutboxModel,
     targets: &BTreeSet<&'static str>,
     done: &dyn Fn(&BTreeSet<&'static str>) -> bool,
     max_states: Option<usize>,
+    budget: Option<&Budget>,
 ) -> (Vec<Path>, usize) {
     use std::collections::VecDeque;
     // Keys are fingerprints already: hashing them again is wasted work.
@@ -286,6 +393,9 @@ pub fn bfs_paths(
             }
         }
         if done(&names) || max_states.is_some_and(|max| parent.len() >= max) {
+            break;
+        }
+        if parent.len() % 4096 == 0 && budget.is_some_and(|b| b.exceeded().is_some()) {
             break;
         }
         actions.clear();
@@ -355,19 +465,37 @@ pub fn mutant_config(design: crate::core::Design) -> WorldConfig {
     config
 }
 
-fn liveness(config: &WorldConfig, states_max: usize) -> (Vec<PropertyResult>, Option<usize>) {
+/// The world a property's path runs in: L2 is judged under a permanent broker outage, the
+/// rest in the configuration itself.
+pub fn world_of(config: &WorldConfig, id: &str) -> WorldConfig {
+    let mut world = config.clone();
+    world.permanent_outage |= id == crate::core::Property::L2.id();
+    world
+}
+
+fn liveness(config: &WorldConfig, states_max: usize, budget: &Budget) -> (Vec<PropertyResult>, Option<usize>) {
     use crate::core::Property as P;
     let result = |p: P, verdict: Option<LassoVerdict>, world: &WorldConfig, note: Option<String>| {
-        let (status, counterexample, cycle_from) = match verdict {
-            None => (Verdict::Unknown, None, None),
-            Some(LassoVerdict { lasso: None, .. }) => (Verdict::Holds, None, None),
-            Some(LassoVerdict { lasso: Some(lasso), .. }) => {
+        let (mut status, mut counterexample, mut cycle_from, mut note, mut message) = (Verdict::Unknown, None, None, note, None);
+        match verdict {
+            None => {}
+            Some(LassoVerdict { lasso: None, .. }) => status = Verdict::Holds,
+            Some(LassoVerdict { lasso: Some(lasso), message: m }) => {
                 let mut actions = lasso.prefix.clone();
                 actions.extend(lasso.cycle.iter().copied());
                 let steps = replay_with(world, &actions, crate::liveness::LIVENESS_NORMALISATION);
-                (Verdict::Violated, Some(steps), Some(lasso.prefix.len() + 1))
+                let real: Vec<Action> = steps.iter().map(|s| s.action).collect();
+                let from = lasso.prefix.len() + 1;
+                match crate::replay::confirm(world, p.id(), &real, Some(from), m.map(|m| m.0)) {
+                    Ok(_) => {
+                        (status, counterexample, cycle_from, message) = (Verdict::Violated, Some(steps), Some(from), m.map(|m| m.0));
+                    }
+                    Err(e) => {
+                        note = Some(format!("checker bug: the lasso found does not replay in the plain world ({e}); please report it"));
+                    }
+                }
             }
-        };
+        }
         PropertyResult {
             id: p.id().to_string(),
             name: p.sentence().to_string(),
@@ -377,30 +505,30 @@ fn liveness(config: &WorldConfig, states_max: usize) -> (Vec<PropertyResult>, Op
             cycle_from,
             explorer_path: None,
             note,
+            message,
         }
     };
     let mut out = Vec::new();
     let mut states = None;
-    match Graph::build(config, states_max) {
+    let stop = || budget.exceeded();
+    match Graph::build(config, states_max, &stop) {
         Ok(graph) => {
             states = Some(graph.len());
             out.push(result(P::L1, Some(check_l1(&graph, config)), config, None));
             out.push(result(P::L3, Some(check_l3(&graph, config)), config, None));
         }
-        Err(too_large) => {
-            let note = format!("not checked: the liveness graph passed {} states", too_large.states);
+        Err(stopped) => {
+            let note = format!("not checked: {}", stopped.reason("the liveness graph"));
             out.push(result(P::L1, None, config, Some(note.clone())));
             out.push(result(P::L3, None, config, Some(note)));
         }
     }
-    let mut outage = config.clone();
-    outage.permanent_outage = true;
-    match Graph::build(&outage, states_max) {
+    let outage = world_of(config, P::L2.id());
+    match Graph::build(&outage, states_max, &stop) {
         Ok(graph) => out.insert(1, result(P::L2, Some(check_l2(&graph, &outage)), &outage, None)),
-        Err(too_large) => out.insert(
-            1,
-            result(P::L2, None, &outage, Some(format!("not checked: the outage graph passed {} states", too_large.states))),
-        ),
+        Err(stopped) => {
+            out.insert(1, result(P::L2, None, &outage, Some(format!("not checked: {}", stopped.reason("the outage graph")))))
+        }
     }
     (out, states)
 }

@@ -30,7 +30,7 @@ use std::collections::HashMap;
 
 /// How the liveness graph normalises its states: with the safety abstractions and no
 /// reachability flag tracked.
-pub const LIVENESS_NORMALISATION: Option<u8> = Some(0);
+pub const LIVENESS_NORMALISATION: Option<u16> = Some(0);
 
 /// The explored graph: states by index, each with its parent (for paths) and its edges.
 pub struct Graph {
@@ -53,10 +53,22 @@ pub struct Lasso {
     pub cycle: Vec<Action>,
 }
 
-/// Why the graph could not be built.
+/// Why the graph could not be built: it passed its size limit, or the check's budget (time,
+/// memory) ran out while it was built.
 #[derive(Debug)]
 pub struct TooLarge {
     pub states: usize,
+    pub budget: Option<String>,
+}
+
+impl TooLarge {
+    /// In words, for a note: `graph` names which graph it was.
+    pub fn reason(&self, graph: &str) -> String {
+        match &self.budget {
+            Some(reason) => format!("{reason} while {graph} was built ({} states)", self.states),
+            None => format!("{graph} passed {} states", self.states),
+        }
+    }
 }
 
 impl Graph {
@@ -66,7 +78,7 @@ impl Graph {
     /// they change only ghost counters and flags no liveness check reads, never a step, so they
     /// merge states liveness cannot tell apart. A path of this graph names relay slots as this
     /// normalisation ordered them: replay it with [`crate::model::replay_with`] and the same.
-    pub fn build(config: &WorldConfig, states_max: usize) -> Result<Graph, TooLarge> {
+    pub fn build(config: &WorldConfig, states_max: usize, stop: &dyn Fn() -> Option<String>) -> Result<Graph, TooLarge> {
         let facts = crate::world::FleetFacts::of(config);
         let mut init = World::new(config);
         init.normalise_by(config, &facts, LIVENESS_NORMALISATION);
@@ -79,6 +91,11 @@ impl Graph {
         let mut actions = Vec::new();
         let mut next = 0usize;
         while next < graph.states.len() {
+            if next % 4096 == 0 {
+                if let Some(reason) = stop() {
+                    return Err(TooLarge { states: graph.states.len(), budget: Some(reason) });
+                }
+            }
             let state = graph.states[next].clone();
             actions.clear();
             state.actions(config, &mut actions);
@@ -94,7 +111,7 @@ impl Graph {
                     None => {
                         let i = graph.states.len() as u32;
                         if graph.states.len() >= states_max {
-                            return Err(TooLarge { states: graph.states.len() });
+                            return Err(TooLarge { states: graph.states.len(), budget: None });
                         }
                         index.insert(key, i);
                         graph.states.push(successor);
@@ -465,4 +482,68 @@ pub fn check_l3(graph: &Graph, config: &WorldConfig) -> LassoVerdict {
         let start = move |w: &World| deliverable(w, config, m);
         graph.fair_lasso(config, &move |w: &World| row_status(w, m) != Some(Status::Published), Some(&start))
     })
+}
+
+/// Confirms in the plain world that a replayed lasso breaks `property` for message `m`:
+/// `worlds[i]` is the world before `actions[i]` (and the last one after them all), the cycle is
+/// `actions[start..]`. See [`crate::replay`] for what is confirmed.
+pub fn confirm_lasso(
+    config: &WorldConfig,
+    property: crate::core::Property,
+    m: MessageId,
+    actions: &[Action],
+    worlds: &[World],
+    start: usize,
+) -> Result<(), String> {
+    use crate::core::Property as P;
+    let goal_fails = |w: &World| match property {
+        P::L1 => row_status(w, m).is_some_and(|s| !s.is_terminal()),
+        P::L2 => row_status(w, m) != Some(Status::Exhausted),
+        _ => row_status(w, m) != Some(Status::Published),
+    };
+    let outage = config.permanent_outage;
+    for (i, &action) in actions.iter().enumerate().skip(start) {
+        if is_fault(action, outage) {
+            return Err(format!("step {} of the cycle, \"{action}\", is a fault: faults must stop", i + 1));
+        }
+        if action == Action::Tick && pauses(&worlds[i], config) {
+            return Err(format!("step {} of the cycle pauses a relay past its lease: a fault", i + 1));
+        }
+    }
+    let cycle = &actions[start..];
+    if !cycle.contains(&Action::Tick) {
+        return Err("time does not advance in the cycle".into());
+    }
+    let reaper_enabled = worlds[start..].iter().any(|w| {
+        let mut enabled = Vec::new();
+        w.actions(config, &mut enabled);
+        enabled.contains(&Action::Reap)
+    });
+    if reaper_enabled && !cycle.contains(&Action::Reap) {
+        return Err("the reaper has work in the cycle but never runs".into());
+    }
+    if let Some(i) = worlds[start..].iter().position(|w| !goal_fails(w)) {
+        return Err(format!("{} holds for {m} after step {} of the cycle", property.id(), start + i));
+    }
+    // The cycle returns to where it began: the same state under the exact reductions.
+    let facts = crate::world::FleetFacts::of(config);
+    let canonical = |w: &World| {
+        let mut w = w.clone();
+        w.normalise_by(config, &facts, LIVENESS_NORMALISATION);
+        w.step = Default::default();
+        crate::world::fingerprint(&w)
+    };
+    if canonical(&worlds[start]) != canonical(worlds.last().expect("worlds")) {
+        return Err("the cycle does not return to the state it began in".into());
+    }
+    if property == P::L3 {
+        // Where the fault-free, never-publishing run begins, the message was still deliverable.
+        let begins = (0..=start).rev().take_while(|&i| {
+            i == start || (!is_fault(actions[i], outage) && row_status(&worlds[i + 1], m) != Some(Status::Published))
+        });
+        if !begins.into_iter().any(|i| deliverable(&worlds[i], config, m)) {
+            return Err(format!("{m} is no longer deliverable anywhere the fault-free run could begin"));
+        }
+    }
+    Ok(())
 }

@@ -21,7 +21,7 @@
 //! is sound only on acyclic paths and this graph has cycles (a quiet tick returns to its state).
 
 use crate::core::Property as Spec;
-use crate::world::{Action, Event, FleetFacts, World, WorldConfig};
+use crate::world::{Action, Event, FleetFacts, Seen, World, WorldConfig};
 use stateright::{Model, Property};
 
 /// The model: a world configuration; the state is the [`World`].
@@ -36,25 +36,55 @@ pub struct OutboxModel {
     /// [`World::normalise_with`] on, and of the reachability flags only those in the bit mask
     /// `tracked` (in [`REACHABILITY`]'s order) kept in the state. A flag that is not looked at
     /// would only split states.
-    pub safety: Option<u8>,
+    pub safety: Option<u16>,
     /// What normalisation needs to know of the fleet, read once.
     facts: FleetFacts,
+    /// Set to stop a search: the model then offers no more steps, so the checker drains its
+    /// queue and finishes (stateright's own checkers cannot be stopped from outside).
+    pub stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// A `sometimes` property of SPEC §7's reachability list and the safety property it exercises.
+/// A `sometimes` property: a situation worth reaching and the safety property it exercises. The
+/// first six are SPEC §7's reachability list; the rest are the witnesses that the other safety
+/// properties could have failed in the run. A safety property whose witness was not reached
+/// was not exercised, and is never reported as holding.
 pub struct Reachability {
     pub name: &'static str,
     pub exercises: &'static str,
+    /// Whether the last step reached the situation.
+    pub reached: fn(&Seen) -> bool,
 }
 
-pub const REACHABILITY: [Reachability; 6] = [
-    Reachability { name: "R-S1 a stale write is attempted and refused", exercises: "S1" },
-    Reachability { name: "R-S8 a message is published twice and the consumer sees one effect", exercises: "S8" },
-    Reachability { name: "R-S6 a lease expires and is taken over", exercises: "S6" },
-    Reachability { name: "R-S3 the budget is exhausted", exercises: "S3" },
-    Reachability { name: "R-S7 an AMBIGUOUS message is later PUBLISHED", exercises: "S7" },
-    Reachability { name: "R-order a later event of an aggregate is published before an earlier one", exercises: "ordering" },
+pub const REACHABILITY: [Reachability; 11] = [
+    Reachability { name: "R-S1 a stale write is attempted and refused", exercises: "S1", reached: |s| s.stale_refused },
+    Reachability {
+        name: "R-S8 a message is published twice and the consumer sees one effect",
+        exercises: "S8",
+        reached: |s| s.duplicate_deduplicated,
+    },
+    Reachability { name: "R-S6 a lease expires and is taken over", exercises: "S6", reached: |s| s.lease_taken_over },
+    Reachability { name: "R-S3 the budget is exhausted", exercises: "S3", reached: |s| s.exhausted },
+    Reachability { name: "R-S7 an AMBIGUOUS message is later PUBLISHED", exercises: "S7", reached: |s| s.ambiguous_then_published },
+    Reachability {
+        name: "R-order a later event of an aggregate is published before an earlier one",
+        exercises: "ordering",
+        reached: |s| s.order_overtaken,
+    },
+    Reachability { name: "R-S2 a row is claimed again", exercises: "S2", reached: |s| s.claimed_again },
+    Reachability { name: "R-S4 a claim or a write meets a terminal row", exercises: "S4", reached: |s| s.terminal_met },
+    Reachability { name: "R-S5 a message is confirmed PUBLISHED", exercises: "S5", reached: |s| s.confirmed },
+    Reachability {
+        name: "R-S9 a claim or a write meets another tenant's row",
+        exercises: "S9",
+        reached: |s| s.tenants_crossed,
+    },
+    Reachability { name: "R-S10 a stale enqueue is attempted", exercises: "S10", reached: |s| s.stale_enqueue },
 ];
+
+/// The witness that `safety_id` could have failed: the reachability property exercising it.
+pub fn witness_of(safety_id: &str) -> Option<&'static Reachability> {
+    REACHABILITY.iter().find(|r| r.exercises == safety_id)
+}
 
 /// The `always` property names, `"S1 no stale terminal write succeeds"` and so on.
 pub const SAFETY_NAMES: [&str; 10] = [
@@ -78,18 +108,18 @@ macro_rules! safety {
 
 impl OutboxModel {
     pub fn new(config: WorldConfig) -> OutboxModel {
-        OutboxModel { facts: FleetFacts::of(&config), config, normalise: true, safety: None }
+        OutboxModel { facts: FleetFacts::of(&config), config, normalise: true, safety: None, stop: Default::default() }
     }
 
     /// The model of the complete safety check: the normalised world with the safety
     /// abstractions, tracking only the reachability flags in the bit mask `tracked`.
-    pub fn for_safety(config: WorldConfig, tracked: u8) -> OutboxModel {
-        OutboxModel { facts: FleetFacts::of(&config), config, normalise: true, safety: Some(tracked) }
+    pub fn for_safety(config: WorldConfig, tracked: u16) -> OutboxModel {
+        OutboxModel { facts: FleetFacts::of(&config), config, normalise: true, safety: Some(tracked), stop: Default::default() }
     }
 
     /// The plain world, without reductions; needs a `time_max` to be finite.
     pub fn unreduced(config: WorldConfig) -> OutboxModel {
-        OutboxModel { facts: FleetFacts::of(&config), config, normalise: false, safety: None }
+        OutboxModel { facts: FleetFacts::of(&config), config, normalise: false, safety: None, stop: Default::default() }
     }
 
     /// The safety property a name belongs to.
@@ -111,6 +141,9 @@ impl Model for OutboxModel {
     }
 
     fn actions(&self, state: &World, actions: &mut Vec<Action>) {
+        if self.stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         state.actions(&self.config, actions);
     }
 
@@ -128,14 +161,13 @@ impl Model for OutboxModel {
 
     fn properties(&self) -> Vec<Property<Self>> {
         let mut properties: Vec<Property<Self>> = safety!(0, 1, 2, 3, 4, 5, 6, 7, 8, 9).into_iter().collect();
-        properties.extend([
-            Property::sometimes(REACHABILITY[0].name, |_, s: &World| s.step.seen.stale_refused),
-            Property::sometimes(REACHABILITY[1].name, |_, s: &World| s.step.seen.duplicate_deduplicated),
-            Property::sometimes(REACHABILITY[2].name, |_, s: &World| s.step.seen.lease_taken_over),
-            Property::sometimes(REACHABILITY[3].name, |_, s: &World| s.step.seen.exhausted),
-            Property::sometimes(REACHABILITY[4].name, |_, s: &World| s.step.seen.ambiguous_then_published),
-            Property::sometimes(REACHABILITY[5].name, |_, s: &World| s.step.seen.order_overtaken),
-        ]);
+        // stateright's conditions are plain function pointers: one closure per flag.
+        macro_rules! sometimes {
+            ($($i:literal),*) => {
+                [$(Property::sometimes(REACHABILITY[$i].name, |_: &OutboxModel, s: &World| (REACHABILITY[$i].reached)(&s.step.seen))),*]
+            };
+        }
+        properties.extend(sometimes!(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10));
         if let Some(tracked) = self.safety {
             let untracked = |name: &str| REACHABILITY.iter().position(|r| r.name == name).is_some_and(|i| tracked & (1 << i) == 0);
             properties.retain(|p| !untracked(p.name));
@@ -236,7 +268,7 @@ pub fn replay(config: &WorldConfig, actions: &[Action]) -> Vec<ReplayStep> {
 
 /// [`replay`] of a path found under [`World::normalise_with`]`(config, safety)` (whose relay
 /// order may differ where the abstractions merged ghost state).
-pub fn replay_with(config: &WorldConfig, actions: &[Action], safety: Option<u8>) -> Vec<ReplayStep> {
+pub fn replay_with(config: &WorldConfig, actions: &[Action], safety: Option<u16>) -> Vec<ReplayStep> {
     let mut canonical = World::new(config);
     let mut real_of = canonical.normalise_with(config, safety);
     let mut real = World::new(config);

@@ -2,7 +2,6 @@
 
 use super::profile::{Peer, Profile, Scheduled};
 use super::SimConfig;
-use crate::core::policy::ClockSource;
 use crate::core::{
     AggregateId, Auditor, ClaimRequest, EnqueueRequest, EnqueueResult, IdempotencyKey, Instant, Lease, MessageId, Outbox,
     Property, Status, Violation, WriteRequest, WriteResult,
@@ -287,7 +286,7 @@ fn message(m: MessageId) -> String {
 /// uses — the database's, unless the relay's design binds its own clock as a parameter.
 fn statement_clock(s: &State, policy: &crate::core::Policy, asked: Instant) -> (Instant, Instant) {
     let true_now = Instant(s.now_ms());
-    let now = if policy.relay.clock == ClockSource::Database { true_now } else { asked };
+    let now = crate::relay::Clocks { database: true_now, relay: asked }.now_for(policy);
     (true_now, now)
 }
 

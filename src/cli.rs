@@ -77,31 +77,33 @@ enum Command {
     },
     /// Model-check a variant or fleet exhaustively with stateright; shortest counterexamples.
     #[command(after_help = "Examples:\n  outbox-check check --variant reference\n  outbox-check check --fleet seed-v2,legacy-v1 --json\n  outbox-check check --variant legacy-v1 --messages 1 --faults crash,broker-drop\n\n\
-        Exit: 0 every safety and liveness property holds, 1 one is violated (or the search was\n\
-        cut short by --timeout), 2 bad input. Counterexamples are written under --out as\n\
-        Markdown (with a Mermaid diagram) and JSON.")]
+        Exit: 0 every safety and liveness property holds (or was not exercised: shown as such,\n\
+        with the reason), 1 one is violated or the check is incomplete (cut short by --timeout or\n\
+        --max-memory: the undecided properties say \"unknown\"), 2 bad input. Every violation is\n\
+        replayed in the plain world before it is reported. Counterexamples are written only with\n\
+        --out DIR: DIR/<fleet>/<property>.md (with a Mermaid diagram), .json (for\n\
+        outbox-check replay), .trace.jsonl and .itf.json.")]
     Check {
         #[command(flatten)]
         fleet: FleetArgs,
         /// Checker threads.
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
         threads: u64,
-        /// Stop the search after this many seconds (the result then says it is incomplete).
+        /// Stop the whole check (every phase, liveness included) after this many seconds; what
+        /// is undecided then is reported as unknown and the check as incomplete (exit 1).
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         timeout: Option<u64>,
-        /// Give up (one line, exit 1) when the search holds more than this many GB of memory,
-        /// instead of being killed by the system [default: 80% of the machine's memory].
+        /// Stop the same way when the check holds more than this many GB of memory, instead of
+        /// being killed by the system [default: 80% of the machine's memory].
         #[arg(long, value_name = "GB", value_parser = parse_gigabytes)]
         max_memory: Option<f64>,
         /// Skip L1–L3 (they build the state graph a second time, in memory).
         #[arg(long)]
         no_liveness: bool,
-        /// Where counterexamples are written.
-        #[arg(long, default_value = "reports/counterexamples")]
-        out: std::path::PathBuf,
-        /// Write no files.
-        #[arg(long)]
-        no_write: bool,
+        /// Write each counterexample under DIR/<fleet>/ (Markdown, JSON, trace, ITF). Without
+        /// it nothing is written.
+        #[arg(long, value_name = "DIR")]
+        out: Option<std::path::PathBuf>,
         /// The port printed in explorer links (1–65535).
         #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u16).range(1..))]
         explorer_port: u16,
@@ -111,6 +113,20 @@ enum Command {
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
+    },
+    /// Replay a counterexample file that `check` wrote (its .json) step by step in the plain
+    /// world — no normalisation, no abstraction — and confirm the property breaks as it says.
+    #[command(after_help = "Example: outbox-check check --variant legacy-v1 --out /tmp/cx && outbox-check replay /tmp/cx/legacy-v1-x2/S1.json\n\n\
+        Safety: the last step breaks the property. Reachability: the last step reaches the\n\
+        situation. Liveness: the cycle is fault-free, lets time pass, never reaches the goal and\n\
+        returns to the state it began in. Exit: 0 the file's property is broken as it says, 1 it\n\
+        is not, 2 the file cannot be read or is not a counterexample.")]
+    Replay {
+        /// A counterexample's .json, as `check --out DIR` writes it.
+        file: std::path::PathBuf,
+        /// Print one JSON object instead of the steps.
+        #[arg(long)]
+        json: bool,
     },
     /// Open stateright's explorer on a variant or fleet, to step through states in a browser.
     #[command(after_help = "Example: outbox-check explore --variant legacy-v1 --port 3000\n  then open http://127.0.0.1:3000/ (a counterexample's link from `check` opens at its path)")]
@@ -284,6 +300,10 @@ struct FleetArgs {
     /// Operator requeues of FAILED/EXHAUSTED rows the environment may make.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
     requeues: u8,
+    /// The application's enqueues are steps of the model, each message with a stale attempt
+    /// beside it (what S10 is about); otherwise every message is in the table from the start.
+    #[arg(long)]
+    enqueues: bool,
 }
 
 impl FleetArgs {
@@ -294,6 +314,7 @@ impl FleetArgs {
         };
         let mut config = WorldConfig::fleet(&designs, self.messages, self.tenants, self.max_attempts, self.faults);
         config.requeues = self.requeues;
+        config.enqueue_actions = self.enqueues;
         config
     }
 
@@ -311,6 +332,9 @@ impl FleetArgs {
         );
         if self.requeues > 0 {
             line += &format!(" --requeues {}", self.requeues);
+        }
+        if self.enqueues {
+            line += " --enqueues";
         }
         line
     }
@@ -368,16 +392,17 @@ pub fn main() -> ExitCode {
             })
         }
         Command::Variants { design, json } => variants(design, json),
-        Command::Check { fleet, threads, timeout, max_memory, no_liveness, out, no_write, explorer_port, json, quiet } => {
+        Command::Check { fleet, threads, timeout, max_memory, no_liveness, out, explorer_port, json, quiet } => {
             let options = CheckOptions {
                 threads: threads as usize,
                 timeout: timeout.map(std::time::Duration::from_secs),
+                max_memory: max_memory.map(|gb| (gb * 1e9) as u64).or_else(|| memory_total().map(|total| total / 10 * 8)),
                 liveness: !no_liveness,
                 ..CheckOptions::default()
             };
-            let max_memory = max_memory.map(|gb| (gb * 1e9) as u64).or_else(|| memory_total().map(|total| total / 10 * 8));
-            check_command(&fleet, &options, max_memory, (!no_write).then_some(out.as_path()), explorer_port, json, quiet)
+            check_command(&fleet, &options, out.as_deref(), explorer_port, json, quiet)
         }
+        Command::Replay { file, json } => replay(&file, json),
         Command::Explore { fleet, port } => explore(&fleet, port),
         Command::Mutants { threads, json, quiet } => mutants(threads as usize, json, quiet),
         Command::Sim {
@@ -515,52 +540,37 @@ fn memory_total() -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// This process's resident memory in bytes (Linux; `None` elsewhere).
-fn memory_resident() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    Some(pages * u64::try_from(page).ok()?)
-}
-
 fn check_command(
     fleet: &FleetArgs,
     options: &CheckOptions,
-    max_memory: Option<u64>,
     out: Option<&std::path::Path>,
     explorer_port: u16,
     json: bool,
     quiet: bool,
 ) -> ExitCode {
+    // Where the results go is settled before the long work, not after it.
+    if let Some(dir) = out {
+        if let Err(problem) = writable_dir(dir) {
+            eprintln!("outbox-check: --out {}: {problem}", dir.display());
+            return ExitCode::from(2);
+        }
+    }
     let config = fleet.config();
     let bar = spinner(quiet, "model checking");
     let report = check(&config, options, &|states, unique| {
         bar.set_message(format!("model checking: {states} states generated, {unique} unique"));
-        if let (Some(limit), Some(held)) = (max_memory, memory_resident()) {
-            if held > limit {
-                // stateright's checker threads cannot be stopped from outside: leave while the
-                // machine still answers, rather than be killed by it.
-                bar.finish_and_clear();
-                eprintln!(
-                    "outbox-check: gave up: the search holds {:.2} GB, over --max-memory {:.2} GB, after {states} states \
-                     ({unique} unique) — the state space is too large for this machine; check fewer messages or relays",
-                    held as f64 / 1e9,
-                    limit as f64 / 1e9
-                );
-                std::process::exit(1);
-            }
-        }
     });
     bar.finish_and_clear();
     let command = format!("outbox-check check {}", fleet.command_line());
     let mut written = Vec::new();
+    let mut write_failed = false;
     if let Some(dir) = out {
         match crate::report::write_counterexamples(&report, dir, &command) {
             Ok(files) => written = files,
             Err(error) => {
+                // The verdicts below still stand: say what could not be written, lose nothing.
                 eprintln!("outbox-check: cannot write counterexamples under {}: {error}", dir.display());
-                return ExitCode::from(2);
+                write_failed = true;
             }
         }
     }
@@ -576,8 +586,70 @@ fn check_command(
     }
     if report.violated() || !report.decided() {
         ExitCode::from(1)
+    } else if write_failed {
+        ExitCode::from(2)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// `dir` exists as a directory we may write into, or can be created: checked before a long run
+/// so its results are not lost to a path that was never usable.
+pub fn writable_dir(dir: &std::path::Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create it: {e}"))?;
+    let probe = dir.join(format!(".outbox-check-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|e| format!("cannot write into it: {e}"))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+fn replay(file: &std::path::Path, json: bool) -> ExitCode {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(error) => {
+            eprintln!("outbox-check: cannot read {}: {error}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let parsed = crate::report::CounterexampleFile::parse(&text);
+    let cx = match parsed {
+        Ok(cx) => cx,
+        Err(problem) => {
+            eprintln!("outbox-check: {}: {problem}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let outcome = crate::replay::confirm(&cx.config, &cx.id, &cx.actions, cx.cycle_from, cx.message);
+    let (steps, confirmed) = match &outcome {
+        Ok(steps) => (steps.clone(), None),
+        Err(why) => (crate::replay::run(&cx.config, &cx.actions).map(|(s, _)| s).unwrap_or_default(), Some(why.to_string())),
+    };
+    if json {
+        let value = serde_json::json!({
+            "file": file.display().to_string(), "property": cx.id, "replays": confirmed.is_none(),
+            "problem": confirmed, "steps": steps,
+        });
+        println!("{}", serde_json::to_string_pretty(&value).expect("JSON of plain values"));
+    } else {
+        println!("outbox-check replay — {} of {} ({}), in the plain world\n", cx.id, cx.fleet.join(", "), file.display());
+        for step in &steps {
+            if cx.cycle_from == Some(step.index) {
+                println!("     — repeated forever from here —");
+            }
+            println!("  {:>2}. {}", step.index, step.text.join("; "));
+            for v in &step.violations {
+                println!("      ✗ {v}");
+            }
+        }
+        match &confirmed {
+            None => println!("\n{} replays: {}.", cx.id, if cx.kind_is_reachability() { "the situation is reached" } else { "the property is broken as the file says" }),
+            Some(why) => println!("\n{} does NOT replay: {why}.", cx.id),
+        }
+    }
+    if confirmed.is_none() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     }
 }
 
@@ -602,7 +674,7 @@ fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) 
         report.search_seconds,
         report.states as f64 / report.search_seconds.max(1e-9) / 1e6,
         report.path_search_states,
-        if report.complete { "" } else { " — INCOMPLETE (timeout)" },
+        if report.complete { "" } else { " — INCOMPLETE" },
         report.liveness_states.map(|n| format!("; liveness graph {n} states")).unwrap_or_default()
     );
     for p in &report.properties {
@@ -612,6 +684,7 @@ fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) 
             Verdict::Reached => "reached",
             Verdict::Unreached => "unreached",
             Verdict::Unknown => "unknown",
+            Verdict::NotExercised => "–",
         };
         let depth = p.counterexample.as_ref().map(|c| format!(" ({} steps)", c.len())).unwrap_or_default();
         println!("  {:<9} {:<7} {}{depth}", status, p.id, p.name);
@@ -633,12 +706,22 @@ fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) 
         }
     }
     let kinds = |k: Kind| report.properties.iter().filter(|p| p.kind == k).count();
-    println!(
-        "\n{} safety, {} reachability and {} liveness properties checked.",
-        kinds(Kind::Safety),
-        kinds(Kind::Reachability),
-        kinds(Kind::Liveness)
-    );
+    let count = |v: Verdict| report.properties.iter().filter(|p| p.status == v).count();
+    if report.complete {
+        println!(
+            "\n{} safety, {} reachability and {} liveness properties checked{}.",
+            kinds(Kind::Safety),
+            kinds(Kind::Reachability),
+            kinds(Kind::Liveness),
+            match count(Verdict::NotExercised) {
+                0 => String::new(),
+                n => format!(" ({n} safety properties not exercised: – above, with the reason)"),
+            }
+        );
+    } else {
+        let reason = report.properties.iter().find_map(|p| p.note.clone().filter(|_| p.status == Verdict::Unknown)).unwrap_or_default();
+        println!("\nINCOMPLETE: {} properties undecided ({reason}); what is shown as violated was found and replayed.", count(Verdict::Unknown));
+    }
     if !written.is_empty() {
         println!("Counterexamples written: {}", written.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
     }

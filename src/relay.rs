@@ -9,7 +9,7 @@
 //! write whose outcome it could not learn (the mutants of MUTANTS.md aside, which are switches in
 //! the [`Policy`]).
 
-use crate::core::policy::{AttemptsAt, ClockSource, IdempotencyKeyPolicy, RejectionWrite};
+use crate::core::policy::{ClockSource, IdempotencyKeyPolicy, RejectionWrite};
 use crate::core::{
     ClaimRequest, Duration, FailureCode, IdempotencyKey, Instant, Lease, MessageId, Policy, RelayId, Status, TenantId,
     WriteKind, WriteRequest, WriteResult,
@@ -39,6 +39,16 @@ impl Clocks {
     /// One clock for both, for drivers without skew.
     pub fn same(now: Instant) -> Clocks {
         Clocks { database: now, relay: now }
+    }
+
+    /// The `now` a design's statements run by: the database's reading, or the relay's own
+    /// where the design binds its clock as a parameter. The one place that choice is made: the
+    /// relay cycle, the world and the simulations all ask here.
+    pub fn now_for(self, policy: &Policy) -> Instant {
+        match policy.relay.clock {
+            ClockSource::Database => self.database,
+            ClockSource::Relay => self.relay,
+        }
     }
 }
 
@@ -293,10 +303,7 @@ impl Cycle {
 }
 
 fn now(config: &RelayConfig, clocks: Clocks) -> Instant {
-    match config.policy.relay.clock {
-        ClockSource::Database => clocks.database,
-        ClockSource::Relay => clocks.relay,
-    }
+    clocks.now_for(&config.policy)
 }
 
 fn key(config: &RelayConfig, lease: &Lease) -> IdempotencyKey {
@@ -317,8 +324,8 @@ fn write(config: &RelayConfig, lease: Lease, kind: WriteKind, clocks: Clocks) ->
 /// SPEC §4's classification of a broker outcome into the write that records it.
 fn record(config: &RelayConfig, lease: &Lease, outcome: PublishOutcome) -> WriteKind {
     let policy = &config.policy;
-    let attempts_after = lease.attempts + u32::from(policy.attempts_at == AttemptsAt::FailureWrite);
-    let spent = policy.exhausted_status && attempts_after >= config.max_attempts;
+    // The core decides whether this failure spends the budget, as its write will.
+    let spent = policy.failure_spends_budget(lease.attempts, config.max_attempts);
     let retry = |code| if spent { WriteKind::Exhausted { code } } else { WriteKind::Retry { code } };
     match outcome {
         PublishOutcome::Ack => WriteKind::Published,

@@ -16,6 +16,63 @@ pub fn fleet_slug(fleet: &[String]) -> String {
     }
 }
 
+/// A counterexample file as `check --out` writes it (`<property>.json`), read back for
+/// `outbox-check replay`.
+pub struct CounterexampleFile {
+    pub fleet: Vec<String>,
+    /// The world the path runs in.
+    pub config: crate::world::WorldConfig,
+    pub id: String,
+    pub actions: Vec<crate::world::Action>,
+    pub cycle_from: Option<usize>,
+    pub message: Option<u32>,
+}
+
+impl CounterexampleFile {
+    /// Reads the file's JSON; the error names what is missing or malformed.
+    pub fn parse(text: &str) -> Result<CounterexampleFile, String> {
+        use serde::Deserialize;
+        #[derive(Deserialize)]
+        struct Step {
+            action: crate::world::Action,
+        }
+        #[derive(Deserialize)]
+        struct Property {
+            id: String,
+            counterexample: Option<Vec<Step>>,
+            cycle_from: Option<usize>,
+            #[serde(default)]
+            message: Option<u32>,
+        }
+        #[derive(Deserialize)]
+        struct File {
+            #[serde(default)]
+            fleet: Vec<String>,
+            config: crate::world::WorldConfig,
+            world: Option<crate::world::WorldConfig>,
+            property: Property,
+        }
+        let file: File = serde_json::from_str(text).map_err(|e| format!("not a counterexample file of outbox-check check: {e}"))?;
+        let steps = file.property.counterexample.ok_or_else(|| format!("{} has no counterexample in this file", file.property.id))?;
+        if file.config.relays.is_empty() {
+            return Err("the configuration has no relay".into());
+        }
+        Ok(CounterexampleFile {
+            fleet: file.fleet,
+            config: file.world.unwrap_or_else(|| crate::check::world_of(&file.config, &file.property.id)),
+            actions: steps.into_iter().map(|s| s.action).collect(),
+            id: file.property.id,
+            cycle_from: file.property.cycle_from,
+            message: file.property.message,
+        })
+    }
+
+    /// The file shows a reachability example, not a violation.
+    pub fn kind_is_reachability(&self) -> bool {
+        self.id.starts_with("R-")
+    }
+}
+
 /// The Mermaid sequence diagram of a path: a lane per relay, the database and the broker.
 pub fn mermaid(steps: &[ReplayStep], relays: usize, cycle_from: Option<usize>) -> String {
     let mut out = String::from("sequenceDiagram\n");
@@ -166,6 +223,8 @@ pub fn write_counterexamples(report: &CheckReport, dir: &Path, command: &str) ->
         let json = folder.join(format!("{}.json", property.id));
         let body = serde_json::json!({
             "fleet": report.fleet, "config": report.config, "property": property, "command": command,
+            // The world the path runs in (L2's has a permanent outage): what `replay` replays.
+            "world": crate::check::world_of(&report.config, &property.id),
         });
         std::fs::write(&json, serde_json::to_string_pretty(&body).expect("JSON of plain values"))?;
         written.push(md);

@@ -389,7 +389,7 @@ pub fn stream_reader<T>(
 /// and clock readings are informational. The oracle must accept every `reference` history
 /// written this way (tests/oracle.rs checks it).
 pub fn from_world(config: &crate::world::WorldConfig, events: &[crate::world::Event]) -> (Header, Vec<Event>) {
-    use crate::world::{BrokerFate, DbFate, Event as W};
+    use crate::world::{DbFate, Event as W};
     let header = Header {
         format: FORMAT.to_string(),
         version: VERSION,
@@ -433,13 +433,13 @@ pub fn from_world(config: &crate::world::WorldConfig, events: &[crate::world::Ev
                     crate::core::IdempotencyKey::Message { message_id } => message(*message_id),
                     crate::core::IdempotencyKey::Other { value } => format!("key-{value:x}"),
                 },
-                answer: match fate {
-                    BrokerFate::Ack | BrokerFate::Duplicate => PublishAnswer::Ack,
-                    BrokerFate::Drop | BrokerFate::LostAck => PublishAnswer::Timeout,
-                    BrokerFate::Unavailable => PublishAnswer::Unavailable,
-                    BrokerFate::Reject => PublishAnswer::Rejected,
+                answer: match fate.outcome() {
+                    crate::relay::PublishOutcome::Ack => PublishAnswer::Ack,
+                    crate::relay::PublishOutcome::Timeout => PublishAnswer::Timeout,
+                    crate::relay::PublishOutcome::RetryableFailure => PublishAnswer::Unavailable,
+                    crate::relay::PublishOutcome::Rejected => PublishAnswer::Rejected,
                 },
-                stored: Some(matches!(fate, BrokerFate::Ack | BrokerFate::Duplicate | BrokerFate::LostAck)),
+                stored: Some(fate.stores() > 0),
             }),
             W::Wrote { relay: r, request, result, db } => {
                 let report = match (db, result) {

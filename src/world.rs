@@ -274,7 +274,9 @@ pub enum BrokerFate {
 }
 
 impl BrokerFate {
-    fn stores(self) -> u8 {
+    /// How many copies the broker stored: the one mapping of a fate to what the broker holds
+    /// (the world's ghost, the trace writer and the reports read it here).
+    pub fn stores(self) -> u8 {
         match self {
             BrokerFate::Ack | BrokerFate::LostAck => 1,
             BrokerFate::Duplicate => 2,
@@ -282,7 +284,8 @@ impl BrokerFate {
         }
     }
 
-    fn outcome(self) -> PublishOutcome {
+    /// What the relay hears.
+    pub fn outcome(self) -> PublishOutcome {
         match self {
             BrokerFate::Ack | BrokerFate::Duplicate => PublishOutcome::Ack,
             BrokerFate::Drop | BrokerFate::LostAck => PublishOutcome::Timeout,
@@ -343,11 +346,22 @@ pub struct Seen {
     pub ambiguous_then_published: bool,
     /// A later event of an aggregate was published before an earlier one.
     pub order_overtaken: bool,
+    /// A claim took a row that had been claimed before (S2's freshness is put to the test).
+    pub claimed_again: bool,
+    /// A claim ran while the table held a terminal row, or a write ran on a terminal row (S4).
+    pub terminal_met: bool,
+    /// A row became PUBLISHED (S5 asks whether the broker stored it).
+    pub confirmed: bool,
+    /// A claim ran while the table held a live row of another tenant, or a write ran with
+    /// another tenant's id (S9).
+    pub tenants_crossed: bool,
+    /// The application attempted an enqueue with a stale version (S10).
+    pub stale_enqueue: bool,
 }
 
 impl Seen {
     /// Keeps the flags whose bit (in [`crate::model::REACHABILITY`]'s order) is set in `mask`.
-    pub fn mask(&mut self, mask: u8) {
+    pub fn mask(&mut self, mask: u16) {
         let flags = [
             &mut self.stale_refused,
             &mut self.duplicate_deduplicated,
@@ -355,6 +369,11 @@ impl Seen {
             &mut self.exhausted,
             &mut self.ambiguous_then_published,
             &mut self.order_overtaken,
+            &mut self.claimed_again,
+            &mut self.terminal_met,
+            &mut self.confirmed,
+            &mut self.tenants_crossed,
+            &mut self.stale_enqueue,
         ];
         for (i, flag) in flags.into_iter().enumerate() {
             *flag &= mask & (1 << i) != 0;
@@ -606,6 +625,7 @@ impl World {
             message_id: MessageId(n),
             now: self.now,
         };
+        self.step.seen.stale_enqueue = stale;
         if let Ok(result) = self.auditor.enqueue(&mut self.outbox, &request) {
             if let EnqueueResult::Applied { .. } = result {
                 self.enqueued += 1;
@@ -623,15 +643,26 @@ impl World {
         };
         let mut leases = Vec::new();
         if db != DbFate::LostBefore {
-            let taken_over: Vec<MessageId> = self
-                .outbox
-                .rows()
+            let rows = self.outbox.rows();
+            let taken_over: SmallVec<[MessageId; 8]> =
+                rows.iter().filter(|row| row.status == Status::InFlight).map(|row| row.message_id).collect();
+            // Rows some claim has taken before: a new claim's token must differ from theirs.
+            let claimed_before: SmallVec<[MessageId; 8]> = rows
                 .iter()
-                .filter(|row| row.status == Status::InFlight)
+                .filter(|row| {
+                    row.status != Status::Pending
+                        || row.attempts > 0
+                        || row.last_failure_code.is_some()
+                        || row.next_attempt_at.is_some()
+                })
                 .map(|row| row.message_id)
                 .collect();
+            self.step.seen.terminal_met = rows.iter().any(|row| row.status.is_terminal());
+            self.step.seen.tenants_crossed =
+                rows.iter().any(|row| row.tenant_id != request.tenant_id && !row.status.is_terminal());
             leases = self.auditor.claim(&mut self.outbox, &relay_config.policy, &request, self.now).unwrap_or_default();
             self.step.seen.lease_taken_over = leases.iter().any(|l| taken_over.contains(&l.message_id));
+            self.step.seen.claimed_again = leases.iter().any(|l| claimed_before.contains(&l.message_id));
         }
         report.event(|| Event::Claimed { relay: r as u16, request, leases: leases.clone(), db });
         let step = if db == DbFate::Ok {
@@ -672,14 +703,14 @@ impl World {
             request.lease.tenant_id = TenantId(other);
         }
         // The statement's `now` is read when it runs, not when the relay decided to write.
-        request.now = match relay_config.policy.relay.clock {
-            crate::core::policy::ClockSource::Database => clocks.database,
-            crate::core::policy::ClockSource::Relay => clocks.relay,
-        };
+        request.now = clocks.now_for(&relay_config.policy);
         let mut result = None;
         if db != DbFate::LostBefore {
             let id = request.lease.message_id;
-            let was_ambiguous = self.outbox.row(id).is_some_and(|row| row.last_failure_code == Some(FailureCode::Timeout));
+            let row = self.outbox.row(id);
+            let was_ambiguous = row.is_some_and(|row| row.last_failure_code == Some(FailureCode::Timeout));
+            self.step.seen.terminal_met = row.is_some_and(|row| row.status.is_terminal());
+            self.step.seen.tenants_crossed = row.is_some_and(|row| row.tenant_id != request.lease.tenant_id);
             let applied = self.auditor.write(&mut self.outbox, &relay_config.policy, &request);
             let Ok(applied) = applied else {
                 unreachable!("a relay's lease names a row of the table");
@@ -689,6 +720,7 @@ impl World {
                 WriteResult::Stale { .. } => self.step.seen.stale_refused = true,
                 WriteResult::Applied { status: Status::Exhausted } => self.step.seen.exhausted = true,
                 WriteResult::Applied { status: Status::Published } => {
+                    self.step.seen.confirmed = true;
                     self.step.seen.ambiguous_then_published = was_ambiguous;
                     self.step.seen.order_overtaken = self.overtakes(id);
                 }
@@ -730,7 +762,8 @@ impl World {
     ///   `now − W` (W the largest negative clock skew of the fleet), now and later, so instants
     ///   at or before it are past for good: as order keys (due order) they are only compared
     ///   with each other and become their ranks; expiries among them only ever say "expired", so
-    ///   they become 0; `published_at` is bookkeeping no rule reads, so it becomes 0; later
+    ///   they become 0; `published_at`, read only by S4 where a design may write a terminal row,
+    ///   keeps its distance from now when it could still equal a write's `now` (else 0); later
     ///   instants keep their distance from `now`. A quiet tick then leads back to the same
     ///   state, and time needs no bound.
     /// - **tokens** (counter kind): a row's token and the tokens of the leases held for it are
@@ -750,12 +783,12 @@ impl World {
     /// [`World::normalise`], and with `safety = Some(tracked)` the abstractions of
     /// [`World::abstract_for_safety`] too, for a check of the safety properties in which only the
     /// reachability flags in the bit mask `tracked` are still looked at.
-    pub fn normalise_with(&mut self, config: &WorldConfig, safety: Option<u8>) -> Permutation {
+    pub fn normalise_with(&mut self, config: &WorldConfig, safety: Option<u16>) -> Permutation {
         self.normalise_by(config, &FleetFacts::of(config), safety)
     }
 
     /// [`World::normalise_with`] with the fleet's facts read once by the caller.
-    pub fn normalise_by(&mut self, config: &WorldConfig, facts: &FleetFacts, safety: Option<u8>) -> Permutation {
+    pub fn normalise_by(&mut self, config: &WorldConfig, facts: &FleetFacts, safety: Option<u16>) -> Permutation {
         self.normalise_time(config, facts);
         self.erase_stale_leases(facts);
         self.normalise_ranks(config, facts);
@@ -771,7 +804,7 @@ impl World {
         &mut self,
         config: &WorldConfig,
         facts: &FleetFacts,
-        safety: Option<u8>,
+        safety: Option<u16>,
         action: Action,
     ) -> Permutation {
         match action {
@@ -851,7 +884,7 @@ impl World {
     }
 
     /// The abstractions, dead fields and relay order: what every step may change.
-    fn normalise_rest(&mut self, config: &WorldConfig, facts: &FleetFacts, safety: Option<u8>) -> Permutation {
+    fn normalise_rest(&mut self, config: &WorldConfig, facts: &FleetFacts, safety: Option<u16>) -> Permutation {
         if let Some(tracked) = safety {
             self.abstract_for_safety(config, facts, tracked);
         }
@@ -918,7 +951,7 @@ impl World {
     ///   terminal row (whose fields are dead anyway where [`Self::erase_dead_fields`] erases
     ///   them) and by the "AMBIGUOUS later PUBLISHED" flag: once that flag is not tracked, it
     ///   goes.
-    fn abstract_for_safety(&mut self, config: &WorldConfig, facts: &FleetFacts, tracked: u8) {
+    fn abstract_for_safety(&mut self, config: &WorldConfig, facts: &FleetFacts, tracked: u16) {
         let cap = config.max_attempts + 1;
         let keep_stored = tracked & (1 << 1) != 0 || !facts.confirms_after_ack;
         let drop_code = tracked & (1 << 4) == 0 && self.requeues_left == 0 && facts.keeps_terminal;
@@ -1039,7 +1072,8 @@ impl World {
         let terminal_safe = self.requeues_left == 0 && facts.keeps_terminal;
         let mut dead: SmallVec<[MessageId; 8]> = SmallVec::new();
         for row in self.outbox.rows_mut() {
-            if row.last_failure_code != Some(FailureCode::Timeout) {
+            // Where a design may write a terminal row, S4 compares the whole row, code included.
+            if facts.keeps_terminal && row.last_failure_code != Some(FailureCode::Timeout) {
                 row.last_failure_code = None;
             }
             if terminal_safe && row.status.is_terminal() {
@@ -1125,7 +1159,20 @@ impl World {
             // expired for good, however long ago.
             row.lease_expires_at =
                 row.lease_expires_at.map(|t| Instant(if i128::from(t.0) <= horizon { 0 } else { map(t.0) }));
-            row.published_at = row.published_at.map(|_| Instant(0));
+            // `published_at` is read only by S4's comparison of a terminal row before and after
+            // a step, in fleets where a design may write a terminal row: there it is compared
+            // for equality with the `now` of a write to come, which reads at least the horizon.
+            // One before the horizon can equal none of those: it becomes "long ago"; later ones
+            // keep their distance from now. Elsewhere it is read by nothing.
+            row.published_at = row.published_at.map(|t| {
+                if facts.keeps_terminal {
+                    Instant(0)
+                } else if t == PUBLISHED_LONG_AGO || i128::from(t.0) < horizon {
+                    PUBLISHED_LONG_AGO
+                } else {
+                    Instant(base + (i128::from(t.0) - horizon) as u64)
+                }
+            });
         }
         self.now = Instant(base + window);
     }
@@ -1144,6 +1191,9 @@ impl World {
 
 
 }
+
+/// A normalised `published_at` before the horizon: no write to come can read it as its `now`.
+pub const PUBLISHED_LONG_AGO: Instant = Instant(u64::MAX);
 
 /// What normalisation needs to know of the fleet's designs: read once per model, not per state.
 #[derive(Clone, Debug)]

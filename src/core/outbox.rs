@@ -452,11 +452,10 @@ impl Outbox {
                 row.published_at = Some(req.now);
             }
             WriteKind::Ambiguous { code } | WriteKind::Retry { code } => {
-                if policy.attempts_at == AttemptsAt::FailureWrite {
-                    row.attempts += 1;
-                }
+                let spent = policy.failure_spends_budget(row.attempts, req.max_attempts);
+                row.attempts = policy.attempts_after_failure(row.attempts);
                 row.last_failure_code = Some(code);
-                if policy.exhausted_status && row.attempts >= req.max_attempts {
+                if spent {
                     row.status = Status::Exhausted;
                 } else {
                     row.status =

@@ -418,6 +418,19 @@ impl fmt::Display for Mutant {
 }
 
 impl Policy {
+    /// `attempts` after a failure write (AMBIGUOUS or retry) of a lease that had `attempts`:
+    /// one more where the design counts attempts at that write.
+    pub fn attempts_after_failure(&self, attempts: u32) -> u32 {
+        attempts + u32::from(self.attempts_at == AttemptsAt::FailureWrite)
+    }
+
+    /// A failure recorded for a lease that had `attempts` spends the budget of `max_attempts`:
+    /// the row moves to EXHAUSTED instead of being retried (only where the design has that
+    /// status). The core's write and the relay's choice of write both ask here.
+    pub fn failure_spends_budget(&self, attempts: u32, max_attempts: u32) -> bool {
+        self.exhausted_status && self.attempts_after_failure(attempts) >= max_attempts
+    }
+
     /// The reference design of SPEC §3–§4.
     pub fn reference() -> Policy {
         Policy {
