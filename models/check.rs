@@ -322,6 +322,24 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
     }
 }
 
+/// One property over the model's worlds of a fleet: violated where any world breaks it,
+/// unknown where any could not decide, holds where some world exercised it and none broke it,
+/// and not exercised otherwise.
+pub fn merged(id: &str, reports: &[CheckReport]) -> Verdict {
+    let verdicts: Vec<&Verdict> = reports.iter().filter_map(|r| r.property(id)).map(|p| &p.status).collect();
+    if verdicts.contains(&&Verdict::Violated) {
+        Verdict::Violated
+    } else if verdicts.contains(&&Verdict::Unknown) {
+        Verdict::Unknown
+    } else if verdicts.contains(&&Verdict::Holds) {
+        Verdict::Holds
+    } else if verdicts.contains(&&Verdict::NotExercised) {
+        Verdict::NotExercised
+    } else {
+        Verdict::Unknown
+    }
+}
+
 /// Why a safety property's witness was not reached, in the configuration's terms.
 fn not_exercised_reason(config: &WorldConfig, witness: &crate::model::Reachability) -> String {
     let hint = match witness.exercises {

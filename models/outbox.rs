@@ -63,7 +63,7 @@ pub const REACHABILITY: [Reachability; 11] = [
         reached: |s| s.duplicate_deduplicated,
     },
     Reachability { name: "R-S6 a lease expires and is taken over", exercises: "S6", reached: |s| s.lease_taken_over },
-    Reachability { name: "R-S3 the budget is exhausted", exercises: "S3", reached: |s| s.exhausted },
+    Reachability { name: "R-S3 the budget is exhausted (a message's last attempt is used)", exercises: "S3", reached: |s| s.exhausted },
     Reachability { name: "R-S7 an AMBIGUOUS message is later PUBLISHED", exercises: "S7", reached: |s| s.ambiguous_then_published },
     Reachability {
         name: "R-order a later event of an aggregate is published before an earlier one",

@@ -4,7 +4,7 @@ use super::run::{run, OracleVerdict, RunResult};
 use super::SimConfig;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// The seeds of a sweep: `count` seeds from `from`, of which shard `index` of `shards` keeps
@@ -22,31 +22,83 @@ impl Seeds {
         Seeds { from, count, shard: 0, shards: 1 }
     }
 
+    /// The seeds this shard runs, in order (for small sweeps: a sweep itself never lists them).
     pub fn list(&self) -> Vec<u64> {
-        (self.from..self.from.saturating_add(self.count)).filter(|s| (s - self.from) % self.shards == self.shard).collect()
+        (0..self.len()).map(|i| self.nth(i)).collect()
+    }
+
+    /// How many seeds this shard runs.
+    pub fn len(&self) -> u64 {
+        if self.count <= self.shard {
+            0
+        } else {
+            (self.count - self.shard - 1) / self.shards + 1
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The `i`-th seed this shard runs (`i < len()`).
+    pub fn nth(&self, i: u64) -> u64 {
+        self.from + self.shard + i * self.shards
+    }
+
+    /// The range is one a person can run: the seeds exist and the shard holds at least one.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.count > 0 && self.from.checked_add(self.count - 1).is_none() {
+            return Err(format!(
+                "--from {} with --seeds {} runs past the largest seed, {}",
+                self.from,
+                self.count,
+                u64::MAX
+            ));
+        }
+        if self.is_empty() {
+            return Err(format!(
+                "shard {}/{} of {} seed(s) holds no seed: nothing would run",
+                self.shard, self.shards, self.count
+            ));
+        }
+        Ok(())
     }
 }
 
-/// Runs every seed on `threads` threads; results come back in seed order. Passing runs drop
-/// their history (only failing ones are kept, to be written out). `tick` is called after each run.
-pub fn sweep(config: &SimConfig, seeds: &[u64], threads: usize, tick: &(dyn Fn(&RunResult) + Sync)) -> Vec<RunResult> {
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<RunResult>>> = Mutex::new(vec![None; seeds.len()]);
+/// Runs every seed of `seeds` on `threads` threads and folds each result into the summary as
+/// it comes, so a sweep's memory does not grow with its seeds. `failing` is called with each
+/// failing run (its history still attached) as it is found; `tick` after every run.
+pub fn sweep(
+    config: &SimConfig,
+    seeds: Seeds,
+    threads: usize,
+    failing: &(dyn Fn(&RunResult) + Sync),
+    tick: &(dyn Fn(&RunResult) + Sync),
+) -> Summary {
+    let started = std::time::Instant::now();
+    let next = AtomicU64::new(0);
+    let total = seeds.len();
+    let summary = Mutex::new(Summary::empty(config, seeds));
     std::thread::scope(|scope| {
-        for _ in 0..threads.max(1).min(seeds.len().max(1)) {
+        for _ in 0..(threads.max(1) as u64).min(total.max(1)) {
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&seed) = seeds.get(i) else { break };
-                let mut result = run(config, seed);
-                if !result.failed() {
-                    result.history = String::new();
+                if i >= total {
+                    break;
                 }
+                let mut result = run(config, seeds.nth(i));
+                if result.failed() {
+                    failing(&result);
+                }
+                result.history = String::new();
                 tick(&result);
-                results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(result);
+                summary.lock().unwrap_or_else(|p| p.into_inner()).add(config, &result);
             });
         }
     });
-    results.into_inner().unwrap_or_else(|p| p.into_inner()).into_iter().flatten().collect()
+    let mut summary = summary.into_inner().unwrap_or_else(|p| p.into_inner());
+    summary.finish(started.elapsed().as_secs_f64());
+    summary
 }
 
 /// A failing seed and how to replay it.
@@ -58,6 +110,9 @@ pub struct Failing {
     pub replay: String,
     pub history_hash: String,
 }
+
+/// The failing seeds a summary lists (the smallest ones); the rest are counted.
+pub const FAILING_LISTED_MAX: usize = 1_000;
 
 /// What a sweep found.
 #[derive(Clone, Debug, Serialize)]
@@ -85,76 +140,132 @@ pub struct Summary {
     pub permanent_outage_runs: u64,
     pub seconds: f64,
     pub runs_per_second: f64,
+    /// The failing seeds, smallest first, at most [`FAILING_LISTED_MAX`] of them.
     pub failing: Vec<Failing>,
+    /// Failing seeds beyond those listed.
+    pub failing_not_listed: u64,
+    /// Publication latency (ms) → publications: percentiles without keeping every sample.
+    #[serde(skip)]
+    latencies: BTreeMap<u64, u64>,
 }
 
 impl Summary {
-    pub fn new(config: &SimConfig, seeds: Seeds, results: &[RunResult], seconds: f64) -> Summary {
-        let mut violations = BTreeMap::new();
-        let mut oracle = BTreeMap::new();
-        let mut attempts_histogram = BTreeMap::new();
-        let mut latencies = Vec::new();
-        let mut failing = Vec::new();
-        for r in results {
-            for v in &r.violations {
-                *violations.entry(v.property.id().to_string()).or_insert(0) += 1;
-            }
-            let verdict = match r.oracle {
-                OracleVerdict::Accepted => "accepted",
-                OracleVerdict::Diverged { .. } => "diverged",
-                OracleVerdict::NotChecked => "not_checked",
-            };
-            *oracle.entry(verdict.to_string()).or_insert(0) += 1;
-            if r.oracle_contradicts() {
-                *oracle.entry("contradictions".to_string()).or_insert(0) += 1;
-            }
-            for a in &r.stats.attempts {
-                *attempts_histogram.entry(*a).or_insert(0) += 1;
-            }
-            latencies.extend(&r.stats.latency_ms);
-            if r.failed() {
-                let mut properties: Vec<String> = r.violations.iter().map(|v| v.property.id().to_string()).collect();
-                let first = match (r.violations.first(), &r.oracle) {
-                    (Some(v), _) => v.to_string(),
-                    (None, OracleVerdict::Diverged { detail, .. }) => format!("the oracle rejected the history: {detail}"),
-                    (None, _) => String::new(),
-                };
-                if r.oracle_contradicts() {
-                    properties.push("oracle".into());
-                }
-                failing.push(Failing {
-                    seed: r.seed,
-                    properties,
-                    first,
-                    replay: replay_command(config, r.seed),
-                    history_hash: r.history_hash.clone(),
-                });
-            }
-        }
-        latencies.sort_unstable();
-        let percentile = |p: usize| (!latencies.is_empty()).then(|| latencies[(latencies.len() - 1) * p / 100]);
-        let sum = |f: fn(&RunResult) -> u64| results.iter().map(f).sum::<u64>();
+    /// A summary of no run yet.
+    pub fn empty(config: &SimConfig, seeds: Seeds) -> Summary {
         Summary {
             fleet: config.fleet_name(),
             config: config.clone(),
             seeds,
-            runs: results.len() as u64,
-            failed_runs: failing.len() as u64,
-            violations,
-            oracle,
-            duplicates_delivered: sum(|r| r.stats.duplicates_delivered),
-            deduplicated: sum(|r| r.stats.deduplicated),
-            duplicate_effects: sum(|r| r.stats.duplicate_effects),
-            stale_refused: sum(|r| r.stats.stale_refused),
-            unknown_outcomes: sum(|r| r.stats.unknown_outcomes),
-            attempts_histogram,
-            publish_latency_p50_ms: percentile(50),
-            publish_latency_p99_ms: percentile(99),
-            permanent_outage_runs: results.iter().filter(|r| r.profile.permanent_outage).count() as u64,
-            seconds,
-            runs_per_second: if seconds > 0.0 { results.len() as f64 / seconds } else { 0.0 },
-            failing,
+            runs: 0,
+            failed_runs: 0,
+            violations: BTreeMap::new(),
+            oracle: BTreeMap::new(),
+            duplicates_delivered: 0,
+            deduplicated: 0,
+            duplicate_effects: 0,
+            stale_refused: 0,
+            unknown_outcomes: 0,
+            attempts_histogram: BTreeMap::new(),
+            publish_latency_p50_ms: None,
+            publish_latency_p99_ms: None,
+            permanent_outage_runs: 0,
+            seconds: 0.0,
+            runs_per_second: 0.0,
+            failing: Vec::new(),
+            failing_not_listed: 0,
+            latencies: BTreeMap::new(),
         }
+    }
+
+    /// The summary of `results`, as if swept in `seconds`.
+    pub fn new(config: &SimConfig, seeds: Seeds, results: &[RunResult], seconds: f64) -> Summary {
+        let mut summary = Summary::empty(config, seeds);
+        for r in results {
+            summary.add(config, r);
+        }
+        summary.finish(seconds);
+        summary
+    }
+
+    /// Folds one run in.
+    pub fn add(&mut self, config: &SimConfig, r: &RunResult) {
+        self.runs += 1;
+        for v in &r.violations {
+            *self.violations.entry(v.property.id().to_string()).or_insert(0) += 1;
+        }
+        let verdict = match r.oracle {
+            OracleVerdict::Accepted => "accepted",
+            OracleVerdict::Diverged { .. } => "diverged",
+            OracleVerdict::NotChecked => "not_checked",
+        };
+        *self.oracle.entry(verdict.to_string()).or_insert(0) += 1;
+        if r.oracle_contradicts() {
+            *self.oracle.entry("contradictions".to_string()).or_insert(0) += 1;
+        }
+        for a in &r.stats.attempts {
+            *self.attempts_histogram.entry(*a).or_insert(0) += 1;
+        }
+        for l in &r.stats.latency_ms {
+            *self.latencies.entry(*l).or_insert(0) += 1;
+        }
+        self.duplicates_delivered += r.stats.duplicates_delivered;
+        self.deduplicated += r.stats.deduplicated;
+        self.duplicate_effects += r.stats.duplicate_effects;
+        self.stale_refused += r.stats.stale_refused;
+        self.unknown_outcomes += r.stats.unknown_outcomes;
+        self.permanent_outage_runs += u64::from(r.profile.permanent_outage);
+        if r.failed() {
+            self.failed_runs += 1;
+            let mut properties: Vec<String> = r.violations.iter().map(|v| v.property.id().to_string()).collect();
+            let first = match (r.violations.first(), &r.oracle) {
+                (Some(v), _) => v.to_string(),
+                (None, OracleVerdict::Diverged { detail, .. }) => format!("the oracle rejected the history: {detail}"),
+                (None, _) => String::new(),
+            };
+            if r.oracle_contradicts() {
+                properties.push("oracle".into());
+            }
+            let at = self.failing.partition_point(|f| f.seed < r.seed);
+            if at < FAILING_LISTED_MAX {
+                self.failing.insert(
+                    at,
+                    Failing {
+                        seed: r.seed,
+                        properties,
+                        first,
+                        replay: replay_command(config, r.seed),
+                        history_hash: r.history_hash.clone(),
+                    },
+                );
+                if self.failing.len() > FAILING_LISTED_MAX {
+                    self.failing.pop();
+                    self.failing_not_listed += 1;
+                }
+            } else {
+                self.failing_not_listed += 1;
+            }
+        }
+    }
+
+    /// Percentiles and rates, once every run is in.
+    pub fn finish(&mut self, seconds: f64) {
+        let samples: u64 = self.latencies.values().sum();
+        let percentile = |p: u64| {
+            if samples == 0 {
+                return None;
+            }
+            // The sample at index (n − 1)·p/100 of the sorted samples.
+            let index = (samples - 1) * p / 100;
+            let mut seen = 0;
+            self.latencies.iter().find_map(|(&ms, &n)| {
+                seen += n;
+                (seen > index).then_some(ms)
+            })
+        };
+        self.publish_latency_p50_ms = percentile(50);
+        self.publish_latency_p99_ms = percentile(99);
+        self.seconds = seconds;
+        self.runs_per_second = if seconds > 0.0 { self.runs as f64 / seconds } else { 0.0 };
     }
 }
 

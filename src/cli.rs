@@ -317,27 +317,6 @@ impl FleetArgs {
         config.enqueue_actions = self.enqueues;
         config
     }
-
-    /// The flags that reproduce this fleet.
-    fn command_line(&self) -> String {
-        let designs = match self.variant {
-            Some(d) => format!("--variant {d} --relays {}", self.relays),
-            None => format!("--fleet {}", self.fleet.iter().map(|d| d.name()).collect::<Vec<_>>().join(",")),
-        };
-        let faults = self.faults.names();
-        let faults = if faults.len() == Faults::NAMES.len() { "all".to_string() } else if faults.is_empty() { "none".into() } else { faults.join(",") };
-        let mut line = format!(
-            "{designs} --messages {} --tenants {} --max-attempts {} --faults {faults}",
-            self.messages, self.tenants, self.max_attempts
-        );
-        if self.requeues > 0 {
-            line += &format!(" --requeues {}", self.requeues);
-        }
-        if self.enqueues {
-            line += " --enqueues";
-        }
-        line
-    }
 }
 
 fn parse_faults(text: &str) -> Result<Faults, String> {
@@ -561,7 +540,7 @@ fn check_command(
         bar.set_message(format!("model checking: {states} states generated, {unique} unique"));
     });
     bar.finish_and_clear();
-    let command = format!("outbox-check check {}", fleet.command_line());
+    let command = crate::report::check_command(&config);
     let mut written = Vec::new();
     let mut write_failed = false;
     if let Some(dir) = out {

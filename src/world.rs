@@ -340,7 +340,8 @@ pub struct Seen {
     pub duplicate_deduplicated: bool,
     /// A claim took over a row whose lease had expired.
     pub lease_taken_over: bool,
-    /// A message reached EXHAUSTED.
+    /// A message's budget was spent: a claim handed out its last attempt, a failure write
+    /// counted it, or the message reached EXHAUSTED.
     pub exhausted: bool,
     /// A message that had been AMBIGUOUS was PUBLISHED.
     pub ambiguous_then_published: bool,
@@ -663,6 +664,8 @@ impl World {
             leases = self.auditor.claim(&mut self.outbox, &relay_config.policy, &request, self.now).unwrap_or_default();
             self.step.seen.lease_taken_over = leases.iter().any(|l| taken_over.contains(&l.message_id));
             self.step.seen.claimed_again = leases.iter().any(|l| claimed_before.contains(&l.message_id));
+            // The claim handed out a row's last attempt: its budget is spent.
+            self.step.seen.exhausted = leases.iter().any(|l| l.attempts >= config.max_attempts);
         }
         report.event(|| Event::Claimed { relay: r as u16, request, leases: leases.clone(), db });
         let step = if db == DbFate::Ok {
@@ -708,6 +711,7 @@ impl World {
         if db != DbFate::LostBefore {
             let id = request.lease.message_id;
             let row = self.outbox.row(id);
+            let attempts_before = row.map_or(0, |row| row.attempts);
             let was_ambiguous = row.is_some_and(|row| row.last_failure_code == Some(FailureCode::Timeout));
             self.step.seen.terminal_met = row.is_some_and(|row| row.status.is_terminal());
             self.step.seen.tenants_crossed = row.is_some_and(|row| row.tenant_id != request.lease.tenant_id);
@@ -716,6 +720,9 @@ impl World {
                 unreachable!("a relay's lease names a row of the table");
             };
             result = Some(applied);
+            // A failure write that counted the last attempt spends the budget too.
+            let attempts_after = self.outbox.row(id).map_or(0, |row| row.attempts);
+            self.step.seen.exhausted = attempts_before < config.max_attempts && attempts_after >= config.max_attempts;
             match applied {
                 WriteResult::Stale { .. } => self.step.seen.stale_refused = true,
                 WriteResult::Applied { status: Status::Exhausted } => self.step.seen.exhausted = true,

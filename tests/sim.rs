@@ -3,12 +3,28 @@
 
 use outbox_check::core::{Design, Property, Status, Variant};
 use outbox_check::sim::profile::Profile;
-use outbox_check::sim::run::{run, run_with_profile, OracleVerdict};
+use outbox_check::sim::run::{run, run_with_profile, OracleVerdict, RunResult};
 use outbox_check::sim::sweep::{sweep, Seeds};
 use outbox_check::sim::SimConfig;
 
 fn config(variant: Variant) -> SimConfig {
     SimConfig::new(vec![Design::Variant(variant); 3], 20)
+}
+
+/// Every run of a sweep of `count` seeds from 0, in seed order; failing runs with their history.
+fn results(config: &SimConfig, count: u64) -> Vec<RunResult> {
+    let all = std::sync::Mutex::new(Vec::new());
+    let histories = std::sync::Mutex::new(std::collections::BTreeMap::new());
+    sweep(config, Seeds::all(0, count), 2, &|r| {
+        histories.lock().unwrap().insert(r.seed, r.history.clone());
+    }, &|r| all.lock().unwrap().push(r.clone()));
+    let mut all = all.into_inner().unwrap();
+    let histories = histories.into_inner().unwrap();
+    for r in &mut all {
+        r.history = histories.get(&r.seed).cloned().unwrap_or_default();
+    }
+    all.sort_by_key(|r| r.seed);
+    all
 }
 
 #[test]
@@ -17,7 +33,7 @@ fn the_same_seed_gives_the_same_history_byte_for_byte() {
         let seeds: Vec<u64> = (0..40).collect();
         let first: Vec<(String, String)> = seeds.iter().map(|&s| { let r = run(&config, s); (r.history_hash, r.history) }).collect();
         // The second pass on two threads: scheduling of the sweep must not matter.
-        let second = sweep(&config, &seeds, 2, &|_| {});
+        let second = results(&config, 40);
         for (i, r) in second.iter().enumerate() {
             assert_eq!(r.seed, seeds[i]);
             assert_eq!(r.history_hash, first[i].0, "seed {} replayed differently", r.seed);
@@ -33,8 +49,7 @@ fn the_same_seed_gives_the_same_history_byte_for_byte() {
 #[test]
 fn reference_survives_a_sweep_and_the_faults_were_real() {
     let config = config(Variant::Reference);
-    let seeds: Vec<u64> = (0..400).collect();
-    let results = sweep(&config, &seeds, 2, &|_| {});
+    let results = results(&config, 400);
     for r in &results {
         assert!(r.violations.is_empty(), "seed {}: {:?}", r.seed, r.violations);
         assert_eq!(r.oracle, OracleVerdict::Accepted, "seed {}: the oracle rejected a reference history", r.seed);
@@ -73,8 +88,7 @@ fn a_quiet_run_publishes_everything_once() {
 #[test]
 fn legacy_v1_breaks_within_its_first_hundred_seeds_and_the_oracle_agrees() {
     let config = config(Variant::LegacyV1);
-    let seeds: Vec<u64> = (0..100).collect();
-    let results = sweep(&config, &seeds, 2, &|_| {});
+    let results = results(&config, 100);
     let broke = |p: Property| results.iter().filter(|r| r.violations.iter().any(|v| v.property == p)).count();
     assert!(broke(Property::S1) > 0, "no stale write succeeded in 100 legacy-v1 seeds");
     assert!(broke(Property::S3) > 0, "legacy-v1 never went over budget in 100 seeds");
@@ -93,10 +107,9 @@ fn seed_designs_and_a_mixed_fleet_are_reported_as_found() {
     // seed-v2 counts attempts only at the AMBIGUOUS write (S3); seed-tenant has no EXHAUSTED
     // and never reclaims AMBIGUOUS rows (L1/L3); a rolling upgrade lets the V1 relay's unfenced
     // writes through (S1). These are the model checker's findings, rediscovered here.
-    let seeds: Vec<u64> = (0..150).collect();
     let found = |config: &SimConfig| {
         let mut properties: Vec<Property> =
-            sweep(config, &seeds, 2, &|_| {}).iter().flat_map(|r| r.violations.iter().map(|v| v.property)).collect();
+            results(config, 150).iter().flat_map(|r| r.violations.iter().map(|v| v.property)).collect();
         properties.sort();
         properties.dedup();
         properties
@@ -118,4 +131,31 @@ fn shards_split_a_sweep_exactly() {
     parts.sort();
     assert_eq!(parts, whole);
     assert_eq!(Seeds { from: 100, count: 50, shard: 1, shards: 4 }.list()[..3], [101, 105, 109]);
+    assert_eq!(Seeds { from: 100, count: 50, shard: 1, shards: 4 }.len(), 13);
+}
+
+#[test]
+fn an_empty_or_overflowing_seed_range_is_refused() {
+    assert!(Seeds { from: 0, count: 2, shard: 5, shards: 8 }.validate().is_err(), "a shard with no seed");
+    assert!(Seeds::all(u64::MAX, 10).validate().is_err(), "seeds past the largest");
+    assert!(Seeds::all(u64::MAX, 1).validate().is_ok(), "the largest seed is a seed");
+    assert!(Seeds { from: 0, count: 2, shard: 1, shards: 8 }.validate().is_ok());
+}
+
+/// A sweep's summary is the same whether it is folded run by run or built from all the runs.
+#[test]
+fn a_streamed_summary_equals_the_summary_of_every_run() {
+    use outbox_check::sim::sweep::Summary;
+    let config = config(Variant::LegacyV1);
+    let all = results(&config, 60);
+    let whole = Summary::new(&config, Seeds::all(0, 60), &all, 1.0);
+    let streamed = sweep(&config, Seeds::all(0, 60), 2, &|_| {}, &|_| {});
+    let json = |s: &Summary| {
+        let mut v = serde_json::to_value(s).unwrap();
+        v["seconds"] = serde_json::Value::Null;
+        v["runs_per_second"] = serde_json::Value::Null;
+        v
+    };
+    assert_eq!(json(&streamed), json(&whole));
+    assert!(whole.failed_runs > 0 && whole.publish_latency_p50_ms.is_some());
 }

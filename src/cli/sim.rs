@@ -90,8 +90,17 @@ fn kinds(kinds: &[&str]) -> String {
 }
 
 fn many(args: &SimArgs) -> ExitCode {
-    let seeds = args.seeds.list();
-    let bar = if args.quiet || args.json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(seeds.len() as u64) };
+    if let Err(problem) = args.seeds.validate() {
+        eprintln!("outbox-check: {problem}");
+        return ExitCode::from(2);
+    }
+    if let Some(out) = &args.out {
+        if let Err(problem) = crate::cli::writable_dir(out) {
+            eprintln!("outbox-check: --out {}: {problem}", out.display());
+            return ExitCode::from(2);
+        }
+    }
+    let bar = if args.quiet || args.json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(args.seeds.len()) };
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} seeds, {per_sec}, eta {eta}")
             .expect("a valid template")
@@ -99,29 +108,36 @@ fn many(args: &SimArgs) -> ExitCode {
     );
     bar.set_message(format!("sim {}", args.config.fleet_name()));
     let failed = std::sync::atomic::AtomicU64::new(0);
-    let started = std::time::Instant::now();
-    let results = sweep(&args.config, &seeds, args.threads, &|r| {
-        if r.failed() {
-            let n = failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-            bar.set_message(format!("sim {}: {n} failing", args.config.fleet_name()));
-        }
-        bar.inc(1);
-    });
-    bar.finish_and_clear();
-    let seconds = started.elapsed().as_secs_f64();
-    let summary = Summary::new(&args.config, args.seeds, &results, seconds);
-    let mut written = Vec::new();
-    if let Some(out) = &args.out {
-        for r in results.iter().filter(|r| r.failed()).take(WRITTEN_MAX) {
-            match write_history(out, &args.config, r) {
-                Ok(path) => written.push(path.display().to_string()),
-                Err(e) => {
-                    eprintln!("outbox-check: {e}");
-                    return ExitCode::from(2);
+    // Failing histories are written as they are found (the first WRITTEN_MAX), not kept.
+    let written = std::sync::Mutex::new(Vec::new());
+    let write_error = std::sync::Mutex::new(None);
+    let summary = sweep(
+        &args.config,
+        args.seeds,
+        args.threads,
+        &|r| {
+            let Some(out) = &args.out else { return };
+            let mut written = written.lock().unwrap_or_else(|p| p.into_inner());
+            if written.len() < WRITTEN_MAX {
+                match write_history(out, &args.config, r) {
+                    Ok(path) => written.push(path.display().to_string()),
+                    Err(e) => {
+                        write_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                    }
                 }
             }
-        }
-    }
+        },
+        &|r| {
+            if r.failed() {
+                let n = failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                bar.set_message(format!("sim {}: {n} failing", args.config.fleet_name()));
+            }
+            bar.inc(1);
+        },
+    );
+    bar.finish_and_clear();
+    let mut written = written.into_inner().unwrap_or_else(|p| p.into_inner());
+    written.sort();
     if args.json {
         let mut value = serde_json::to_value(&summary).expect("JSON of plain values");
         value["histories_written"] = written.clone().into();
@@ -129,8 +145,15 @@ fn many(args: &SimArgs) -> ExitCode {
     } else {
         print_summary(&summary, &written);
     }
+    // A history that could not be written is reported; the verdicts above still stand.
+    let write_error = write_error.into_inner().unwrap_or_else(|p| p.into_inner());
+    if let Some(e) = &write_error {
+        eprintln!("outbox-check: {e}");
+    }
     if summary.failed_runs > 0 {
         ExitCode::from(1)
+    } else if write_error.is_some() {
+        ExitCode::from(2)
     } else {
         ExitCode::SUCCESS
     }
@@ -143,7 +166,7 @@ fn print_summary(s: &Summary, written: &[String]) {
         s.fleet,
         s.runs,
         s.seeds.from,
-        s.seeds.from + s.seeds.count,
+        s.seeds.from.saturating_add(s.seeds.count),
         s.config.designs.len(),
         s.config.messages,
         s.seconds,
@@ -180,11 +203,12 @@ fn print_summary(s: &Summary, written: &[String]) {
     for f in s.failing.iter().take(10) {
         println!("  seed {}: {} — {}\n    replay: {}", f.seed, f.properties.join(" "), f.first, f.replay);
     }
-    if s.failing.len() > 10 {
-        println!("  … and {} more failing seeds (--json lists them all)", s.failing.len() - 10);
+    if s.failed_runs > 10 {
+        let listed = if s.failing_not_listed > 0 { format!("; --json lists the first {}", s.failing.len()) } else { "; --json lists them all".into() };
+        println!("  … and {} more failing seeds{listed}", s.failed_runs - 10);
     }
     if !written.is_empty() {
-        let more = if s.failing.len() > written.len() { format!(" (the first {WRITTEN_MAX})") } else { String::new() };
+        let more = if s.failed_runs > written.len() as u64 { format!(" ({WRITTEN_MAX} of them)") } else { String::new() };
         println!("  failing histories{more}: {}", Path::new(&written[0]).parent().map(|p| p.display().to_string()).unwrap_or_default());
     }
 }

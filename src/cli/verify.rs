@@ -1,7 +1,7 @@
 //! `outbox-check verify`: every engine on every variant and a mixed fleet, one verdict matrix,
 //! compared with the expectations pinned in `reports/expectations.json`.
 
-use crate::check::{check, CheckOptions, CheckReport, Verdict};
+use crate::check::{check, merged, CheckOptions, CheckReport, Verdict};
 use crate::core::{Design, Property, Variant};
 use crate::world::{Faults, WorldConfig};
 use serde::{Deserialize, Serialize};
@@ -24,10 +24,14 @@ pub struct VerifyArgs {
     pub quiet: bool,
 }
 
-/// What each engine found on one fleet: the properties it saw violated.
+/// What each engine found on one fleet: the properties it saw violated, and those nothing it
+/// checked could have broken.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Found {
     pub model: Vec<String>,
+    /// Safety properties no world of the model check exercised (shown "–", never ✓).
+    #[serde(default)]
+    pub not_exercised: Vec<String>,
     pub simulation: Vec<String>,
     /// `agrees` or `diverges` (or the error that stopped it), per SQL engine run.
     pub sql: BTreeMap<String, String>,
@@ -52,19 +56,62 @@ fn ids() -> Vec<&'static str> {
     Property::SAFETY.iter().chain(Property::LIVENESS.iter()).map(|p| p.id()).collect()
 }
 
+/// The model's worlds for one fleet: the main one (two relays, every fault, one tenant) and
+/// the isolation world, where S9 and S10 can fail — two tenants with a relay and a message each,
+/// writes that may go out with the other tenant's id, and the application's enqueues as steps,
+/// each with a stale attempt beside it.
+fn worlds(fleet: &Fleet, messages: u32) -> [WorldConfig; 2] {
+    let main = WorldConfig::fleet(&fleet.designs, messages, 1, 3, Faults::all());
+    let mut isolation = WorldConfig::fleet(&fleet.designs, 2, 2, 3, Faults::parse("misrouted-write").expect("a fault name"));
+    isolation.enqueue_actions = true;
+    [main, isolation]
+}
+
+/// Everything `verify` needs from the environment, checked before the long work: the
+/// expectations file, the report directory, the PostgreSQL server. A problem is one line and
+/// exit 2, never a verdict.
+fn environment(args: &VerifyArgs) -> Result<(BTreeMap<String, Found>, Option<String>), String> {
+    let (source, text) = match &args.expectations {
+        None => ("reports/expectations.json".to_string(), EXPECTATIONS.to_string()),
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            (path.display().to_string(), text)
+        }
+    };
+    let expected = serde_json::from_str(&text).map_err(|e| format!("{source} is not valid: {e}"))?;
+    if let Some(dir) = &args.report {
+        crate::cli::writable_dir(dir).map_err(|problem| format!("--report {}: {problem}", dir.display()))?;
+    }
+    let pg_url = args.database_url.clone().or_else(|| std::env::var("OUTBOX_CHECK_PG_URL").ok().filter(|u| !u.is_empty()));
+    if let Some(url) = &pg_url {
+        // Connect once now (a scratch schema, dropped at once): a bad URL or a server that does
+        // not answer is found before minutes of model checking, not reported as a divergence.
+        crate::store::postgres::Scratch::connect(url, false).map_err(|e| format!("PostgreSQL at {url}: {e}"))?;
+    }
+    Ok((expected, pg_url))
+}
+
 pub fn verify(args: &VerifyArgs) -> ExitCode {
+    let (expected, pg_url) = match environment(args) {
+        Ok(found) => found,
+        Err(problem) => {
+            eprintln!("outbox-check: {problem}");
+            return ExitCode::from(2);
+        }
+    };
     let fleets = fleets();
-    let steps = fleets.len() as u64 * 3;
+    let steps = fleets.len() as u64 * 4;
     let bar = if args.quiet || args.json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(steps) };
     bar.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed})").expect("a valid template"));
-    let options = CheckOptions { threads: args.threads, ..CheckOptions::default() };
     let started = std::time::Instant::now();
-    let pg_url = args.database_url.clone().or_else(|| std::env::var("OUTBOX_CHECK_PG_URL").ok().filter(|u| !u.is_empty()));
     let mut rows = Vec::new();
     for fleet in &fleets {
+        let [main, isolation] = worlds(fleet, args.messages);
         bar.set_message(format!("model checking {}", fleet.name));
-        let config = WorldConfig::fleet(&fleet.designs, args.messages, 1, 3, Faults::all());
-        let report = check(&config, &options, &|_, _| {});
+        let report = check(&main, &CheckOptions { threads: args.threads, ..CheckOptions::default() }, &|_, _| {});
+        bar.inc(1);
+        bar.set_message(format!("model checking {} with two tenants and enqueues", fleet.name));
+        let isolation = check(&isolation, &CheckOptions { threads: args.threads, liveness: false, ..CheckOptions::default() }, &|_, _| {});
         bar.inc(1);
 
         bar.set_message(format!("simulating {} ({} seeds)", fleet.name, args.sim_seeds));
@@ -80,32 +127,18 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
             }
         }
         bar.inc(1);
+        let reports = vec![report, isolation];
+        let model = |v: Verdict| ids().into_iter().filter(|id| merged(id, &reports) == v).map(String::from).collect::<Vec<_>>();
         let found = Found {
-            model: report.properties.iter().filter(|p| p.status == Verdict::Violated).map(|p| p.id.to_string()).collect(),
+            model: model(Verdict::Violated),
+            not_exercised: model(Verdict::NotExercised),
             simulation: ids().into_iter().filter(|id| sim.as_ref().is_some_and(|s| s.violated(id))).map(String::from).collect(),
             sql,
         };
-        rows.push((fleet, report, sim, found));
+        rows.push((fleet, reports, sim, found));
     }
     bar.finish_and_clear();
 
-    let (source, text) = match &args.expectations {
-        None => ("reports/expectations.json".to_string(), EXPECTATIONS.to_string()),
-        Some(path) => match std::fs::read_to_string(path) {
-            Ok(text) => (path.display().to_string(), text),
-            Err(e) => {
-                eprintln!("outbox-check: cannot read {}: {e}", path.display());
-                return ExitCode::from(2);
-            }
-        },
-    };
-    let expected: BTreeMap<String, Found> = match serde_json::from_str(&text) {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("outbox-check: {source} is not valid: {e}");
-            return ExitCode::from(2);
-        }
-    };
     let defaults = args.messages == 1 && args.sim_seeds == DEFAULT_SIM_SEEDS;
     let mut changed = Vec::new();
     for (fleet, _, _, found) in &rows {
@@ -116,28 +149,39 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
         let mut pinned = pinned.clone();
         // PostgreSQL joins only when a URL is given.
         pinned.sql.retain(|engine, _| found.sql.contains_key(engine));
-        for (what, got, want) in [("model checking", &found.model, &pinned.model), ("simulation", &found.simulation, &pinned.simulation)] {
+        for (what, got, want) in [
+            ("model checking", &found.model, &pinned.model),
+            ("not exercised", &found.not_exercised, &pinned.not_exercised),
+            ("simulation", &found.simulation, &pinned.simulation),
+        ] {
             if got != want {
                 changed.push(format!("{}: {what} found [{}], expected [{}]", fleet.name, got.join(" "), want.join(" ")));
             }
         }
         for (engine, verdict) in &found.sql {
             let want = pinned.sql.get(engine).cloned().unwrap_or_else(|| "agrees".into());
-            if *verdict != want {
+            if *verdict != want && !verdict.starts_with("error") {
                 changed.push(format!("{}: SQL on {engine} {verdict}, expected {want}", fleet.name));
             }
         }
     }
-    let reference_ok = rows.iter().any(|(f, r, s, found)| {
+    // A store that could not run is the environment's problem, not a verdict.
+    let sql_errors: Vec<String> = rows
+        .iter()
+        .flat_map(|(f, _, _, found)| {
+            found.sql.iter().filter(|(_, v)| v.starts_with("error")).map(move |(e, v)| format!("{}: SQL on {e}: {v}", f.name))
+        })
+        .collect();
+    let reference_ok = rows.iter().any(|(f, reports, s, found)| {
         f.name == "reference"
-            && !r.violated()
-            && r.decided()
+            && reports.iter().all(|r| !r.violated() && r.decided())
             && s.as_ref().is_some_and(|s| s.failed_runs == 0)
             && found.sql.values().all(|v| v == "agrees")
     });
 
     let seconds = started.elapsed().as_secs_f64();
-    let verdicts = verdicts_json(&rows, args, seconds, &changed, defaults);
+    let verdicts = verdicts_json(&rows, args, seconds, &changed, defaults, &expectations_name(args));
+    let mut report_failed = None;
     if let Some(dir) = &args.report {
         // The JSON behind the matrix, beside it (without the run's duration, so an unchanged
         // verdict regenerates an unchanged file).
@@ -152,22 +196,27 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
             std::fs::write(dir.join("verdicts.json"), serde_json::to_string_pretty(&stable).expect("JSON of plain values") + "\n")
         });
         if let Err(error) = written {
-            eprintln!("outbox-check: cannot write the report under {}: {error}", dir.display());
-            return ExitCode::from(2);
+            report_failed = Some(format!("cannot write the report under {}: {error}", dir.display()));
         }
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&verdicts).expect("JSON of plain values"));
     } else {
         print_matrix(&rows, args, seconds);
-        if !reference_ok {
+        if !sql_errors.is_empty() {
+            println!("SQL conformance could not run (the environment, not a verdict):");
+            for e in &sql_errors {
+                println!("  {e}");
+            }
+        } else if !reference_ok {
             println!("reference: VIOLATED.");
         }
+        let source = expectations_name(args);
         if defaults {
             if changed.is_empty() {
-                println!("Every verdict equals the expectations pinned in reports/expectations.json.");
+                println!("Every verdict equals the expectations pinned in {source}.");
             } else {
-                println!("Verdicts that differ from reports/expectations.json (update it on purpose, with the reason in the commit):");
+                println!("Verdicts that differ from {source} (update it on purpose, with the reason in the commit):");
                 for c in &changed {
                     println!("  {c}");
                 }
@@ -176,11 +225,34 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
             println!("(expectations are pinned for the default bounds; not compared)");
         }
     }
+    // Whatever could not be written, the verdicts above stand and so does their exit code.
+    if let Some(problem) = &report_failed {
+        eprintln!("outbox-check: {problem}");
+    }
+    if !sql_errors.is_empty() {
+        eprintln!("outbox-check: {}", sql_errors.join("; "));
+        return ExitCode::from(2);
+    }
     if reference_ok && (!defaults || changed.is_empty()) {
-        ExitCode::SUCCESS
+        if report_failed.is_some() {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        }
     } else {
         ExitCode::from(1)
     }
+}
+
+/// The file the verdicts are compared with, as a person named it.
+fn expectations_name(args: &VerifyArgs) -> String {
+    args.expectations.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "reports/expectations.json".into())
+}
+
+/// The report whose world decided `id` as `merged` says, for its counterexample and note.
+fn deciding<'a>(id: &str, reports: &'a [CheckReport]) -> Option<&'a crate::check::PropertyResult> {
+    let verdict = merged(id, reports);
+    reports.iter().filter_map(|r| r.property(id)).find(|p| p.status == verdict)
 }
 
 pub const DEFAULT_SIM_SEEDS: u64 = 300;
@@ -192,17 +264,14 @@ fn single(fleet: &Fleet) -> Option<Design> {
 
 #[cfg(madsim)]
 fn simulate(fleet: &Fleet, seeds: u64, threads: usize) -> Option<crate::sim::sweep::Summary> {
-    use crate::sim::sweep::{sweep, Seeds, Summary};
+    use crate::sim::sweep::{sweep, Seeds};
     // Simulations run three relays of a variant (the model checker two), the mixed fleet as is.
     let designs = match single(fleet) {
         Some(d) => vec![d; 3],
         None => fleet.designs.clone(),
     };
     let config = crate::sim::SimConfig::new(designs, 20);
-    let list = Seeds::all(0, seeds);
-    let started = std::time::Instant::now();
-    let results = sweep(&config, &list.list(), threads, &|_| {});
-    Some(Summary::new(&config, list, &results, started.elapsed().as_secs_f64()))
+    Some(sweep(&config, Seeds::all(0, seeds), threads, &|_| {}, &|_| {}))
 }
 
 #[cfg(not(madsim))]
@@ -239,15 +308,15 @@ fn conformance(design: Design, url: Option<&str>) -> String {
     }
 }
 
-type Row<'a, S> = (&'a Fleet, CheckReport, Option<S>, Found);
+type Row<'a, S> = (&'a Fleet, Vec<CheckReport>, Option<S>, Found);
 
-fn cell<S: SimLike>(id: &str, report: &CheckReport, sim: &Option<S>) -> (&'static str, &'static str) {
-    let model = report.property(id).map(|p| p.status.clone());
+fn cell<S: SimLike>(id: &str, reports: &[CheckReport], sim: &Option<S>) -> (&'static str, &'static str) {
     let simulated = sim.as_ref().is_some_and(|s| s.violated(id));
-    match (model, simulated) {
-        (Some(Verdict::Violated), _) => ("✗", "model checking"),
-        (_, true) => ("✗", "simulation"),
-        (Some(Verdict::Holds), false) => ("✓", "model checking + simulation"),
+    match (merged(id, reports), simulated) {
+        (Verdict::Violated, _) => ("✗", "model checking"),
+        (_, true) => ("✗s", "simulation"),
+        (Verdict::Holds, false) => ("✓", "model checking + simulation"),
+        (Verdict::NotExercised, false) => ("–", "not exercised"),
         _ => ("?", "undecided"),
     }
 }
@@ -288,52 +357,86 @@ impl SimLike for NoSim {
 fn print_matrix<S: SimLike>(rows: &[Row<'_, S>], args: &VerifyArgs, seconds: f64) {
     let ids = ids();
     println!(
-        "outbox-check verify — model checking (2 relays, {} message(s), budget 3, every fault), simulation ({} seeds of 3 relays × 20 messages), SQL conformance\n",
+        "outbox-check verify — model checking (2 relays, {} message(s), budget 3, every fault; and two tenants with enqueues, for S9 and S10), simulation ({} seeds of 3 relays × 20 messages), SQL conformance\n",
         args.messages, args.sim_seeds
     );
+    let sql_of = |found: &Found| {
+        let sql: Vec<String> = found.sql.iter().map(|(e, v)| format!("{e} {v}")).collect();
+        if sql.is_empty() { "(mixed fleet)".to_string() } else { sql.join(", ") }
+    };
+    let width = rows.iter().map(|(_, _, _, f)| sql_of(f).chars().count()).max().unwrap_or(0).max(3) + 2;
     print!("{:<20}", "fleet");
     for id in &ids {
         print!("{id:>5}");
     }
-    println!("   {:<22}{}", "SQL", "states");
-    for (fleet, report, sim, found) in rows {
+    println!("   {:<width$}{}", "SQL", "states");
+    for (fleet, reports, sim, found) in rows {
         print!("{:<20}", fleet.name);
         for id in &ids {
-            let (mark, technique) = cell(id, report, sim);
-            let mark = if technique == "simulation" { "✗s" } else { mark };
+            let (mark, _) = cell(id, reports, sim);
             print!("{mark:>5}");
         }
-        let sql: Vec<String> = found.sql.iter().map(|(e, v)| format!("{e} {v}")).collect();
-        let sql = if sql.is_empty() { "(mixed fleet)".to_string() } else { sql.join(", ") };
-        println!("   {sql:<22}{}", report.unique_states);
+        let states: usize = reports.iter().map(|r| r.unique_states).sum();
+        println!("   {:<width$}{states}", sql_of(found));
     }
-    println!("\n✓  holds: in every reachable state of the model (liveness under the fairness of docs/model-checking.md), and in no simulated run was it broken");
-    println!("✗  violated, decided by model checking — shortest counterexample: reports/counterexamples/<fleet>/<id>.md (written by --report), or outbox-check check --variant V (or --fleet A,B)");
-    println!("✗s violated in simulation only (a scenario beyond the model's bounds) — the failing seed replays with outbox-check sim --seed N");
+    println!("\nS1 no stale terminal write succeeds, S2 fresh token per claim, S3 attempts within budget, S4 terminal is absorbing,");
+    println!("S5 no invented confirmation, S6 one live lease, S7 retry clock respected, S8 stable idempotency key, S9 tenant isolation,");
+    println!("S10 atomic enqueue; L1 every message eventually terminal, L2 EXHAUSTED within the budget under an outage, L3 delivered once faults stop.\n");
+    println!("✓  holds: exercised (a situation where it could fail was reached) and true in every reachable state of the model (liveness under the fairness of docs/model-checking.md), and no simulated run broke it");
+    println!("✗  violated, decided by model checking and replayed in the plain world — shortest counterexample: outbox-check check --variant V (or --fleet A,B) --out DIR, or verify --report DIR");
+    println!("✗s violated in simulation only (a scenario beyond the model's bounds) — the failing seed is below");
+    println!("–  not exercised: nothing in the checked worlds could have broken it (the reason is below)");
+    println!("?  undecided: the check stopped before it could decide");
     println!("SQL: the design's SQL against its own core, step by step (agrees: the model's verdicts carry over to the SQL)");
+    for (fleet, reports, sim, _) in rows {
+        for id in &ids {
+            match cell(id, reports, sim).0 {
+                "✗s" => {
+                    if let Some((_, replay)) = sim.as_ref().and_then(|s| s.first_failing(id)) {
+                        println!("  {} {id} ✗s: {replay}", fleet.name);
+                    }
+                }
+                "–" | "?" => {
+                    if let Some(note) = deciding(id, reports).and_then(|p| p.note.clone()) {
+                        println!("  {} {id}: {note}", fleet.name);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
     println!("{seconds:.1} s.");
 }
 
-fn verdicts_json<S: SimLike>(rows: &[Row<'_, S>], args: &VerifyArgs, seconds: f64, changed: &[String], defaults: bool) -> serde_json::Value {
+fn verdicts_json<S: SimLike>(
+    rows: &[Row<'_, S>],
+    args: &VerifyArgs,
+    seconds: f64,
+    changed: &[String],
+    defaults: bool,
+    source: &str,
+) -> serde_json::Value {
     let ids = ids();
     let fleets: Vec<serde_json::Value> = rows
         .iter()
-        .map(|(fleet, report, sim, found)| {
+        .map(|(fleet, reports, sim, found)| {
             let cells: Vec<serde_json::Value> = ids
                 .iter()
                 .map(|id| {
-                    let (mark, technique) = cell(id, report, sim);
-                    let p = report.property(id);
+                    let (mark, technique) = cell(id, reports, sim);
+                    let p = deciding(id, reports);
+                    let decider = reports.iter().find(|r| r.property(id).is_some_and(|q| Some(q.status.clone()) == p.map(|p| p.status.clone())));
                     serde_json::json!({
                         "id": id,
                         "name": p.map(|p| p.name.clone()),
-                        "status": match mark { "✓" => "holds", "✗" => "violated", _ => "undecided" },
+                        "status": match mark { "✓" => "holds", "✗" | "✗s" => "violated", "–" => "not_exercised", _ => "undecided" },
                         "technique": technique,
                         "model": p.map(|p| p.status.clone()),
+                        "note": p.and_then(|p| p.note.clone()),
                         "steps": p.and_then(|p| p.counterexample.as_ref().map(|c| c.len())),
                         // Where `verify --report reports` writes it (Markdown, JSON, trace, ITF).
-                        "counterexample": p.filter(|p| p.status == Verdict::Violated && p.counterexample.is_some()).map(|p| {
-                            format!("reports/counterexamples/{}/{}.md", crate::report::fleet_slug(&report.fleet), p.id)
+                        "counterexample": p.filter(|p| p.status == Verdict::Violated && p.counterexample.is_some()).zip(decider).map(|(p, r)| {
+                            format!("reports/counterexamples/{}/{}.md", crate::report::config_slug(&r.config), p.id)
                         }),
                         "simulation_seed": sim.as_ref().and_then(|s| s.first_failing(id)).map(|(seed, _)| seed),
                         "replay": sim.as_ref().and_then(|s| s.first_failing(id)).map(|(_, r)| r),
@@ -342,8 +445,8 @@ fn verdicts_json<S: SimLike>(rows: &[Row<'_, S>], args: &VerifyArgs, seconds: f6
                 .collect();
             serde_json::json!({
                 "fleet": fleet.name,
-                "unique_states": report.unique_states,
-                "seconds": report.seconds,
+                "unique_states": reports.iter().map(|r| r.unique_states).sum::<usize>(),
+                "seconds": reports.iter().map(|r| r.seconds).sum::<f64>(),
                 "simulated_runs": sim.as_ref().map(|s| s.runs()),
                 "sql": found.sql,
                 "found": found,
@@ -351,31 +454,20 @@ fn verdicts_json<S: SimLike>(rows: &[Row<'_, S>], args: &VerifyArgs, seconds: f6
             })
         })
         .collect();
-    let out = serde_json::json!({
+    serde_json::json!({
         "messages": args.messages,
         "sim_seeds": args.sim_seeds,
         "techniques": ["model checking", "simulation", "sql conformance"],
         "seconds": seconds,
-        "expectations": if defaults { serde_json::json!({ "file": "reports/expectations.json", "differences": changed }) } else { serde_json::Value::Null },
+        "expectations": if defaults { serde_json::json!({ "file": source, "differences": changed }) } else { serde_json::Value::Null },
         "fleets": fleets,
-    });
-    out
+    })
 }
 
 fn write_report<S: SimLike>(dir: &std::path::Path, rows: &[Row<'_, S>], args: &VerifyArgs) -> std::io::Result<()> {
     use std::fmt::Write;
-    let commands: Vec<String> = rows
-        .iter()
-        .map(|(fleet, _, _, _)| {
-            let line = match single(fleet) {
-                Some(d) => format!("--variant {} --relays {}", d.name(), fleet.designs.len()),
-                None => format!("--fleet {}", fleet.designs.iter().map(|d| d.name()).collect::<Vec<_>>().join(",")),
-            };
-            format!("outbox-check check {line} --messages {} --tenants 1 --max-attempts 3 --faults all", args.messages)
-        })
-        .collect();
-    let pairs: Vec<(&CheckReport, &str)> = rows.iter().zip(&commands).map(|((_, r, _, _), c)| (r, c.as_str())).collect();
-    crate::report::write_index(dir, &pairs)?;
+    let fleets: Vec<(&str, &[CheckReport])> = rows.iter().map(|(fleet, reports, _, _)| (fleet.name.as_str(), reports.as_slice())).collect();
+    crate::report::write_index(dir, &fleets, args.messages)?;
     // The other engines' columns, appended.
     let mut out = String::new();
     let _ = writeln!(

@@ -62,7 +62,11 @@ fn with_causes(e: &dyn std::error::Error) -> String {
 
 /// Checks a URL before any connection: parseable, and loopback unless `disposable`.
 pub fn check_url(url: &str, disposable: bool) -> Result<postgres::Config, PgError> {
-    let config = postgres::Config::from_str(url).map_err(|e| PgError::BadUrl(e.to_string()))?;
+    let mut config = postgres::Config::from_str(url).map_err(|e| PgError::BadUrl(e.to_string()))?;
+    // A server that does not answer is an environment problem to report, not a hang.
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(std::time::Duration::from_secs(10));
+    }
     for host in config.get_hosts() {
         match host {
             postgres::config::Host::Tcp(name) => {
