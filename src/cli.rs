@@ -104,6 +104,9 @@ enum Command {
         /// it nothing is written.
         #[arg(long, value_name = "DIR")]
         out: Option<std::path::PathBuf>,
+        /// Write no files (the default; kept so scripts that pass it go on working).
+        #[arg(long, hide = true, conflicts_with = "out")]
+        no_write: bool,
         /// The port printed in explorer links (1–65535).
         #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u16).range(1..))]
         explorer_port: u16,
@@ -127,6 +130,9 @@ enum Command {
         /// Print one JSON object instead of the steps.
         #[arg(long)]
         json: bool,
+        /// Accepted for uniformity with the other commands (replay draws no progress).
+        #[arg(long, short)]
+        quiet: bool,
     },
     /// Open stateright's explorer on a variant or fleet, to step through states in a browser.
     #[command(after_help = "Example: outbox-check explore --variant legacy-v1 --port 3000\n  then open http://127.0.0.1:3000/ (a counterexample's link from `check` opens at its path)")]
@@ -218,7 +224,9 @@ enum Command {
         on the store; results and the whole table must agree after every step. PostgreSQL runs\n\
         in a fresh scratch schema per case (random validated name, dropped afterwards); the URL\n\
         comes from --database-url or OUTBOX_CHECK_PG_URL, and a non-loopback host is refused\n\
-        without --i-understand-this-database-is-disposable. Bound: reference, seed-v2,\n\
+        without --i-understand-this-database-is-disposable. SIGINT and SIGTERM drop the scratch\n\
+        schemas before exiting; ones a killed run left are dropped by the next run or --clean-up.\n\
+        Bound: reference, seed-v2,\n\
         legacy-v1 and the counter-token mutants (seed-tenant's table has no binding yet).\n\
         Exit: 0 agrees, 1 diverged, 2 bad input or no server.")]
     Conform {
@@ -243,6 +251,10 @@ enum Command {
         /// Allow a host that is not loopback (the harness still works only in its own schema).
         #[arg(long)]
         i_understand_this_database_is_disposable: bool,
+        /// Only drop the scratch schemas that runs killed outright (SIGKILL) left on the server —
+        /// those marked as outbox-check's whose session is gone — then exit.
+        #[arg(long)]
+        clean_up: bool,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
@@ -371,7 +383,7 @@ pub fn main() -> ExitCode {
             })
         }
         Command::Variants { design, json } => variants(design, json),
-        Command::Check { fleet, threads, timeout, max_memory, no_liveness, out, explorer_port, json, quiet } => {
+        Command::Check { fleet, threads, timeout, max_memory, no_liveness, out, no_write: _, explorer_port, json, quiet } => {
             let options = CheckOptions {
                 threads: threads as usize,
                 timeout: timeout.map(std::time::Duration::from_secs),
@@ -381,7 +393,7 @@ pub fn main() -> ExitCode {
             };
             check_command(&fleet, &options, out.as_deref(), explorer_port, json, quiet)
         }
-        Command::Replay { file, json } => replay(&file, json),
+        Command::Replay { file, json, quiet: _ } => replay(&file, json),
         Command::Explore { fleet, port } => explore(&fleet, port),
         Command::Mutants { threads, json, quiet } => mutants(threads as usize, json, quiet),
         Command::Sim {
@@ -415,7 +427,9 @@ pub fn main() -> ExitCode {
                 })
             }
         }
-        Command::Conform { engine, variant, against, cases, seed, database_url, i_understand_this_database_is_disposable, json, quiet } => {
+        Command::Conform {
+            engine, variant, against, cases, seed, database_url, i_understand_this_database_is_disposable, clean_up, json, quiet,
+        } => {
             conform::run(&conform::ConformArgs {
                 engine,
                 design: variant,
@@ -424,6 +438,7 @@ pub fn main() -> ExitCode {
                 seed,
                 database_url,
                 disposable: i_understand_this_database_is_disposable,
+                clean_up,
                 json,
                 quiet,
             })

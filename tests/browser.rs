@@ -7,6 +7,8 @@
 //! `target/tmp/` by default); with
 //! `OUTBOX_CHECK_WRITE_REPORTS=1` also in `reports/explorer-legacy-v1-S1.png`.
 
+mod common;
+
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -183,12 +185,12 @@ fn the_explorer_steps_through_a_counterexample_in_chromium() {
             std::env::var("OUTBOX_CHECK_REQUIRE_BROWSER").as_deref() != Ok("1"),
             "OUTBOX_CHECK_REQUIRE_BROWSER=1 but chromium or chromedriver is not installed"
         );
-        println!("NOT RUN: the browser test needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)");
+        common::not_run("the browser test needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)");
         return;
     };
     // The shortest S1 counterexample of legacy-v1, as `check` reports it.
     let out = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
-        .args(["check", "--variant", "legacy-v1", "--json", "--no-write", "--quiet", "--no-liveness"])
+        .args(["check", "--variant", "legacy-v1", "--json", "--quiet", "--no-liveness"])
         .output()
         .unwrap();
     let report: Value = serde_json::from_slice(&out.stdout).expect("check --json");

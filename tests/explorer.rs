@@ -60,7 +60,7 @@ fn the_explorer_serves_the_model_and_steps_through_a_counterexample() {
     // legacy-v1's S1 counterexample, by the path `check` prints: claim, publish, the other relay
     // claims, the first relay's write applies. The last state says which property broke.
     let output = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
-        .args(["check", "--variant", "legacy-v1", "--messages", "1", "--no-write", "--no-liveness", "--json"])
+        .args(["check", "--variant", "legacy-v1", "--messages", "1", "--no-liveness", "--json"])
         .output()
         .expect("check runs");
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON report");

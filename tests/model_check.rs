@@ -2,7 +2,7 @@
 //! mixed fleet, shortest counterexamples that replay, and reductions that change no verdict.
 
 use outbox_check::check::{check, CheckOptions, CheckReport, Verdict};
-use outbox_check::core::{Design, Mutant, Property, Variant};
+use outbox_check::core::{Design, Mutant, Variant};
 use outbox_check::model::{replay, OutboxModel, SAFETY_NAMES};
 use outbox_check::world::{Faults, WorldConfig};
 use stateright::{Checker, Model};

@@ -12,7 +12,8 @@ use outbox_check::store::{PgStore, Store};
 #[ignore = "a benchmark: run with --ignored --nocapture"]
 fn claim_throughput_of_four_relays() {
     let Ok(url) = std::env::var("OUTBOX_CHECK_PG_URL") else {
-        println!("NOT RUN: needs OUTBOX_CHECK_PG_URL");
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "NOT RUN: the PostgreSQL benchmark needs OUTBOX_CHECK_PG_URL");
         return;
     };
     const MESSAGES: u32 = 20_000;

@@ -20,12 +20,17 @@ pub struct ConformArgs {
     pub seed: u64,
     pub database_url: Option<String>,
     pub disposable: bool,
+    /// Only drop the scratch schemas killed runs left behind, then exit.
+    pub clean_up: bool,
     pub json: bool,
     pub quiet: bool,
 }
 
 /// Runs one conformance sweep; prints the summary, or the minimal divergence with its SQL.
 pub fn run(args: &ConformArgs) -> ExitCode {
+    if args.clean_up {
+        return clean_up(args);
+    }
     match sweep(args) {
         Ok(report) => {
             print(args, &report);
@@ -37,6 +42,35 @@ pub fn run(args: &ConformArgs) -> ExitCode {
         }
         Err(e) => {
             eprintln!("outbox-check: {}", e.to_string().replace('\n', " "));
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `--clean-up`: drops the scratch schemas that runs killed outright left on the server.
+fn clean_up(args: &ConformArgs) -> ExitCode {
+    if args.engine != Engine::Postgres {
+        eprintln!("outbox-check: --clean-up is for --store postgres (an SQLite store lives in memory and leaves nothing)");
+        return ExitCode::from(2);
+    }
+    let dropped = url(args)
+        .map_err(|e| e.to_string())
+        .and_then(|url| crate::store::postgres::clean_up(&url, args.disposable).map_err(|e| e.to_string()));
+    match dropped {
+        Ok(dropped) if args.json => {
+            println!("{}", serde_json::json!({ "dropped": dropped }));
+            ExitCode::SUCCESS
+        }
+        Ok(dropped) => {
+            if dropped.is_empty() {
+                println!("no scratch schema left behind");
+            } else {
+                println!("dropped {} scratch schema(s) left behind: {}", dropped.len(), dropped.join(", "));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("outbox-check: {}", e.replace('\n', " "));
             ExitCode::from(2)
         }
     }

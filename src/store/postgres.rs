@@ -4,6 +4,13 @@
 //! in a fresh schema with a random, validated name and drops it afterwards. The URL comes only
 //! from the caller (`OUTBOX_CHECK_PG_URL` or `--database-url`), and a host that is not loopback
 //! is refused unless the caller says the database is disposable.
+//!
+//! No scratch schema outlives its run. Each is created under a session advisory lock of its own
+//! and marked with a comment ([`MARKER`]); SIGINT and SIGTERM drop every schema of the process
+//! before it exits; and a schema left by a run that was killed outright (SIGKILL, a lost machine)
+//! is recognised by its name, its marker and its lock no longer being held, and dropped by the
+//! next run's first connection or by `outbox-check conform --clean-up`. A schema without the
+//! marker, or whose lock a live session holds, is never touched.
 
 use super::migrate::{Migration, MigrateError};
 use std::str::FromStr;
@@ -82,6 +89,83 @@ pub fn check_url(url: &str, disposable: bool) -> Result<postgres::Config, PgErro
     Ok(config)
 }
 
+/// The comment every scratch schema carries, followed by ` (pid N)` of the process that made it.
+pub const MARKER: &str = "outbox-check scratch schema";
+
+/// The advisory lock class of scratch schemas ("obox"); the key is the low 32 bits of the
+/// schema's hex suffix.
+const LOCK_CLASS: i32 = 0x6f62_6f78;
+
+fn is_scratch_name(schema: &str) -> bool {
+    schema.len() == 29 && schema.starts_with("outbox_check_") && schema[13..].chars().all(|c| c.is_ascii_hexdigit())
+}
+
+fn lock_key(schema: &str) -> i32 {
+    u64::from_str_radix(&schema[13..], 16).unwrap_or(0) as u32 as i32
+}
+
+/// The scratch schemas this process holds, for the signal handler: where each lives and its name.
+static LIVE: std::sync::Mutex<Vec<(postgres::Config, String)>> = std::sync::Mutex::new(Vec::new());
+static SIGNALS: std::sync::Once = std::sync::Once::new();
+static ORPHANS: std::sync::Once = std::sync::Once::new();
+
+fn live() -> std::sync::MutexGuard<'static, Vec<(postgres::Config, String)>> {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// On SIGINT or SIGTERM: drop every scratch schema of this process, then exit as the signal
+/// would (130, 143). Holding the registry keeps new schemas from being made meanwhile.
+fn drop_on_signal() {
+    SIGNALS.call_once(|| {
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM]) else {
+            return;
+        };
+        std::thread::spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                let schemas = live();
+                for (config, schema) in schemas.iter() {
+                    if let Ok(mut client) = config.connect(postgres::NoTls) {
+                        let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+                    }
+                }
+                eprintln!("outbox-check: interrupted; dropped {} scratch schema(s)", schemas.len());
+                std::process::exit(128 + signal);
+            }
+        });
+    });
+}
+
+/// Drops the scratch schemas that runs which ended without cleaning up left behind (marked,
+/// and with no live session holding their lock), except `keep`. Returns their names.
+fn drop_orphans(client: &mut postgres::Client, keep: Option<&str>) -> Result<Vec<String>, PgError> {
+    let rows = client.query(
+        "SELECT n.nspname FROM pg_namespace n
+          WHERE n.nspname LIKE 'outbox\\_check\\_%' AND obj_description(n.oid, 'pg_namespace') LIKE $1",
+        &[&format!("{MARKER}%")],
+    )?;
+    let mut dropped = Vec::new();
+    for row in rows {
+        let schema: String = row.get(0);
+        if !is_scratch_name(&schema) || Some(schema.as_str()) == keep {
+            continue;
+        }
+        let free: bool = client.query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LOCK_CLASS, &lock_key(&schema)])?.get(0);
+        if free {
+            client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))?;
+            client.execute("SELECT pg_advisory_unlock($1, $2)", &[&LOCK_CLASS, &lock_key(&schema)])?;
+            dropped.push(schema);
+        }
+    }
+    Ok(dropped)
+}
+
+/// `outbox-check conform --clean-up`: drops the scratch schemas killed runs left on this server.
+pub fn clean_up(url: &str, disposable: bool) -> Result<Vec<String>, PgError> {
+    let config = check_url(url, disposable)?;
+    let mut client = config.connect(postgres::NoTls).map_err(|e| PgError::Connect(with_causes(&e)))?;
+    drop_orphans(&mut client, None)
+}
+
 /// A connection working in a schema of its own, dropped with it.
 pub struct Scratch {
     client: postgres::Client,
@@ -94,23 +178,43 @@ impl Scratch {
     pub fn connect(url: &str, disposable: bool) -> Result<Scratch, PgError> {
         let config = check_url(url, disposable)?;
         let mut client = config.connect(postgres::NoTls).map_err(|e| PgError::Connect(with_causes(&e)))?;
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        let seed = (nanos as u64) ^ (u64::from(std::process::id()) << 32) ^ COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let schema = format!("outbox_check_{:016x}", crate::core::random_token(seed));
-        // The name goes into SQL unquoted: it must be exactly what was just generated.
-        let valid = schema.len() == 29 && schema.starts_with("outbox_check_") && schema[13..].chars().all(|c| c.is_ascii_hexdigit());
-        if !valid {
-            return Err(PgError::Sql(format!("refusing schema name {schema}")));
+        drop_on_signal();
+        let schema = loop {
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+            let seed =
+                (nanos as u64) ^ (u64::from(std::process::id()) << 32) ^ COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let schema = format!("outbox_check_{:016x}", crate::core::random_token(seed));
+            // The name goes into SQL unquoted: it must be exactly what was just generated.
+            if !is_scratch_name(&schema) {
+                return Err(PgError::Sql(format!("refusing schema name {schema}")));
+            }
+            // The lock is this session's for as long as it lives: taken before the schema
+            // exists, so no clean-up can mistake a schema being made for one left behind.
+            let locked: bool = client.query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LOCK_CLASS, &lock_key(&schema)])?.get(0);
+            if locked {
+                break schema;
+            }
+        };
+        {
+            let mut live = live();
+            client.batch_execute(&format!(
+                "CREATE SCHEMA {schema}; COMMENT ON SCHEMA {schema} IS '{MARKER} (pid {})'; SET search_path TO {schema}",
+                std::process::id()
+            ))?;
+            live.push((config, schema.clone()));
         }
-        client.batch_execute(&format!("CREATE SCHEMA {schema}; SET search_path TO {schema}"))?;
-        Ok(Scratch { client, schema, owned: true })
+        let mut scratch = Scratch { client, schema, owned: true };
+        // Once per process: what runs that were killed outright left behind.
+        let mut orphans = Ok(());
+        ORPHANS.call_once(|| orphans = drop_orphans(&mut scratch.client, Some(&scratch.schema)).map(|_| ()));
+        orphans?;
+        Ok(scratch)
     }
 
     /// Another connection into an existing scratch schema (a second worker, a reconnect after
     /// a lost connection). It does not drop the schema.
     pub fn attach(url: &str, disposable: bool, schema: &str) -> Result<Scratch, PgError> {
-        let valid = schema.len() == 29 && schema.starts_with("outbox_check_") && schema[13..].chars().all(|c| c.is_ascii_hexdigit());
-        if !valid {
+        if !is_scratch_name(schema) {
             return Err(PgError::Sql(format!("refusing schema name {schema}: not one of outbox-check's scratch schemas")));
         }
         let config = check_url(url, disposable)?;
@@ -160,6 +264,8 @@ impl Drop for Scratch {
         if !self.owned {
             return;
         }
+        let mut live = live();
         let _ = self.client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
+        live.retain(|(_, schema)| *schema != self.schema);
     }
 }

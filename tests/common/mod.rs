@@ -1,6 +1,16 @@
-//! Shared by the PostgreSQL tests: the server's URL, or a NOT RUN line (a failure instead under
-//! `OUTBOX_CHECK_REQUIRE_PG=1`, as .ci/run sets).
+//! Shared by the tests that need a service: the PostgreSQL server's URL, or a NOT RUN line (a
+//! failure instead under `OUTBOX_CHECK_REQUIRE_PG=1`, as .ci/run sets).
 
+/// Says, where a person sees it, that a test did not run: straight to the process's stderr,
+/// which the test harness does not capture (it captures `println!` and `eprintln!`), so the
+/// line shows beside "ok" instead of hiding behind it. `.ci/run` lists these lines at the end.
+#[allow(dead_code)]
+pub fn not_run(what: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "NOT RUN: {what}");
+}
+
+#[allow(dead_code)]
 pub fn pg_url(what: &str) -> Option<String> {
     match std::env::var("OUTBOX_CHECK_PG_URL") {
         Ok(url) if !url.is_empty() => Some(url),
@@ -9,7 +19,7 @@ pub fn pg_url(what: &str) -> Option<String> {
                 std::env::var("OUTBOX_CHECK_REQUIRE_PG").as_deref() != Ok("1"),
                 "OUTBOX_CHECK_REQUIRE_PG=1 but OUTBOX_CHECK_PG_URL is not set"
             );
-            println!("NOT RUN: {what} need OUTBOX_CHECK_PG_URL (e.g. postgresql://postgres@127.0.0.1:5432/test)");
+            not_run(&format!("{what} need OUTBOX_CHECK_PG_URL (e.g. postgresql://postgres@127.0.0.1:5432/test)"));
             None
         }
     }

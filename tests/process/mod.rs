@@ -14,6 +14,7 @@ impl Drop for Killed {
 }
 
 /// A port on 127.0.0.1 that nothing listens on right now.
+#[allow(dead_code)]
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
 }

@@ -1,0 +1,103 @@
+//! No scratch schema outlives its run: SIGINT and SIGTERM during `conform --store postgres`
+//! drop the run's schema before it exits; a run killed outright (SIGKILL) leaves one, which the
+//! next run's first connection or `conform --clean-up` drops — and a schema outbox-check did not
+//! make is never touched. Needs `OUTBOX_CHECK_PG_URL` (NOT RUN without it; a failure without it
+//! under `OUTBOX_CHECK_REQUIRE_PG=1`).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+mod process;
+
+fn client(url: &str) -> postgres::Client {
+    outbox_check::store::postgres::check_url(url, false).unwrap().connect(postgres::NoTls).unwrap()
+}
+
+/// The scratch schemas the process `pid` made that still exist.
+fn schemas_of(db: &mut postgres::Client, pid: u32) -> Vec<String> {
+    db.query(
+        "SELECT nspname FROM pg_namespace WHERE obj_description(oid, 'pg_namespace') = $1",
+        &[&format!("{} (pid {pid})", outbox_check::store::postgres::MARKER)],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// A long conformance run, started and waited for until it holds a scratch schema.
+fn long_run(url: &str, db: &mut postgres::Client) -> process::Killed {
+    let child = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .args(["conform", "--store", "postgres", "--cases", "1000000", "--quiet", "--database-url", url])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let started = Instant::now();
+    while schemas_of(db, pid).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(30), "the run made no scratch schema in 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Well into the run: cases are being checked in the schema.
+    std::thread::sleep(Duration::from_millis(300));
+    process::Killed(child)
+}
+
+fn signal(child: &process::Killed, signal: i32) {
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.0.id() as i32, signal) }, 0);
+}
+
+#[test]
+fn sigint_and_sigterm_drop_the_scratch_schema_before_exiting() {
+    let Some(url) = common::pg_url("the scratch-schema signal tests") else { return };
+    let mut db = client(&url);
+    for (sig, code) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
+        let mut run = long_run(&url, &mut db);
+        let pid = run.0.id();
+        signal(&run, sig);
+        let status = run.0.wait().unwrap();
+        assert_eq!(status.code(), Some(code), "signal {sig}: exit status {status:?}");
+        assert!(schemas_of(&mut db, pid).is_empty(), "signal {sig} left {:?}", schemas_of(&mut db, pid));
+    }
+}
+
+#[test]
+fn a_killed_runs_schema_is_dropped_by_clean_up_and_a_foreign_schema_is_kept() {
+    let Some(url) = common::pg_url("the scratch-schema signal tests") else { return };
+    let mut db = client(&url);
+    // A schema with outbox-check's name pattern but not its marker: never ours to drop.
+    let foreign = "outbox_check_00000000deadbeef";
+    db.batch_execute(&format!("DROP SCHEMA IF EXISTS {foreign}; CREATE SCHEMA {foreign}")).unwrap();
+    let mut run = long_run(&url, &mut db);
+    let pid = run.0.id();
+    signal(&run, libc::SIGKILL);
+    run.0.wait().unwrap();
+    assert!(!schemas_of(&mut db, pid).is_empty(), "SIGKILL cannot clean up: the schema should still be there");
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .args(["conform", "--store", "postgres", "--clean-up", "--database-url", &url])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("dropped"), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(schemas_of(&mut db, pid).is_empty(), "clean-up left {:?}", schemas_of(&mut db, pid));
+    let kept: i64 =
+        db.query_one("SELECT count(*) FROM pg_namespace WHERE nspname = $1", &[&foreign]).unwrap().get(0);
+    assert_eq!(kept, 1, "clean-up dropped a schema outbox-check did not make");
+    db.batch_execute(&format!("DROP SCHEMA {foreign}")).unwrap();
+
+    // And without --clean-up: the next run's first connection drops what a killed run left.
+    let mut run = long_run(&url, &mut db);
+    let pid = run.0.id();
+    signal(&run, libc::SIGKILL);
+    run.0.wait().unwrap();
+    assert!(!schemas_of(&mut db, pid).is_empty());
+    let next = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .args(["conform", "--store", "postgres", "--cases", "2", "--quiet", "--database-url", &url])
+        .output()
+        .unwrap();
+    assert_eq!(next.status.code(), Some(0), "{}", String::from_utf8_lossy(&next.stderr));
+    assert!(schemas_of(&mut db, pid).is_empty(), "the next run left {:?}", schemas_of(&mut db, pid));
+}
