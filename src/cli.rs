@@ -799,6 +799,14 @@ fn mutants(threads: usize, json: bool, quiet: bool) -> ExitCode {
 
 fn trace(files: &[std::path::PathBuf], variant: Option<Design>, json: bool, quiet: bool) -> ExitCode {
     use crate::oracle::Oracle;
+    // Every file is readable before the first is checked: a typo in the last name is found
+    // before minutes spent on the others.
+    for file in files {
+        if let Err(error) = std::fs::File::open(file) {
+            eprintln!("outbox-check: cannot read {}: {error}", file.display());
+            return ExitCode::from(2);
+        }
+    }
     let bar = spinner(quiet, "checking");
     let mut verdicts = Vec::new();
     let mut diverged = false;

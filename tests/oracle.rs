@@ -196,7 +196,7 @@ fn counterexample_traces_pass_through_the_oracle() {
     run("reference", 2, "broker-drop");
     run("legacy-v1", 1, "all");
     let read = |path: &str| std::fs::read_to_string(dir.join(path)).unwrap();
-    assert!(verdict("order", &read("reference-x2/R-order.trace.jsonl")).is_ok());
+    assert!(verdict("order", &read("reference-x2-m2-f-broker-drop/R-order.trace.jsonl")).is_ok());
     match verdict("s1", &read("legacy-v1-x2/S1.trace.jsonl")) {
         Err((Some(_), _)) => {}
         other => panic!("legacy-v1's S1 counterexample: {other:?}"),

@@ -45,6 +45,28 @@ fn long_run(url: &str, db: &mut postgres::Client) -> process::Killed {
     process::Killed(child)
 }
 
+/// Waits until no session holds the advisory lock of `pid`'s scratch schemas: a SIGKILLed
+/// client's backend notices its closed socket and ends a moment later.
+fn wait_for_lock_release(db: &mut postgres::Client, pid: u32) {
+    let started = Instant::now();
+    for schema in schemas_of(db, pid) {
+        let key = u64::from_str_radix(&schema[13..], 16).unwrap() as u32;
+        loop {
+            // The two-key form of an advisory lock: class and key as oids, objsubid 2.
+            let sql = format!(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = {} AND objid = {key} AND objsubid = 2",
+                0x6f62_6f78_u32
+            );
+            let held: i64 = db.query_one(sql.as_str(), &[]).unwrap().get(0);
+            if held == 0 {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "the killed run's session held its lock for 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 fn signal(child: &process::Killed, signal: i32) {
     // SAFETY: kill(2) on our own child's pid.
     assert_eq!(unsafe { libc::kill(child.0.id() as i32, signal) }, 0);
@@ -76,6 +98,7 @@ fn a_killed_runs_schema_is_dropped_by_clean_up_and_a_foreign_schema_is_kept() {
     signal(&run, libc::SIGKILL);
     run.0.wait().unwrap();
     assert!(!schemas_of(&mut db, pid).is_empty(), "SIGKILL cannot clean up: the schema should still be there");
+    wait_for_lock_release(&mut db, pid);
     let out = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
         .args(["conform", "--store", "postgres", "--clean-up", "--database-url", &url])
         .output()
@@ -94,6 +117,7 @@ fn a_killed_runs_schema_is_dropped_by_clean_up_and_a_foreign_schema_is_kept() {
     signal(&run, libc::SIGKILL);
     run.0.wait().unwrap();
     assert!(!schemas_of(&mut db, pid).is_empty());
+    wait_for_lock_release(&mut db, pid);
     let next = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
         .args(["conform", "--store", "postgres", "--cases", "2", "--quiet", "--database-url", &url])
         .output()
