@@ -472,6 +472,7 @@ fn broker_publish(shared: &Shared, rpc: PublishRpc) -> Option<PublishOutcome> {
                 Some(PublishOutcome::Timeout) | None => PublishAnswer::Timeout,
             },
             stored: Some(copies > 0),
+            token: Some(rpc.lease.token.0.to_string()),
         },
     );
     answer
@@ -596,6 +597,7 @@ fn gave_up_publish(shared: &Shared, op: u64, relay: u16, lease: &Lease, key: Ide
         key: key_name(key),
         answer: PublishAnswer::Timeout,
         stored: Some(false),
+        token: Some(lease.token.0.to_string()),
     });
     // `op` stays abandoned: a copy still in flight is dropped on arrival.
 }

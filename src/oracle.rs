@@ -84,6 +84,19 @@ struct Held {
     relay: RelayId,
     token: TokenName,
     lease: Lease,
+    /// The relay's own write for this lease has run (whatever it reported): it publishes under
+    /// it no more.
+    ended: bool,
+}
+
+/// The tokens the history's claims handed out for one row, for S2: a claim's token must be one
+/// the row never had, and under a counter design greater than every earlier one.
+#[derive(Clone, Debug, Default)]
+struct RowTokens {
+    /// Every token handed out, with the line of its claim.
+    seen: Vec<(TokenName, usize)>,
+    /// The largest numeric one and its line.
+    max: Option<(u64, usize)>,
 }
 
 /// An implementation's token string, kept without an allocation when it is a plain decimal
@@ -189,6 +202,9 @@ pub struct Oracle {
     branches: Vec<Branch>,
     events: usize,
     dropped: bool,
+    /// Per message (by id): the tokens claims returned. The same in every branch, since claims
+    /// whose outcome is known are the same everywhere and unknown ones return no token.
+    tokens: Vec<RowTokens>,
 }
 
 impl Oracle {
@@ -227,7 +243,59 @@ impl Oracle {
             }],
             events: 0,
             dropped: false,
+            tokens: Vec::new(),
         }
+    }
+
+    /// S2 from the history itself: each token a claim returns is new for its row (and, where the
+    /// design's tokens count up, greater than every earlier one). The model's own tokens are
+    /// always fresh, so only the implementation's can tell.
+    fn check_tokens(&mut self, line: usize, event: &Event, plan: &Plan) -> Result<(), Divergence> {
+        let (Event::Claim { leases, outcome: Outcome::Ok, .. }, Plan::Ids { messages, .. }) = (event, plan) else {
+            return Ok(());
+        };
+        let counter = self.policy.token_kind == crate::core::policy::TokenKind::Counter;
+        for (got, id) in leases.iter().zip(messages) {
+            let i = id.0 as usize;
+            if self.tokens.len() <= i {
+                self.tokens.resize_with(i + 1, RowTokens::default);
+            }
+            let row = &mut self.tokens[i];
+            let token = TokenName::new(&got.token);
+            let problem = if let Some((_, at)) = row.seen.iter().find(|(t, _)| *t == token) {
+                Some((
+                    format!("a token {} never had", got.message),
+                    format!("token {} for {}, which the claim at line {at} already handed out", got.token, got.message),
+                ))
+            } else {
+                match (counter, &token, row.max) {
+                    (true, TokenName::Number(n), Some((max, at))) if *n < max => Some((
+                        format!("a token of {} greater than every earlier one", got.message),
+                        format!("token {} for {}, lower than token {max} from the claim at line {at}", got.token, got.message),
+                    )),
+                    _ => None,
+                }
+            };
+            if let Some((expected, got_text)) = problem {
+                return Err(Divergence {
+                    line,
+                    event: event_json(event),
+                    property: Some(Property::S2),
+                    expected,
+                    got: got_text,
+                    rows: Vec::new(),
+                    resolutions_dropped: self.dropped,
+                    names: Vec::new(),
+                });
+            }
+            if let TokenName::Number(n) = token {
+                if row.max.is_none_or(|(max, _)| n > max) {
+                    row.max = Some((n, line));
+                }
+            }
+            row.seen.push((token, line));
+        }
+        Ok(())
     }
 
     /// The implementation's name for a thing, as a small number (in order of first appearance).
@@ -263,6 +331,7 @@ impl Oracle {
     /// stop at the first divergence.
     pub fn feed(&mut self, line: usize, event: &Event) -> Result<(), Divergence> {
         let plan = self.plan(event);
+        self.check_tokens(line, event, &plan)?;
         let mut first_error = None;
         let mut branches = std::mem::take(&mut self.branches);
         let before = branches.len();
@@ -552,20 +621,32 @@ impl Oracle {
                                     &before,
                                 ));
                             }
-                            b.held.push(Held { relay, token: TokenName::new(&got.token), lease: *lease });
+                            b.held.push(Held { relay, token: TokenName::new(&got.token), lease: *lease, ended: false });
                         }
                         audited(b, &before)?;
                         Ok(None)
                     }
                 }
             }
-            Event::Publish { message, key, answer, stored, .. } => {
+            Event::Publish { message, key, answer, stored, token, .. } => {
                 let id = messages[0];
+                // The lease the publication counts against (S3): the one whose token it names,
+                // else the relay's lease of the message that is still open — not one its own
+                // write already ended, nor one from before a requeue. Without either it counts
+                // against the current budget.
+                let requeued = b.auditor.ghost(id).map_or(0, |g| g.requeued_after_claim);
                 let lease = b
                     .held
                     .iter()
                     .rev()
-                    .find(|h| h.relay == relay && h.lease.message_id == id)
+                    .find(|h| {
+                        h.relay == relay
+                            && h.lease.message_id == id
+                            && match token {
+                                Some(t) => h.token.is(t),
+                                None => !h.ended && h.lease.claim_seq > requeued,
+                            }
+                    })
                     .map(|h| h.lease)
                     .unwrap_or(Lease { message_id: id, tenant_id: tenant, owner: relay, token: LeaseToken(u64::MAX), attempts: 0, claim_seq: u32::MAX });
                 let key = if key == message { IdempotencyKey::Message { message_id: id } } else { IdempotencyKey::Other { value: fnv(key) } };
@@ -578,12 +659,13 @@ impl Oracle {
             Event::Write { write, message, token, now, code, result, status, .. } => {
                 let id = messages[0];
                 let kind = write_kind(write, *code).ok_or_else(|| diverge(None, "a known write".into(), write.clone(), &[]))?;
-                let mut lease = b
-                    .held
-                    .iter()
-                    .rev()
-                    .find(|h| h.relay == relay && h.lease.message_id == id && h.token.is(token))
-                    .map(|h| h.lease)
+                let held = b.held.iter_mut().rev().find(|h| h.relay == relay && h.lease.message_id == id && h.token.is(token));
+                // Whatever the write reports, the relay is done with this lease.
+                let mut lease = held
+                    .map(|h| {
+                        h.ended = true;
+                        h.lease
+                    })
                     .unwrap_or(Lease { message_id: id, tenant_id: tenant, owner: relay, token: LeaseToken(u64::MAX), attempts: 0, claim_seq: u32::MAX });
                 lease.tenant_id = tenant;
                 let req = WriteRequest { lease, kind, now: Instant(*now), max_attempts: self.max_attempts };

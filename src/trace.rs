@@ -151,6 +151,10 @@ events! {
         answer: PublishAnswer,
         #[serde(default)]
         stored: Option<bool>,
+        /// The token of the lease the relay published under (optional; without it the
+        /// publication is charged to the relay's lease of the message that is still open).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
     },
     /// A terminal write with the lease it presented and what it reported.
     Write {
@@ -440,6 +444,7 @@ pub fn from_world(config: &crate::world::WorldConfig, events: &[crate::world::Ev
                     crate::relay::PublishOutcome::Rejected => PublishAnswer::Rejected,
                 },
                 stored: Some(fate.stores() > 0),
+                token: Some(lease.token.0.to_string()),
             }),
             W::Wrote { relay: r, request, result, db } => {
                 let report = match (db, result) {

@@ -309,6 +309,7 @@ fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_wr
                                             PublishOutcome::Rejected => PublishAnswer::Rejected,
                                         },
                                         stored: Some(roll >= 0.15),
+                                        token: Some(lease.token.0.to_string()),
                                     },
                                 ));
                                 // Between publish and terminal write, the backend may die.
