@@ -263,13 +263,18 @@ enum Command {
         quiet: bool,
     },
     /// Check histories recorded by any implementation against the model (the reference oracle).
-    #[command(after_help = "Example: outbox-check trace relay-run.jsonl --json\n\n\
-        The format: docs/trace-format.md. Exit: 0 every history is consistent with the model,\n\
-        1 one diverges (the first divergence is printed), 2 a file cannot be read or parsed.")]
+    #[command(after_help = "Examples:\n  outbox-check trace relay-run.jsonl --json\n  my-recorder | outbox-check trace -\n\n\
+        The format: docs/trace-format.md. Fields the format does not know (a timestamp, a host)\n\
+        are ignored and listed once on stderr; --strict refuses them. Exit: 0 every history is\n\
+        consistent with the model, 1 one diverges (the first divergence is printed), 2 a file\n\
+        cannot be read or parsed (FILE:LINE:COL and the problem).")]
     Trace {
-        /// Trace files (JSON Lines with a header line).
+        /// Trace files (JSON Lines with a header line); `-` reads standard input.
         #[arg(required = true)]
         files: Vec<std::path::PathBuf>,
+        /// Refuse fields the format does not know instead of ignoring them.
+        #[arg(long)]
+        strict: bool,
         /// Check against this design instead of the one the header names.
         #[arg(long, value_parser = parse_design)]
         variant: Option<Design>,
@@ -443,7 +448,7 @@ pub fn main() -> ExitCode {
                 quiet,
             })
         }
-        Command::Trace { files, variant, json, quiet } => trace(&files, variant, json, quiet),
+        Command::Trace { files, strict, variant, json, quiet } => trace(&files, variant, strict, json, quiet),
     }
 }
 
@@ -797,11 +802,16 @@ fn mutants(threads: usize, json: bool, quiet: bool) -> ExitCode {
     }
 }
 
-fn trace(files: &[std::path::PathBuf], variant: Option<Design>, json: bool, quiet: bool) -> ExitCode {
+fn trace(files: &[std::path::PathBuf], variant: Option<Design>, strict: bool, json: bool, quiet: bool) -> ExitCode {
     use crate::oracle::Oracle;
+    let stdin = |f: &std::path::Path| f.as_os_str() == "-";
+    if files.iter().filter(|f| stdin(f)).count() > 1 {
+        eprintln!("outbox-check: standard input ('-') can be read only once");
+        return ExitCode::from(2);
+    }
     // Every file is readable before the first is checked: a typo in the last name is found
     // before minutes spent on the others.
-    for file in files {
+    for file in files.iter().filter(|f| !stdin(f)) {
         if let Err(error) = std::fs::File::open(file) {
             eprintln!("outbox-check: cannot read {}: {error}", file.display());
             return ExitCode::from(2);
@@ -811,13 +821,16 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, json: bool, quie
     let mut verdicts = Vec::new();
     let mut diverged = false;
     for file in files {
-        let name = file.display().to_string();
-        let reader = match std::fs::File::open(file) {
-            Ok(f) => std::io::BufReader::with_capacity(1 << 16, f),
-            Err(error) => {
-                bar.finish_and_clear();
-                eprintln!("outbox-check: cannot read {name}: {error}");
-                return ExitCode::from(2);
+        let (name, reader): (String, Box<dyn std::io::BufRead>) = if stdin(file) {
+            ("(standard input)".to_string(), Box::new(std::io::BufReader::with_capacity(1 << 16, std::io::stdin())))
+        } else {
+            match std::fs::File::open(file) {
+                Ok(f) => (file.display().to_string(), Box::new(std::io::BufReader::with_capacity(1 << 16, f))),
+                Err(error) => {
+                    bar.finish_and_clear();
+                    eprintln!("outbox-check: cannot read {}: {error}", file.display());
+                    return ExitCode::from(2);
+                }
             }
         };
         // Parse and check line by line: a long history is never held in memory whole.
@@ -826,6 +839,7 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, json: bool, quie
         let checked = crate::trace::stream_reader(
             &name,
             reader,
+            crate::trace::ReadOptions { strict },
             |header| {
                 let oracle = match variant {
                     Some(design) => {
@@ -851,11 +865,19 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, json: bool, quie
                 }
             },
         );
-        if let Err(error) = checked {
-            bar.finish_and_clear();
-            eprintln!("outbox-check: {error}");
-            return ExitCode::from(2);
+        let ignored = match checked {
+            Ok((_, ignored)) => ignored,
+            Err(error) => {
+                bar.finish_and_clear();
+                eprintln!("outbox-check: {error}");
+                return ExitCode::from(2);
+            }
+        };
+        if !ignored.is_empty() && !json {
+            let fields: Vec<String> = ignored.iter().map(|(path, line)| format!("{path} (first on line {line})")).collect();
+            bar.suspend(|| eprintln!("outbox-check: {name}: ignored fields the format does not know: {}", fields.join(", ")));
         }
+        let ignored: Vec<&String> = ignored.keys().collect();
         let Some(oracle) = slot.into_inner() else {
             bar.finish_and_clear();
             eprintln!("outbox-check: {name}: no header");
@@ -872,7 +894,7 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, json: bool, quie
                         }
                     });
                 }
-                verdicts.push(serde_json::json!({ "file": name, "verdict": "diverges", "divergence": d }));
+                verdicts.push(serde_json::json!({ "file": name, "verdict": "diverges", "divergence": d, "ignored_fields": ignored }));
             }
             None => {
                 let accepted = oracle.finish();
@@ -884,7 +906,7 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, json: bool, quie
                         }
                     });
                 }
-                verdicts.push(serde_json::json!({ "file": name, "verdict": "consistent", "accepted": accepted }));
+                verdicts.push(serde_json::json!({ "file": name, "verdict": "consistent", "accepted": accepted, "ignored_fields": ignored }));
             }
         }
     }

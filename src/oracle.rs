@@ -90,10 +90,11 @@ struct Held {
 }
 
 /// The tokens the history's claims handed out for one row, for S2: a claim's token must be one
-/// the row never had, and under a counter design greater than every earlier one.
+/// the row never had, and under a counter design greater than every earlier one — for numeric
+/// tokens of a counter design the largest so far says both, so only that is kept.
 #[derive(Clone, Debug, Default)]
 struct RowTokens {
-    /// Every token handed out, with the line of its claim.
+    /// The tokens that the largest does not stand for, with the line of their claim.
     seen: Vec<(TokenName, usize)>,
     /// The largest numeric one and its line.
     max: Option<(u64, usize)>,
@@ -262,19 +263,19 @@ impl Oracle {
             }
             let row = &mut self.tokens[i];
             let token = TokenName::new(&got.token);
-            let problem = if let Some((_, at)) = row.seen.iter().find(|(t, _)| *t == token) {
+            let reused = |at: usize| {
                 Some((
                     format!("a token {} never had", got.message),
                     format!("token {} for {}, which the claim at line {at} already handed out", got.token, got.message),
                 ))
-            } else {
-                match (counter, &token, row.max) {
-                    (true, TokenName::Number(n), Some((max, at))) if *n < max => Some((
-                        format!("a token of {} greater than every earlier one", got.message),
-                        format!("token {} for {}, lower than token {max} from the claim at line {at}", got.token, got.message),
-                    )),
-                    _ => None,
-                }
+            };
+            let problem = match (&token, row.max) {
+                (TokenName::Number(n), Some((max, at))) if *n == max => reused(at),
+                (TokenName::Number(n), Some((max, at))) if counter && *n < max => Some((
+                    format!("a token of {} greater than every earlier one", got.message),
+                    format!("token {} for {}, lower than token {max} from the claim at line {at}", got.token, got.message),
+                )),
+                _ => row.seen.iter().find(|(t, _)| *t == token).and_then(|&(_, at)| reused(at)),
             };
             if let Some((expected, got_text)) = problem {
                 return Err(Divergence {
@@ -288,12 +289,17 @@ impl Oracle {
                     names: Vec::new(),
                 });
             }
-            if let TokenName::Number(n) = token {
-                if row.max.is_none_or(|(max, _)| n > max) {
+            // A counter design's numeric tokens only grow (or S2 stopped the history above):
+            // the largest stands for all of them. Any other token is kept to compare with.
+            match token {
+                TokenName::Number(n) if row.max.is_none_or(|(max, _)| n > max) => {
+                    if let Some((max, at)) = row.max.filter(|_| !counter) {
+                        row.seen.push((TokenName::Number(max), at));
+                    }
                     row.max = Some((n, line));
                 }
+                other => row.seen.push((other, line)),
             }
-            row.seen.push((token, line));
         }
         Ok(())
     }

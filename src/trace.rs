@@ -13,7 +13,6 @@ pub const VERSION: u32 = 1;
 
 /// The first line of a trace.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Header {
     pub format: String,
     pub version: u32,
@@ -51,8 +50,57 @@ fn ok() -> Outcome {
 #[serde(deny_unknown_fields)]
 pub struct TraceLease {
     pub message: String,
+    /// A string or an integer in the file (many queues' tokens are numbers).
+    #[serde(deserialize_with = "token_text")]
     pub token: String,
     pub attempts: u32,
+}
+
+/// A token written as a string or as a non-negative integer, read as text.
+fn token_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    struct Token;
+    impl serde::de::Visitor<'_> for Token {
+        type Value = String;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a token: a string or a non-negative integer")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+    }
+    deserializer.deserialize_any(Token)
+}
+
+fn token_text_opt<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    token_text(deserializer).map(Some)
+}
+
+/// A field whose value must be one of `allowed`: anything else is bad input, at its column.
+fn one_of<'de, D: serde::Deserializer<'de>>(deserializer: D, allowed: &'static [&'static str]) -> Result<String, D::Error> {
+    let value = String::deserialize(deserializer)?;
+    if allowed.contains(&value.as_str()) {
+        Ok(value)
+    } else {
+        Err(serde::de::Error::unknown_variant(&value, allowed))
+    }
+}
+
+/// The terminal writes the format knows.
+pub const WRITES: [&str; 5] = ["mark_published", "mark_ambiguous", "mark_retry", "mark_failed", "mark_exhausted"];
+
+fn write_name<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    one_of(deserializer, &WRITES)
+}
+
+fn enqueue_result<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    one_of(deserializer, &["applied", "stale"])
+}
+
+fn requeue_result<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    one_of(deserializer, &["applied", "not_requeueable"])
 }
 
 /// The broker's answer to a publication, as the relay saw it.
@@ -95,6 +143,8 @@ macro_rules! events {
             $( $variant ),*
         }
 
+        /// The fields of each event, refusing any other: the fast path, for lines that carry
+        /// only what the format knows.
         mod body {
             #[allow(unused_imports)]
             use super::*;
@@ -105,14 +155,31 @@ macro_rules! events {
             )*
         }
 
+        /// The same fields, ignoring any other: for a line the fast path refused, read under
+        /// `serde_ignored`, which notes what is ignored.
+        mod lenient {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[derive(Deserialize)]
+                pub(super) struct $variant { $( $(#[$fattr])* pub(super) $field: $ty ),* }
+            )*
+        }
+
         impl Tag {
             /// The rest of an event object, after its tag, as that event.
-            fn read<'de, D: serde::Deserializer<'de>>(self, rest: D) -> Result<Event, D::Error> {
-                match self {
-                    $( Tag::$variant => {
-                        let body::$variant { $( $field ),* } = Deserialize::deserialize(rest)?;
-                        Ok(Event::$variant { $( $field ),* })
-                    } )*
+            fn read<'de, D: serde::Deserializer<'de>>(self, rest: D, lenient: bool) -> Result<Event, D::Error> {
+                match (self, lenient) {
+                    $(
+                        (Tag::$variant, false) => {
+                            let body::$variant { $( $field ),* } = Deserialize::deserialize(rest)?;
+                            Ok(Event::$variant { $( $field ),* })
+                        }
+                        (Tag::$variant, true) => {
+                            let lenient::$variant { $( $field ),* } = Deserialize::deserialize(rest)?;
+                            Ok(Event::$variant { $( $field ),* })
+                        }
+                    )*
                 }
             }
         }
@@ -128,6 +195,7 @@ events! {
         message: String,
         now: u64,
         /// `applied` or `stale`.
+        #[serde(deserialize_with = "enqueue_result")]
         result: String,
     },
     /// A claim and the leases it returned (none when `outcome` is `unknown`).
@@ -153,15 +221,17 @@ events! {
         stored: Option<bool>,
         /// The token of the lease the relay published under (optional; without it the
         /// publication is charged to the relay's lease of the message that is still open).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "token_text_opt")]
         token: Option<String>,
     },
     /// A terminal write with the lease it presented and what it reported.
     Write {
         relay: String,
+        #[serde(deserialize_with = "write_name")]
         write: String,
         message: String,
         tenant: String,
+        #[serde(deserialize_with = "token_text")]
         token: String,
         now: u64,
         #[serde(default)]
@@ -174,7 +244,11 @@ events! {
     /// The reaper ran and exhausted these messages.
     Reap { now: u64, messages: Vec<String> },
     /// An operator requeued a message.
-    Requeue { message: String, result: String },
+    Requeue {
+        message: String,
+        #[serde(deserialize_with = "requeue_result")]
+        result: String,
+    },
     /// A clock reading (informational: `now` travels with each statement).
     Clock { now: u64 },
     /// A fault the recorder injected (informational).
@@ -183,11 +257,22 @@ events! {
 
 impl<'de> Deserialize<'de> for Event {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Event, D::Error> {
-        deserializer.deserialize_map(EventVisitor)
+        deserializer.deserialize_map(EventVisitor { lenient: false })
     }
 }
 
-struct EventVisitor;
+/// An event read with fields the format does not know ignored (see [`read_line`]).
+struct LenientEvent(Event);
+
+impl<'de> Deserialize<'de> for LenientEvent {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<LenientEvent, D::Error> {
+        deserializer.deserialize_map(EventVisitor { lenient: true }).map(LenientEvent)
+    }
+}
+
+struct EventVisitor {
+    lenient: bool,
+}
 
 /// An object's first key: `None` when it is `event` (read without allocating), else the key.
 struct FirstKey;
@@ -227,7 +312,7 @@ impl<'de> serde::de::Visitor<'de> for EventVisitor {
         let Some(first) = first else {
             // The usual shape (every recorder of this project writes the tag first).
             let tag: Tag = map.next_value()?;
-            return tag.read(serde::de::value::MapAccessDeserializer::new(map));
+            return tag.read(serde::de::value::MapAccessDeserializer::new(map), self.lenient);
         };
         // The tag comes later: gather the object, then read it.
         let mut object = serde_json::Map::new();
@@ -237,7 +322,15 @@ impl<'de> serde::de::Visitor<'de> for EventVisitor {
         }
         let tag = object.remove("event").ok_or_else(|| A::Error::missing_field("event"))?;
         let tag: Tag = serde_json::from_value(tag).map_err(A::Error::custom)?;
-        tag.read(serde_json::Value::Object(object)).map_err(A::Error::custom)
+        // The gathered object is read again as a value, out of sight of the line's reader:
+        // what this reading ignores is handed to it through SLOW_PATH_IGNORED.
+        if !self.lenient {
+            return tag.read(serde_json::Value::Object(object), false).map_err(A::Error::custom);
+        }
+        let mut note = |path: serde_ignored::Path<'_>| {
+            SLOW_PATH_IGNORED.with(|ignored| ignored.borrow_mut().push(path.to_string()));
+        };
+        tag.read(serde_ignored::Deserializer::new(serde_json::Value::Object(object), &mut note), true).map_err(A::Error::custom)
     }
 }
 
@@ -320,37 +413,123 @@ fn json_message(e: &serde_json::Error) -> String {
     text.strip_suffix(&suffix).map(str::to_string).unwrap_or(text)
 }
 
-/// Parses a whole trace: the header, then one event per non-blank line.
+/// How a trace is read.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReadOptions {
+    /// Refuse fields the format does not know, instead of ignoring them with a warning.
+    pub strict: bool,
+}
+
+/// Fields a reading ignored (real logs carry their own, such as a timestamp): each path
+/// (`ts`, `leases.0.shard`) with the first line it was seen on.
+pub type Ignored = std::collections::BTreeMap<String, usize>;
+
+/// Parses a whole trace: the header, then one event per non-blank line. Unknown fields are
+/// ignored (see [`parse_with`]).
 pub fn parse(file: &str, text: &str) -> Result<(Header, Vec<(usize, Event)>), ParseError> {
+    parse_with(file, text, ReadOptions::default()).map(|(header, events, _)| (header, events))
+}
+
+/// [`parse`] with options; also returns the fields it ignored.
+pub fn parse_with(file: &str, text: &str, options: ReadOptions) -> Result<(Header, Vec<(usize, Event)>, Ignored), ParseError> {
     let mut events = Vec::new();
-    let header = stream(file, text, |header| Ok(header.clone()), |line, event| {
+    let (header, ignored) = stream_reader(file, text.as_bytes(), options, |header| Ok(header.clone()), |line, event| {
         events.push((line, event));
         true
     })?;
-    Ok((header, events))
+    Ok((header, events, ignored))
 }
 
-/// Parses a trace line by line without keeping it: `start` gets the header (and may refuse it
-/// with a message), `each` every event with its line number and returns whether to go on.
-pub fn stream<T>(
-    file: &str,
-    text: &str,
-    start: impl FnOnce(&Header) -> Result<T, String>,
-    each: impl FnMut(usize, Event) -> bool,
-) -> Result<T, ParseError> {
-    stream_reader(file, text.as_bytes(), start, each)
+thread_local! {
+    /// Fields ignored while an event whose tag came late was read from its gathered object.
+    static SLOW_PATH_IGNORED: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// [`stream`] over a reader (a file): one line in memory at a time, however long the history.
+/// The fields a lease may carry (the only object nested in an event).
+const LEASE_FIELDS: [&str; 3] = ["message", "token", "attempts"];
+
+fn unknown_field(e: &serde_json::Error) -> bool {
+    e.to_string().starts_with("unknown field")
+}
+
+/// Reads one event from `text`. The fast path refuses any field the format does not know; on
+/// such a line, `strict` makes that the error, and otherwise the line is read again ignoring
+/// them, each noted in `ignored` with its line.
+fn read_event(text: &str, line: usize, strict: bool, ignored: &mut Ignored) -> Result<Event, (usize, String)> {
+    let fast = match serde_json::from_str::<Event>(text) {
+        Ok(event) => return Ok(event),
+        Err(e) if unknown_field(&e) && !strict => e,
+        Err(e) if unknown_field(&e) => {
+            return Err((e.column().max(1), format!("{} (--strict refuses fields the format does not know)", json_message(&e))))
+        }
+        Err(e) => return Err((e.column().max(1), json_message(&e))),
+    };
+    let mut note = |path: String| {
+        ignored.entry(path).or_insert(line);
+    };
+    let lenient = |text: &str, note: &mut dyn FnMut(String)| -> Result<Event, serde_json::Error> {
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let event: LenientEvent = serde_ignored::deserialize(&mut deserializer, |path| note(path.to_string()))?;
+        for path in SLOW_PATH_IGNORED.with(|ignored| std::mem::take(&mut *ignored.borrow_mut())) {
+            note(path);
+        }
+        Ok(event.0)
+    };
+    match lenient(text, &mut note) {
+        Ok(event) => Ok(event),
+        // The unknown field is inside a lease: drop what a lease does not know, then read again.
+        Err(e) if unknown_field(&e) => {
+            let mut value: serde_json::Value = serde_json::from_str(text).map_err(|e| (e.column().max(1), json_message(&e)))?;
+            if let Some(leases) = value.get_mut("leases").and_then(|l| l.as_array_mut()) {
+                for (i, lease) in leases.iter_mut().enumerate() {
+                    if let Some(object) = lease.as_object_mut() {
+                        object.retain(|key, _| {
+                            let known = LEASE_FIELDS.contains(&key.as_str());
+                            if !known {
+                                note(format!("leases.{i}.{key}"));
+                            }
+                            known
+                        });
+                    }
+                }
+            }
+            lenient(&value.to_string(), &mut note).map_err(|e| (fast.column().max(1), json_message(&e)))
+        }
+        Err(e) => Err((e.column().max(1), json_message(&e))),
+    }
+}
+
+/// Reads the header line, noting the fields it ignores (or refusing them, with `strict`).
+fn read_header(text: &str, line: usize, strict: bool, ignored: &mut Ignored) -> Result<Header, (usize, String)> {
+    let mut unknown = None;
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let header: Header = serde_ignored::deserialize(&mut deserializer, |path| {
+        let path = path.to_string();
+        unknown.get_or_insert_with(|| path.clone());
+        ignored.entry(path).or_insert(line);
+    })
+    .map_err(|e| (e.column().max(1), json_message(&e)))?;
+    match unknown {
+        Some(path) if strict => Err((1, format!("unknown field `{path}` (--strict refuses fields the format does not know)"))),
+        _ => Ok(header),
+    }
+}
+
+/// Parses a trace line by line from a reader (a file, stdin) without keeping it: one line in
+/// memory at a time, however long the history. `start` gets the header (and may refuse it with
+/// a message), `each` every event with its line number and returns whether to go on. Returns
+/// what `start` returned and the fields ignored.
 pub fn stream_reader<T>(
     file: &str,
     mut reader: impl std::io::BufRead,
+    options: ReadOptions,
     start: impl FnOnce(&Header) -> Result<T, String>,
     mut each: impl FnMut(usize, Event) -> bool,
-) -> Result<T, ParseError> {
+) -> Result<(T, Ignored), ParseError> {
     let error = |line: usize, column: usize, message: String| ParseError { file: file.to_string(), line, column, message };
     let mut buffer = String::new();
     let mut number = 0usize;
+    let mut ignored = Ignored::new();
     // The next non-blank line and its number, or None at the end.
     let mut next_line = |buffer: &mut String| -> Result<Option<usize>, ParseError> {
         loop {
@@ -367,8 +546,8 @@ pub fn stream_reader<T>(
     let Some(first) = next_line(&mut buffer)? else {
         return Err(error(1, 1, "empty trace: expected a header line".into()));
     };
-    let header: Header =
-        serde_json::from_str(&buffer).map_err(|e| error(first, e.column().max(1), format!("bad header: {}", json_message(&e))))?;
+    let header: Header = read_header(&buffer, first, options.strict, &mut ignored)
+        .map_err(|(column, message)| error(first, column, format!("bad header: {message}")))?;
     if header.format != FORMAT {
         return Err(error(first, 1, format!("not an outbox-check trace: format is '{}', expected '{FORMAT}'", header.format)));
     }
@@ -380,12 +559,12 @@ pub fn stream_reader<T>(
     }
     let started = start(&header).map_err(|message| error(first, 1, message))?;
     while let Some(line) = next_line(&mut buffer)? {
-        let event: Event = serde_json::from_str(&buffer).map_err(|e| error(line, e.column().max(1), json_message(&e)))?;
+        let event = read_event(&buffer, line, options.strict, &mut ignored).map_err(|(column, message)| error(line, column, message))?;
         if !each(line, event) {
             break;
         }
     }
-    Ok(started)
+    Ok((started, ignored))
 }
 
 /// Writes what happened in the closed world (a walk, a counterexample) in the trace format, as

@@ -2,7 +2,7 @@
 //! clear error with line and column, and no input makes the parser or the oracle panic.
 
 use outbox_check::oracle::Oracle;
-use outbox_check::trace::parse;
+use outbox_check::trace::{parse, parse_with, ReadOptions};
 use rand::{Rng, SeedableRng};
 use std::path::Path;
 use std::process::Command;
@@ -63,6 +63,12 @@ fn bad_input_is_one_error_with_line_and_column_and_exit_2() {
         ("truncated", format!("{header}\n{{\"event\":\"clock\",\"now\":"), "2:"),
         ("wrong type", format!("{header}\n{{\"event\":\"clock\",\"now\":\"soon\"}}"), "2:"),
         ("unknown event", format!("{header}\n{{\"event\":\"teleport\"}}"), "2:"),
+        // An unknown value of a known field is bad input, not a divergence.
+        (
+            "unknown write",
+            format!("{header}\n{{\"event\":\"write\",\"relay\":\"r\",\"write\":\"mark_publishd\",\"message\":\"m\",\"tenant\":\"t\",\"token\":\"1\",\"now\":1,\"result\":\"applied\"}}"),
+            "2:52: unknown variant `mark_publishd`",
+        ),
         ("version", r#"{"format":"outbox-check-trace","version":9,"max_attempts":3}"#.to_string(), "1:1: unsupported trace version 9"),
         ("not a trace", r#"{"format":"csv","version":1,"max_attempts":3}"#.to_string(), "1:1: not an outbox-check trace"),
         ("empty", String::new(), "1:1: empty trace"),
@@ -215,9 +221,14 @@ fn an_event_reads_the_same_whatever_the_position_of_its_tag() {
     let (_, b) = parse("b", &format!("{header}\n{last}\n")).unwrap();
     assert_eq!(a, b);
     assert_eq!(a[0].1.name(), "claim");
+    // A field the format does not know is ignored and reported, or refused with --strict.
     for line in [r#"{"now":5,"event":"clock","extra":1}"#, r#"{"event":"clock","now":5,"extra":1}"#] {
-        let e = parse("c", &format!("{header}\n{line}\n")).unwrap_err();
-        assert!(e.message.contains("unknown field `extra`"), "{e}");
+        let text = format!("{header}\n{line}\n");
+        let (_, events, ignored) = parse_with("c", &text, ReadOptions::default()).unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(ignored.get("extra"), Some(&2), "{ignored:?}");
+        let e = parse_with("c", &text, ReadOptions { strict: true }).unwrap_err();
+        assert!(e.message.contains("unknown field `extra`") && e.line == 2, "{e}");
     }
     for line in [r#"{"now":5}"#, r#"{}"#] {
         let e = parse("d", &format!("{header}\n{line}\n")).unwrap_err();
@@ -226,4 +237,47 @@ fn an_event_reads_the_same_whatever_the_position_of_its_tag() {
     // With the tag first, a wrong type's column is where the value is.
     let e = parse("e", &format!("{header}\n{{\"event\":\"clock\",\"now\":\"soon\"}}\n")).unwrap_err();
     assert_eq!((e.line, e.column), (2, 29), "{e}");
+}
+
+/// Real logs: fields the format does not know are ignored and listed once (refused with
+/// --strict), tokens may be integers, `-` reads standard input.
+#[test]
+fn real_logs_with_extra_fields_integer_tokens_and_stdin_are_read() {
+    use std::io::Write;
+    let fixture = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/traces/valid-takeover-stale-refused.jsonl")).unwrap();
+    let logged = fixture
+        .replace("\"event\":\"claim\"", "\"ts\":\"2026-12-03T10:00:00Z\",\"event\":\"claim\"")
+        .replace("\"attempts\":2}", "\"attempts\":2,\"shard\":3}")
+        .replace("\"token\":\"1\"", "\"token\":1")
+        .replace("\"token\":\"2\"", "\"token\":2");
+    let trace = |args: &[&str]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+            .arg("trace")
+            .args(args)
+            .arg("-")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(logged.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = trace(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("consistent"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "one warning: {err}");
+    assert!(err.contains("ts (first on line 3)") && err.contains("leases.0.shard"), "{err}");
+    let out = trace(&["--strict"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("(standard input):3:") && err.contains("unknown field `ts`"), "{err}");
+    // And a superseded write with an integer token is still judged as one.
+    let stale_applied = logged.replace("\"token\":1,\"now\":34000,\"result\":\"stale\"", "\"token\":1,\"now\":34000,\"result\":\"applied\"");
+    let (_, events) = parse("s1", &stale_applied).unwrap();
+    let (header, _) = parse("s1", &stale_applied).unwrap();
+    let mut oracle = Oracle::new(&header).unwrap();
+    let diverged = events.iter().find_map(|(line, e)| oracle.feed(*line, e).err()).expect("S1");
+    assert_eq!(diverged.property.map(|p| p.id()), Some("S1"));
 }
