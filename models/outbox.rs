@@ -190,15 +190,10 @@ impl Model for OutboxModel {
 
 /// One event in plain words: who did what to which row, with token, attempts and now.
 pub fn describe(event: &Event) -> String {
-    use crate::world::DbFate;
-    let db = |db: &DbFate| match db {
-        DbFate::Ok => String::new(),
-        DbFate::LostBefore => " — connection lost before the statement ran".into(),
-        DbFate::LostAfter => " — committed, but the connection was lost before the reply".into(),
-    };
+    let db = |db: &crate::world::DbFate| db.words();
     match event {
         Event::Enqueued { request, result } => format!(
-            "app enqueues {} for {} v{} at t={}: {result:?}",
+            "app enqueues {} for {} v{} at t={}: {result}",
             request.message_id, request.aggregate_id, request.expected_version, request.now.0
         ),
         Event::Claimed { relay, request, leases, db: fate } => {
@@ -219,7 +214,7 @@ pub fn describe(event: &Event) -> String {
                 crate::core::IdempotencyKey::Message { message_id } => format!("key {message_id}"),
                 crate::core::IdempotencyKey::Other { value } => format!("key {value:#x} (not the message id)"),
             };
-            format!("r{relay} publishes {} ({key}): broker {fate:?}", lease.message_id)
+            format!("r{relay} publishes {} ({key}): broker {}", lease.message_id, fate.words())
         }
         Event::Wrote { relay, request, result, db: fate } => format!(
             "r{relay} {}({}, token {}, attempts {}) at now={}: {}{}",
@@ -229,17 +224,18 @@ pub fn describe(event: &Event) -> String {
             request.lease.attempts,
             request.now.0,
             match result {
-                Some(crate::core::WriteResult::Applied { status }) => format!("Applied → {status}"),
-                Some(crate::core::WriteResult::Stale { reason }) => format!("Stale ({reason:?})"),
+                Some(result) => result.to_string(),
                 None => "not run".into(),
             },
             db(fate)
         ),
         Event::Finished { relay, message_id, result } => format!("r{relay} reports {message_id}: {}", result.as_str()),
         Event::Crashed { relay } => format!("r{relay} crashes and restarts with nothing in memory"),
-        Event::Reaped { now, messages } => format!("reaper at t={}: {messages:?} exhausted", now.0),
+        Event::Reaped { now, messages } => {
+            format!("reaper at t={}: {} exhausted", now.0, messages.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", "))
+        }
         Event::Ticked { now } => format!("time advances to t={}", now.0),
-        Event::Requeued { message_id, result } => format!("operator requeues {message_id}: {result:?}"),
+        Event::Requeued { message_id, result } => format!("operator requeues {message_id}: {result}"),
     }
 }
 

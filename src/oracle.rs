@@ -613,7 +613,7 @@ impl Oracle {
                             ClaimRefusal::OverBatch | ClaimRefusal::OutOfOrder | ClaimRefusal::Twice => None,
                         };
                         let name = self.name_of(0, id.0);
-                        Err(diverge(property, format!("no claim of {name} ({refusal:?})"), format!("a claim of {name}"), &before))
+                        Err(diverge(property, format!("no claim of {name} ({refusal})"), format!("a claim of {name}"), &before))
                     }
                     Ok(model_leases) => {
                         for (got, lease) in leases.iter().zip(&model_leases) {
@@ -709,7 +709,7 @@ impl Oracle {
                                 (WriteResult::Stale { .. }, WriteReport::Applied) => Some(Property::S1),
                                 _ => None,
                             };
-                            return Err(diverge(property, format!("{model:?}"), format!("{result:?}"), &before));
+                            return Err(diverge(property, format!("the write {model}"), format!("{}", result.as_str()), &before));
                         }
                         if let (Some(got), WriteResult::Applied { status: expected }) = (status, model) {
                             if *got != expected {

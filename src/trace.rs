@@ -103,6 +103,17 @@ fn requeue_result<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<S
     one_of(deserializer, &["applied", "not_requeueable"])
 }
 
+impl WriteReport {
+    /// As the format writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteReport::Applied => "applied",
+            WriteReport::Stale => "stale",
+            WriteReport::Unknown => "unknown",
+        }
+    }
+}
+
 /// The broker's answer to a publication, as the relay saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

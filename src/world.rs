@@ -284,6 +284,18 @@ impl BrokerFate {
         }
     }
 
+    /// What happened, in words (for reports, diagrams and the explorer).
+    pub fn words(self) -> &'static str {
+        match self {
+            BrokerFate::Ack => "ack (stored)",
+            BrokerFate::Duplicate => "ack (stored twice)",
+            BrokerFate::Drop => "timeout (dropped, not stored)",
+            BrokerFate::LostAck => "timeout (stored, ack lost)",
+            BrokerFate::Unavailable => "unavailable (not stored)",
+            BrokerFate::Reject => "rejected for good",
+        }
+    }
+
     /// What the relay hears.
     pub fn outcome(self) -> PublishOutcome {
         match self {
@@ -304,6 +316,17 @@ pub enum DbFate {
     LostBefore,
     /// Lost after it committed, before the reply.
     LostAfter,
+}
+
+impl DbFate {
+    /// What the connection did, in words: nothing for a statement that went through.
+    pub fn words(self) -> &'static str {
+        match self {
+            DbFate::Ok => "",
+            DbFate::LostBefore => " — connection lost before the statement ran",
+            DbFate::LostAfter => " — committed, but the connection was lost before the reply",
+        }
+    }
 }
 
 /// One atomic step of the world.
@@ -1296,9 +1319,9 @@ pub fn fingerprint<T: std::hash::Hash>(value: &T) -> u64 {
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Action::Poll { relay, db } => write!(f, "r{relay} polls (db {db:?})"),
-            Action::Publish { relay, fate } => write!(f, "r{relay} publishes (broker {fate:?})"),
-            Action::Write { relay, db } => write!(f, "r{relay} writes (db {db:?})"),
+            Action::Poll { relay, db } => write!(f, "r{relay} claims{}", db.words()),
+            Action::Publish { relay, fate } => write!(f, "r{relay} publishes: {}", fate.words()),
+            Action::Write { relay, db } => write!(f, "r{relay} writes{}", db.words()),
             Action::MisroutedWrite { relay } => write!(f, "r{relay} writes with another tenant's id"),
             Action::Crash { relay } => write!(f, "r{relay} crashes"),
             Action::Reap => write!(f, "reaper runs"),

@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 mod common;
 mod process;
 
+/// The two tests run one after the other: every run's first connection drops what killed runs
+/// left, so a run of one test would clean up the other's SIGKILLed schema before it looks.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn client(url: &str) -> postgres::Client {
     outbox_check::store::postgres::check_url(url, false).unwrap().connect(postgres::NoTls).unwrap()
 }
@@ -75,6 +79,7 @@ fn signal(child: &process::Killed, signal: i32) {
 #[test]
 fn sigint_and_sigterm_drop_the_scratch_schema_before_exiting() {
     let Some(url) = common::pg_url("the scratch-schema signal tests") else { return };
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut db = client(&url);
     for (sig, code) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
         let mut run = long_run(&url, &mut db);
@@ -89,6 +94,7 @@ fn sigint_and_sigterm_drop_the_scratch_schema_before_exiting() {
 #[test]
 fn a_killed_runs_schema_is_dropped_by_clean_up_and_a_foreign_schema_is_kept() {
     let Some(url) = common::pg_url("the scratch-schema signal tests") else { return };
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut db = client(&url);
     // A schema with outbox-check's name pattern but not its marker: never ours to drop.
     let foreign = "outbox_check_00000000deadbeef";

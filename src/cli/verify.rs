@@ -466,7 +466,8 @@ fn verdicts_json<S: SimLike>(
 
 fn write_report<S: SimLike>(dir: &std::path::Path, rows: &[Row<'_, S>], args: &VerifyArgs) -> std::io::Result<()> {
     use std::fmt::Write;
-    let fleets: Vec<(&str, &[CheckReport])> = rows.iter().map(|(fleet, reports, _, _)| (fleet.name.as_str(), reports.as_slice())).collect();
+    let fleets: Vec<(&str, &[CheckReport], &[String])> =
+        rows.iter().map(|(fleet, reports, _, found)| (fleet.name.as_str(), reports.as_slice(), found.simulation.as_slice())).collect();
     crate::report::write_index(dir, &fleets, args.messages)?;
     // The other engines' columns, appended.
     let mut out = String::new();

@@ -120,6 +120,15 @@ pub enum IdempotencyKey {
     Other { value: u64 },
 }
 
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IdempotencyKey::Message { message_id } => write!(f, "{message_id}"),
+            IdempotencyKey::Other { value } => write!(f, "{value:#x}"),
+        }
+    }
+}
+
 /// Ghost state of one row.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RowGhost {
@@ -424,13 +433,18 @@ impl Auditor {
                 {
                     self.violated(
                         Property::S7,
-                        format!("{what} left {id} {} with retry time {:?}, not later than {}", new.status, new.next_attempt_at, req.now),
+                        format!(
+                            "{what} left {id} {} with {}, not later than {}",
+                            new.status,
+                            new.next_attempt_at.map_or("no retry time".to_string(), |t| format!("retry time {t}")),
+                            req.now
+                        ),
                     );
                 }
             }
             WriteResult::Stale { reason } => {
                 if old != new {
-                    self.violated(Property::S1, format!("{what} said Stale ({reason:?}) but changed {id}"));
+                    self.violated(Property::S1, format!("{what} said stale ({reason}) but changed {id}"));
                 }
             }
         }
@@ -494,7 +508,7 @@ impl Auditor {
             );
         }
         if key != (IdempotencyKey::Message { message_id }) {
-            self.violated(Property::S8, format!("{message_id} was published with key {key:?}, not its message id"));
+            self.violated(Property::S8, format!("{message_id} was published with key {key}, not its message id"));
         }
     }
 }

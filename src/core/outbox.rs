@@ -52,6 +52,17 @@ pub enum EnqueueResult {
     Stale { current_version: u32 },
 }
 
+impl std::fmt::Display for EnqueueResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EnqueueResult::Applied { version } => write!(f, "applied (the aggregate is now at version {version})"),
+            EnqueueResult::Stale { current_version } => {
+                write!(f, "stale (the aggregate is at version {current_version}: nothing inserted)")
+            }
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ClaimRequest {
     pub tenant_id: TenantId,
@@ -130,6 +141,50 @@ pub enum StaleReason {
     NotInFlight,
     WrongOwner,
     WrongToken,
+}
+
+impl std::fmt::Display for StaleReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StaleReason::WrongTenant => "the row belongs to another tenant",
+            StaleReason::NotInFlight => "the row is no longer IN_FLIGHT",
+            StaleReason::WrongOwner => "another relay holds the lease",
+            StaleReason::WrongToken => "the token was superseded",
+        })
+    }
+}
+
+impl std::fmt::Display for WriteResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteResult::Applied { status } => write!(f, "applied → {status}"),
+            WriteResult::Stale { reason } => write!(f, "stale: {reason}"),
+        }
+    }
+}
+
+impl std::fmt::Display for ClaimRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ClaimRefusal::OtherTenant => "it belongs to another tenant",
+            ClaimRefusal::Terminal => "it is terminal",
+            ClaimRefusal::LiveLease => "its lease is still live",
+            ClaimRefusal::RetryClock => "its retry time has not come",
+            ClaimRefusal::BudgetSpent => "its budget is spent",
+            ClaimRefusal::OverBatch => "the batch is already full",
+            ClaimRefusal::OutOfOrder => "an earlier row comes first in the claim's order",
+            ClaimRefusal::Twice => "it was already returned by this claim",
+        })
+    }
+}
+
+impl std::fmt::Display for RequeueResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequeueResult::Applied => f.write_str("applied (back to PENDING with a new budget)"),
+            RequeueResult::NotRequeueable { status } => write!(f, "not requeueable (the row is {status})"),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -71,12 +71,26 @@ pub struct Divergence {
     pub sql: Vec<String>,
 }
 
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Op::Enqueue { tenant, aggregate, stale } => {
+                write!(f, "enqueue for {} {}{}", TenantId(tenant), AggregateId(aggregate), if stale { " with a stale version" } else { "" })
+            }
+            Op::Claim { owner, tenant, batch } => write!(f, "claim by {} for {}, batch {batch}", RelayId(owner), TenantId(tenant)),
+            Op::Write { pick, kind: k, code } => write!(f, "{} presenting one of the leases issued so far (pick {pick})", kind(k, code).name()),
+            Op::Reap => f.write_str("reap"),
+            Op::Advance { ms } => write!(f, "time advances {ms} ms"),
+        }
+    }
+}
+
 impl std::fmt::Display for Divergence {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "step {} ({:?}) diverged:\n  model: {}\n  store: {}", self.step, self.op, self.expected, self.got)?;
+        writeln!(f, "step {} ({}) diverged:\n  model: {}\n  store: {}", self.step, self.op, self.expected, self.got)?;
         writeln!(f, "sequence ({} steps):", self.ops.len())?;
         for (i, op) in self.ops.iter().enumerate() {
-            writeln!(f, "  {:>2}. {op:?}", i + 1)?;
+            writeln!(f, "  {:>2}. {op}", i + 1)?;
         }
         writeln!(f, "SQL the store ran (paste after the migrations):")?;
         for line in &self.sql {
@@ -86,10 +100,58 @@ impl std::fmt::Display for Divergence {
     }
 }
 
-fn show<T: std::fmt::Debug>(r: &Result<T, StoreError>) -> String {
+/// A store's answer as a person reads it.
+trait Said {
+    fn said(&self) -> String;
+}
+
+impl Said for crate::core::EnqueueResult {
+    fn said(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl Said for WriteResult {
+    fn said(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl Said for Vec<Lease> {
+    fn said(&self) -> String {
+        if self.is_empty() {
+            return "no row".into();
+        }
+        let leases: Vec<String> = self
+            .iter()
+            .map(|l| format!("{} (token {}, attempts {}, {} of {})", l.message_id, l.token, l.attempts, l.owner, l.tenant_id))
+            .collect();
+        leases.join(", ")
+    }
+}
+
+impl Said for Vec<MessageId> {
+    fn said(&self) -> String {
+        if self.is_empty() {
+            return "nothing reaped".into();
+        }
+        self.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", ")
+    }
+}
+
+fn show<T: Said>(r: &Result<T, StoreError>) -> String {
     match r {
-        Ok(v) => format!("{v:?}"),
+        Ok(v) => v.said(),
         Err(e) => format!("error: {e}"),
+    }
+}
+
+/// The model and the store answered alike.
+fn same<T: PartialEq>(a: &Result<T, StoreError>, b: &Result<T, StoreError>) -> bool {
+    match (a, b) {
+        (Ok(x), Ok(y)) => x == y,
+        (Err(x), Err(y)) => x.to_string() == y.to_string(),
+        _ => false,
     }
 }
 
@@ -148,7 +210,7 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
                 if matches!(a, Ok(crate::core::EnqueueResult::Applied { .. })) {
                     next_message += 1;
                 }
-                if show(&a) != show(&b) {
+                if !same(&a, &b) {
                     return Err(diverge(step, show(&a), show(&b), store));
                 }
             }
@@ -162,7 +224,7 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
                     max_attempts: bounds.max_attempts,
                 };
                 let (a, b) = (model.claim(&req), store.claim(&req));
-                if show(&a) != show(&b) {
+                if !same(&a, &b) {
                     return Err(diverge(step, show(&a), show(&b), store));
                 }
                 leases.extend(a.unwrap_or_default());
@@ -177,7 +239,7 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
                 let (a, b) = (model.write(&req), store.write(&req));
                 let same = match (&a, &b) {
                     (Ok(x), Ok(y)) => same_write(x, y),
-                    _ => show(&a) == show(&b),
+                    _ => same(&a, &b),
                 };
                 if !same {
                     return Err(diverge(step, show(&a), show(&b), store));
@@ -186,14 +248,14 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
             Op::Reap if !store.can_reap() => continue,
             Op::Reap => {
                 let (a, b) = (model.reap(now, bounds.max_attempts), store.reap(now, bounds.max_attempts));
-                if show(&a) != show(&b) {
+                if !same(&a, &b) {
                     return Err(diverge(step, show(&a), show(&b), store));
                 }
             }
             Op::Advance { ms } => now = now.plus(Duration(ms)),
         }
         let (a, b) = (model.rows().map(|rows| rows.into_iter().map(|r| store.view(r)).collect::<Vec<_>>()), store.rows());
-        if show(&a) != show(&b) {
+        if !same(&a, &b) {
             let (a, b) = (a.unwrap_or_default(), b.map_err(|e| diverge(step, "rows".into(), e.to_string(), store))?);
             let (x, y) = first_difference(&a, &b);
             return Err(diverge(step, format!("table: {x}"), format!("table: {y}"), store));
@@ -202,12 +264,37 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
     Ok(ops.len())
 }
 
-/// The first row where two tables differ, in words.
+/// The first row where two tables differ, in words: the fields that differ, by name.
 fn first_difference(a: &[Row], b: &[Row]) -> (String, String) {
+    let instant = |t: Option<Instant>| t.map_or("none".to_string(), |t| t.to_string());
     for i in 0..a.len().max(b.len()) {
-        let (x, y) = (a.get(i), b.get(i));
-        if x != y {
-            return (format!("{x:?}"), format!("{y:?}"));
+        match (a.get(i), b.get(i)) {
+            (Some(x), Some(y)) if x != y => {
+                let fields: [(&str, String, String); 12] = [
+                    ("message_id", x.message_id.to_string(), y.message_id.to_string()),
+                    ("tenant_id", x.tenant_id.to_string(), y.tenant_id.to_string()),
+                    ("aggregate", format!("{} v{}", x.aggregate_id, x.aggregate_version), format!("{} v{}", y.aggregate_id, y.aggregate_version)),
+                    ("status", x.status.to_string(), y.status.to_string()),
+                    ("attempts", x.attempts.to_string(), y.attempts.to_string()),
+                    ("lease_owner", x.lease_owner.map_or("none".into(), |o| o.to_string()), y.lease_owner.map_or("none".into(), |o| o.to_string())),
+                    ("lease_token", x.lease_token.to_string(), y.lease_token.to_string()),
+                    ("lease_expires_at", instant(x.lease_expires_at), instant(y.lease_expires_at)),
+                    ("next_attempt_at", instant(x.next_attempt_at), instant(y.next_attempt_at)),
+                    ("last_failure_code", x.last_failure_code.map_or("none".into(), |c| c.as_str().to_string()), y.last_failure_code.map_or("none".into(), |c| c.as_str().to_string())),
+                    ("created_at", x.created_at.to_string(), y.created_at.to_string()),
+                    ("published_at", instant(x.published_at), instant(y.published_at)),
+                ];
+                let differ: Vec<&(&str, String, String)> = fields.iter().filter(|(_, m, s)| m != s).collect();
+                let side = |model: bool| {
+                    let values: Vec<String> =
+                        differ.iter().map(|f| format!("{} = {}", f.0, if model { &f.1 } else { &f.2 })).collect();
+                    format!("{}: {}", x.message_id, values.join(", "))
+                };
+                return (side(true), side(false));
+            }
+            (Some(x), None) => return (format!("{} present", x.message_id), format!("{} missing", x.message_id)),
+            (None, Some(y)) => return (format!("{} missing", y.message_id), format!("{} present", y.message_id)),
+            _ => {}
         }
     }
     (String::new(), String::new())
