@@ -34,13 +34,73 @@ use crate::trace::{Event, Header, Outcome, PublishAnswer, WriteReport};
 use smallvec::{smallvec, SmallVec};
 use serde::Serialize;
 
+/// Something the implementation did that its declared design does not, without breaking a
+/// safety property: each has an id and a sentence of its own, so every divergence is named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Conformance {
+    C1,
+    C2,
+    C3,
+    C4,
+    C5,
+    C6,
+    C7,
+    C8,
+}
+
+impl Conformance {
+    pub fn id(self) -> &'static str {
+        match self {
+            Conformance::C1 => "C1",
+            Conformance::C2 => "C2",
+            Conformance::C3 => "C3",
+            Conformance::C4 => "C4",
+            Conformance::C5 => "C5",
+            Conformance::C6 => "C6",
+            Conformance::C7 => "C7",
+            Conformance::C8 => "C8",
+        }
+    }
+
+    pub fn sentence(self) -> &'static str {
+        match self {
+            Conformance::C1 => "the claim returned rows the declared design's claim does not return",
+            Conformance::C2 => "attempts are counted differently from the declared design",
+            Conformance::C3 => "a write's result differs from the declared design's",
+            Conformance::C4 => "a row's status after a write differs from the declared design's",
+            Conformance::C5 => "the reaper took other rows than the declared design's reaper",
+            Conformance::C6 => "a requeue's result differs from the declared design's",
+            Conformance::C7 => "an event names a row the history never enqueued",
+            Conformance::C8 => "an operation the declared design cannot express",
+        }
+    }
+}
+
+impl std::fmt::Display for Conformance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.id(), self.sentence())
+    }
+}
+
+/// Who is to blame for a divergence.
+#[derive(Clone, Copy, Debug)]
+enum Blame {
+    Safety(Property),
+    Conformance(Conformance),
+}
+
 /// Where the history first leaves what the model allows.
 #[derive(Clone, Debug, Serialize)]
 pub struct Divergence {
     pub line: usize,
     pub event: String,
+    /// `safety` (a property of SPEC §7 is broken) or `conformance` (the implementation did what
+    /// its declared design does not, safely).
+    pub kind: &'static str,
     /// The property the implementation broke, where one is to blame.
     pub property: Option<Property>,
+    /// Otherwise the conformance finding.
+    pub conformance: Option<Conformance>,
     pub expected: String,
     pub got: String,
     /// The model's rows the event touched, as they were before it.
@@ -59,6 +119,9 @@ impl std::fmt::Display for Divergence {
         if let Some(p) = self.property {
             write!(f, "{p}: ")?;
         }
+        if let Some(c) = self.conformance {
+            write!(f, "{c} (no safety property broken): ")?;
+        }
         write!(f, "the model allows {}, the implementation reported {}\n  event: {}", self.expected, self.got, self.event)?;
         if !self.names.is_empty() {
             let names: Vec<String> = self.names.iter().map(|(model, yours)| format!("{model} = {yours}")).collect();
@@ -68,6 +131,27 @@ impl std::fmt::Display for Divergence {
             write!(f, "\n  (too many unknown outcomes: {BRANCHES_MAX} resolutions were kept, others dropped)")?;
         }
         Ok(())
+    }
+}
+
+impl Divergence {
+    fn new(line: usize, event: &Event, blame: Blame, expected: String, got: String, rows: &[Row]) -> Divergence {
+        let (kind, property, conformance) = match blame {
+            Blame::Safety(p) => ("safety", Some(p), None),
+            Blame::Conformance(c) => ("conformance", None, Some(c)),
+        };
+        Divergence {
+            line,
+            event: event_json(event),
+            kind,
+            property,
+            conformance,
+            expected,
+            got,
+            rows: rows.to_vec(),
+            resolutions_dropped: false,
+            names: Vec::new(),
+        }
     }
 }
 
@@ -278,16 +362,9 @@ impl Oracle {
                 _ => row.seen.iter().find(|(t, _)| *t == token).and_then(|&(_, at)| reused(at)),
             };
             if let Some((expected, got_text)) = problem {
-                return Err(Divergence {
-                    line,
-                    event: event_json(event),
-                    property: Some(Property::S2),
-                    expected,
-                    got: got_text,
-                    rows: Vec::new(),
-                    resolutions_dropped: self.dropped,
-                    names: Vec::new(),
-                });
+                let mut d = Divergence::new(line, event, Blame::Safety(Property::S2), expected, got_text, &[]);
+                d.resolutions_dropped = self.dropped;
+                return Err(d);
             }
             // A counter design's numeric tokens only grow (or S2 stopped the history above):
             // the largest stands for all of them. Any other token is kept to compare with.
@@ -364,16 +441,10 @@ impl Oracle {
         branches.append(&mut twins);
         let next = branches;
         if next.is_empty() {
-            return Err(first_error.unwrap_or_else(|| Divergence {
-                line,
-                event: event_json(event),
-                property: None,
-                expected: "no history".into(),
-                got: "an event".into(),
-                rows: Vec::new(),
-                resolutions_dropped: false,
-                names: Vec::new(),
-            })).map_err(|mut d| {
+            return Err(first_error.unwrap_or_else(|| {
+                Divergence::new(line, event, Blame::Conformance(Conformance::C8), "no history".into(), "an event".into(), &[])
+            }))
+            .map_err(|mut d| {
                 d.resolutions_dropped = self.dropped;
                 d.names = self.legend(&plan);
                 d
@@ -543,21 +614,13 @@ impl Oracle {
         let &Plan::Ids { tenant, relay, ref messages, aggregate } = plan else {
             return Ok(None);
         };
-        let diverge = |property: Option<Property>, expected: String, got: String, rows: &[Row]| Divergence {
-            line,
-            event: event_json(event),
-            property,
-            expected,
-            got,
-            rows: rows.to_vec(),
-            resolutions_dropped: false,
-            names: Vec::new(),
-        };
+        let diverge = |blame: Blame, expected: String, got: String, rows: &[Row]| Divergence::new(line, event, blame, expected, got, rows);
+        let conformance = Blame::Conformance;
         let rows_of = |b: &Branch, ids: &[MessageId]| ids.iter().filter_map(|id| b.outbox.row(*id).cloned()).collect::<SmallVec<[Row; 1]>>();
         let audited = |b: &mut Branch, before: &[Row]| -> Result<(), Divergence> {
             match b.auditor.take_violations().into_iter().next() {
                 None => Ok(()),
-                Some(v) => Err(diverge(Some(v.property), "no violation".into(), v.detail, &before)),
+                Some(v) => Err(diverge(Blame::Safety(v.property), "no violation".into(), v.detail, &before)),
             }
         };
         match event {
@@ -569,13 +632,13 @@ impl Oracle {
                     message_id: messages[0],
                     now: Instant(*now),
                 };
-                let model = b.auditor.enqueue(&mut b.outbox, &req).map_err(|e| diverge(Some(Property::S10), "a valid enqueue".into(), e.to_string(), &[]))?;
+                let model = b.auditor.enqueue(&mut b.outbox, &req).map_err(|e| diverge(Blame::Safety(Property::S10), "a valid enqueue".into(), e.to_string(), &[]))?;
                 let model_says = match model {
                     EnqueueResult::Applied { .. } => "applied",
                     EnqueueResult::Stale { .. } => "stale",
                 };
                 if model_says != result {
-                    return Err(diverge(Some(Property::S10), model_says.into(), result.clone(), &[]));
+                    return Err(diverge(Blame::Safety(Property::S10), model_says.into(), result.clone(), &[]));
                 }
                 audited(b, &[])?;
                 Ok(None)
@@ -601,7 +664,7 @@ impl Oracle {
                 let claimed = b
                     .auditor
                     .claim_exactly(&mut b.outbox, &self.policy, &req, &messages, Instant(*now))
-                    .map_err(|e| diverge(None, "a valid claim".into(), e.to_string(), &before))?;
+                    .map_err(|e| diverge(conformance(Conformance::C8), "a valid claim".into(), e.to_string(), &before))?;
                 match claimed {
                     Err((id, refusal)) => {
                         let property = match refusal {
@@ -613,7 +676,8 @@ impl Oracle {
                             ClaimRefusal::OverBatch | ClaimRefusal::OutOfOrder | ClaimRefusal::Twice => None,
                         };
                         let name = self.name_of(0, id.0);
-                        Err(diverge(property, format!("no claim of {name} ({refusal})"), format!("a claim of {name}"), &before))
+                        let blame = property.map_or(conformance(Conformance::C1), Blame::Safety);
+                        Err(diverge(blame, format!("no claim of {name} ({refusal})"), format!("a claim of {name}"), &before))
                     }
                     Ok(model_leases) => {
                         for (got, lease) in leases.iter().zip(&model_leases) {
@@ -621,7 +685,7 @@ impl Oracle {
                                 // Counting differently is no violation by itself: the design
                                 // counts elsewhere (S3 judges the budget when it is passed).
                                 return Err(diverge(
-                                    None,
+                                    conformance(Conformance::C2),
                                     format!("attempts = {} after the claim of {}", lease.attempts, got.message),
                                     format!("attempts = {}", got.attempts),
                                     &before,
@@ -664,7 +728,7 @@ impl Oracle {
             }
             Event::Write { write, message, token, now, code, result, status, .. } => {
                 let id = messages[0];
-                let kind = write_kind(write, *code).ok_or_else(|| diverge(None, "a known write".into(), write.clone(), &[]))?;
+                let kind = write_kind(write, *code).ok_or_else(|| diverge(conformance(Conformance::C8), "a known write".into(), write.clone(), &[]))?;
                 let held = b.held.iter_mut().rev().find(|h| h.relay == relay && h.lease.message_id == id && h.token.is(token));
                 // Whatever the write reports, the relay is done with this lease.
                 let mut lease = held
@@ -678,7 +742,7 @@ impl Oracle {
                 let before = rows_of(b, &messages);
                 if *result == WriteReport::Unknown {
                     if b.outbox.row(id).is_none() {
-                        return Err(diverge(None, "a write to a known row".into(), format!("a write to {message}"), &before));
+                        return Err(diverge(conformance(Conformance::C7), "a write to a known row".into(), format!("a write to {message}"), &before));
                     }
                     b.deferred.push(Deferred { line, write: write.clone(), req });
                     return Ok(None);
@@ -687,7 +751,7 @@ impl Oracle {
                 let model = applied
                     .auditor
                     .write(&mut applied.outbox, &self.policy, &req)
-                    .map_err(|e| diverge(None, "a write to a known row".into(), e.to_string(), &before))?;
+                    .map_err(|e| diverge(conformance(Conformance::C7), "a write to a known row".into(), e.to_string(), &before))?;
                 match result {
                     WriteReport::Unknown => unreachable!("an unknown write is deferred above"),
                     WriteReport::Applied | WriteReport::Stale => {
@@ -709,11 +773,12 @@ impl Oracle {
                                 (WriteResult::Stale { .. }, WriteReport::Applied) => Some(Property::S1),
                                 _ => None,
                             };
-                            return Err(diverge(property, format!("the write {model}"), format!("{}", result.as_str()), &before));
+                            let blame = property.map_or(conformance(Conformance::C3), Blame::Safety);
+                            return Err(diverge(blame, format!("the write {model}"), result.as_str().to_string(), &before));
                         }
                         if let (Some(got), WriteResult::Applied { status: expected }) = (status, model) {
                             if *got != expected {
-                                return Err(diverge(None, format!("status {expected}"), format!("status {got}"), &before));
+                                return Err(diverge(conformance(Conformance::C4), format!("status {expected}"), format!("status {got}"), &before));
                             }
                         }
                         audited(applied, &before)?;
@@ -729,7 +794,7 @@ impl Oracle {
                 expected.sort();
                 if reaped != expected {
                     let names = |ids: &[MessageId]| ids.iter().map(|m| self.name_of(0, m.0)).collect::<Vec<_>>().join(", ");
-                    return Err(diverge(None, format!("reaping [{}]", names(&reaped)), format!("[{}]", names(&expected)), &before));
+                    return Err(diverge(conformance(Conformance::C5), format!("reaping [{}]", names(&reaped)), format!("[{}]", names(&expected)), &before));
                 }
                 audited(b, &before)?;
                 Ok(None)
@@ -739,10 +804,10 @@ impl Oracle {
                 let model = b
                     .auditor
                     .requeue(&mut b.outbox, &self.policy, messages[0])
-                    .map_err(|e| diverge(None, "a requeue of a known row".into(), e.to_string(), &before))?;
+                    .map_err(|e| diverge(conformance(Conformance::C7), "a requeue of a known row".into(), e.to_string(), &before))?;
                 let model_says = if model == RequeueResult::Applied { "applied" } else { "not_requeueable" };
                 if model_says != result {
-                    return Err(diverge(None, model_says.into(), result.clone(), &before));
+                    return Err(diverge(conformance(Conformance::C6), model_says.into(), result.clone(), &before));
                 }
                 audited(b, &before)?;
                 Ok(None)

@@ -13,7 +13,10 @@ fn verdict(file: &str, text: &str) -> Result<Vec<String>, (Option<String>, usize
     let mut oracle = Oracle::new(&header).expect("a known variant");
     for (line, event) in &events {
         if let Err(d) = oracle.feed(*line, event) {
-            return Err((d.property.map(|p| p.id().to_string()), d.line));
+            // Every divergence is named: a safety property or a conformance finding.
+            let named = d.property.map(|p| p.id().to_string()).or(d.conformance.map(|c| c.id().to_string()));
+            assert_eq!(d.kind, if d.property.is_some() { "safety" } else { "conformance" });
+            return Err((named, d.line));
         }
     }
     Ok(oracle.finish().resolutions)
@@ -31,7 +34,7 @@ fn every_fixture_gets_its_verdict() {
         if name.starts_with("valid-") {
             assert!(result.is_ok(), "{name}: {result:?}");
         } else {
-            // invalid-s7-…: rejected, with S7 named.
+            // invalid-s7-…: rejected, with S7 named; invalid-c3-…: the conformance finding C3.
             let expected = name.split('-').nth(1).unwrap().to_uppercase();
             match result {
                 Err((Some(property), line)) => {
