@@ -912,7 +912,9 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, strict: bool, js
     }
     bar.finish_and_clear();
     if json {
-        println!("{}", serde_json::to_string_pretty(&verdicts).expect("JSON"));
+        // docs/trace-verdict.schema.json describes this object.
+        let out = serde_json::json!({ "schema": crate::oracle::VERDICT_SCHEMA, "files": verdicts });
+        println!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
     }
     if diverged {
         ExitCode::from(1)

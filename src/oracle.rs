@@ -89,11 +89,15 @@ enum Blame {
     Conformance(Conformance),
 }
 
+/// The id of the JSON `outbox-check trace --json` prints (docs/trace-verdict.schema.json).
+pub const VERDICT_SCHEMA: &str = "outbox-check/trace-verdict/v2";
+
 /// Where the history first leaves what the model allows.
 #[derive(Clone, Debug, Serialize)]
 pub struct Divergence {
     pub line: usize,
-    pub event: String,
+    /// The event, as the oracle read it.
+    pub event: serde_json::Value,
     /// `safety` (a property of SPEC §7 is broken) or `conformance` (the implementation did what
     /// its declared design does not, safely).
     pub kind: &'static str,
@@ -101,16 +105,18 @@ pub struct Divergence {
     pub property: Option<Property>,
     /// Otherwise the conformance finding.
     pub conformance: Option<Conformance>,
+    /// What the model allows, where that is more than "no violation" (empty then).
     pub expected: String,
+    /// What the implementation did, in the history's own names.
     pub got: String,
-    /// The model's rows the event touched, as they were before it.
-    pub rows: Vec<Row>,
+    /// The rows the event touched, as they were before it, in the history's own names.
+    pub rows: Vec<serde_json::Value>,
     /// Unknown outcomes opened more resolutions than the oracle keeps, some were dropped: the
     /// divergence may belong to a dropped one.
     pub resolutions_dropped: bool,
-    /// The model numbers its relays and messages in order of first appearance (`r0`, `m0`, …);
-    /// the names these stand for in the history, for the ids the event involves.
-    pub names: Vec<(String, String)>,
+    /// The model's rows, until they are put in the history's names.
+    #[serde(skip)]
+    model_rows: Vec<Row>,
 }
 
 impl std::fmt::Display for Divergence {
@@ -122,10 +128,10 @@ impl std::fmt::Display for Divergence {
         if let Some(c) = self.conformance {
             write!(f, "{c} (no safety property broken): ")?;
         }
-        write!(f, "the model allows {}, the implementation reported {}\n  event: {}", self.expected, self.got, self.event)?;
-        if !self.names.is_empty() {
-            let names: Vec<String> = self.names.iter().map(|(model, yours)| format!("{model} = {yours}")).collect();
-            write!(f, "\n  model ids: {}", names.join(", "))?;
+        if self.expected.is_empty() {
+            write!(f, "{}\n  event: {}", self.got, self.event)?;
+        } else {
+            write!(f, "the model allows {}, the implementation reported {}\n  event: {}", self.expected, self.got, self.event)?;
         }
         if self.resolutions_dropped {
             write!(f, "\n  (too many unknown outcomes: {BRANCHES_MAX} resolutions were kept, others dropped)")?;
@@ -148,9 +154,9 @@ impl Divergence {
             conformance,
             expected,
             got,
-            rows: rows.to_vec(),
+            rows: Vec::new(),
             resolutions_dropped: false,
-            names: Vec::new(),
+            model_rows: rows.to_vec(),
         }
     }
 }
@@ -171,6 +177,8 @@ struct Held {
     /// The relay's own write for this lease has run (whatever it reported): it publishes under
     /// it no more.
     ended: bool,
+    /// The line of the claim that handed it out.
+    line: usize,
 }
 
 /// The tokens the history's claims handed out for one row, for S2: a claim's token must be one
@@ -434,7 +442,9 @@ impl Oracle {
                 true
             }
             Err(divergence) => {
-                first_error.get_or_insert(divergence);
+                if first_error.is_none() {
+                    first_error = Some(self.in_your_names(divergence, b));
+                }
                 false
             }
         });
@@ -446,7 +456,6 @@ impl Oracle {
             }))
             .map_err(|mut d| {
                 d.resolutions_dropped = self.dropped;
-                d.names = self.legend(&plan);
                 d
             });
         }
@@ -620,7 +629,14 @@ impl Oracle {
         let audited = |b: &mut Branch, before: &[Row]| -> Result<(), Divergence> {
             match b.auditor.take_violations().into_iter().next() {
                 None => Ok(()),
-                Some(v) => Err(diverge(Blame::Safety(v.property), "no violation".into(), v.detail, &before)),
+                Some(v) => {
+                    let mut said = self.words(&v.detail);
+                    // A superseded write: say which claim superseded it.
+                    if let (Property::S1, Some(&id)) = (v.property, messages.first()) {
+                        said += &self.superseded_by(b, id);
+                    }
+                    Err(diverge(Blame::Safety(v.property), String::new(), said, &before))
+                }
             }
         };
         match event {
@@ -691,7 +707,7 @@ impl Oracle {
                                     &before,
                                 ));
                             }
-                            b.held.push(Held { relay, token: TokenName::new(&got.token), lease: *lease, ended: false });
+                            b.held.push(Held { relay, token: TokenName::new(&got.token), lease: *lease, ended: false, line });
                         }
                         audited(b, &before)?;
                         Ok(None)
@@ -774,7 +790,11 @@ impl Oracle {
                                 _ => None,
                             };
                             let blame = property.map_or(conformance(Conformance::C3), Blame::Safety);
-                            return Err(diverge(blame, format!("the write {model}"), result.as_str().to_string(), &before));
+                            let mut got = result.as_str().to_string();
+                            if property == Some(Property::S1) {
+                                got += &self.superseded_by(applied, id);
+                            }
+                            return Err(diverge(blame, format!("the write {model}"), got, &before));
                         }
                         if let (Some(got), WriteResult::Applied { status: expected }) = (status, model) {
                             if *got != expected {
@@ -816,18 +836,78 @@ impl Oracle {
         }
     }
 
-    /// The history's names for the relay and messages an event involves, by model id.
-    fn legend(&self, plan: &Plan) -> Vec<(String, String)> {
-        let Plan::Ids { relay, messages, .. } = plan else { return Vec::new() };
-        let mut names = Vec::new();
-        if let Some(name) = self.names[2].name(u32::from(relay.0)) {
-            names.push((format!("{relay}"), name.to_string()));
+    /// " — the claim at line L by R (token T) had superseded its lease": the latest claim of
+    /// `id` in the history, for a superseded write (empty if the history has none).
+    fn superseded_by(&self, b: &Branch, id: MessageId) -> String {
+        let latest = b.auditor.ghost(id).map_or(0, |g| g.claims);
+        b.held
+            .iter()
+            .rev()
+            .find(|h| h.lease.message_id == id && h.lease.claim_seq == latest)
+            .map(|h| {
+                let token = match &h.token {
+                    TokenName::Number(n) => n.to_string(),
+                    TokenName::Text(t) => t.to_string(),
+                };
+                format!(" — the claim at line {} by {} (token {token}) had superseded its lease", h.line, self.name_of(2, u32::from(h.relay.0)))
+            })
+            .unwrap_or_default()
+    }
+
+    /// A text the core wrote with the model's ids (`m0`, `r1`, `tenant0`, `agg2`), in the
+    /// history's own names.
+    fn words(&self, text: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(start) = rest.find(|c: char| c.is_ascii_alphanumeric()) {
+            out.push_str(&rest[..start]);
+            rest = &rest[start..];
+            let end = rest.find(|c: char| !c.is_ascii_alphanumeric()).unwrap_or(rest.len());
+            let word = &rest[..end];
+            let named = [("tenant", 1u8), ("agg", 3), ("m", 0), ("r", 2)].iter().find_map(|&(prefix, kind)| {
+                let digits = word.strip_prefix(prefix)?;
+                let id: u32 = (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok()).flatten()?;
+                self.names[kind as usize].name(id).map(str::to_string)
+            });
+            out.push_str(named.as_deref().unwrap_or(word));
+            rest = &rest[end..];
         }
-        for m in messages {
-            names.push((format!("{m}"), self.name_of(0, m.0)));
-        }
-        names.retain(|(model, yours)| model != yours);
-        names
+        out.push_str(rest);
+        out
+    }
+
+    /// The divergence's rows in the history's names: message, tenant, aggregate, the relay
+    /// holding the lease and its token as the history wrote it (where a claim of the history
+    /// handed it out).
+    fn in_your_names(&self, mut d: Divergence, b: &Branch) -> Divergence {
+        let instant = |t: Option<Instant>| t.map(|t| t.0);
+        d.rows = std::mem::take(&mut d.model_rows)
+            .iter()
+            .map(|row| {
+                let token = b
+                    .held
+                    .iter()
+                    .rev()
+                    .find(|h| h.lease.message_id == row.message_id && h.lease.token == row.lease_token)
+                    .map(|h| match &h.token {
+                        TokenName::Number(n) => n.to_string(),
+                        TokenName::Text(t) => t.to_string(),
+                    });
+                serde_json::json!({
+                    "message": self.name_of(0, row.message_id.0),
+                    "tenant": self.name_of(1, u32::from(row.tenant_id.0)),
+                    "aggregate": self.name_of(3, row.aggregate_id.0),
+                    "aggregate_version": row.aggregate_version,
+                    "status": row.status.as_str(),
+                    "attempts": row.attempts,
+                    "lease_owner": row.lease_owner.map(|o| self.name_of(2, u32::from(o.0))),
+                    "lease_token": token,
+                    "lease_expires_at": instant(row.lease_expires_at),
+                    "next_attempt_at": instant(row.next_attempt_at),
+                })
+            })
+            .collect();
+        d
     }
 
     fn name_of(&self, kind: u8, id: u32) -> String {
@@ -841,8 +921,8 @@ enum Plan {
     Nothing,
 }
 
-fn event_json(event: &Event) -> String {
-    serde_json::to_string(event).unwrap_or_else(|_| event.name().to_string())
+fn event_json(event: &Event) -> serde_json::Value {
+    serde_json::to_value(event).unwrap_or_else(|_| serde_json::Value::String(event.name().to_string()))
 }
 
 fn write_kind(name: &str, code: Option<FailureCode>) -> Option<WriteKind> {

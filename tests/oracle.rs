@@ -284,3 +284,42 @@ fn real_logs_with_extra_fields_integer_tokens_and_stdin_are_read() {
     let diverged = events.iter().find_map(|(line, e)| oracle.feed(*line, e).err()).expect("S1");
     assert_eq!(diverged.property.map(|p| p.id()), Some("S1"));
 }
+
+/// The schemas under docs/ describe what outbox-check reads and prints: every line of every
+/// fixture validates against docs/trace-format.schema.json (the strict format), and what
+/// `trace --json` prints for every fixture validates against docs/trace-verdict.schema.json.
+#[test]
+fn the_fixtures_and_the_verdicts_match_their_json_schemas() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |p: &str| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(root.join(p)).unwrap()).unwrap() };
+    let trace_schema = read("docs/trace-format.schema.json");
+    let part = |def: &str| {
+        let schema = serde_json::json!({
+            "$schema": trace_schema["$schema"], "$defs": trace_schema["$defs"], "$ref": format!("#/$defs/{def}"),
+        });
+        jsonschema::validator_for(&schema).expect("a valid schema")
+    };
+    let (header, event) = (part("header"), part("event"));
+    let verdict = jsonschema::validator_for(&read("docs/trace-verdict.schema.json")).expect("a valid schema");
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(root.join("tests/traces")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (i, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+            let value: serde_json::Value = serde_json::from_str(line).unwrap();
+            let schema = if i == 0 { &header } else { &event };
+            let errors: Vec<String> = schema.iter_errors(&value).map(|e| e.to_string()).collect();
+            assert!(errors.is_empty(), "{}:{}: {errors:?}", path.display(), i + 1);
+        }
+        files.push(path);
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).arg("trace").arg("--json").args(&files).output().unwrap();
+    // The first divergent file ends the run with exit 1; check each file on its own to cover all.
+    assert!(matches!(out.status.code(), Some(0 | 1)));
+    for file in &files {
+        let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(["trace", "--json"]).arg(file).output().unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        let errors: Vec<String> = verdict.iter_errors(&value).map(|e| format!("{} at {}", e, e.instance_path())).collect();
+        assert!(errors.is_empty(), "{}: {errors:?}\n{value}", file.display());
+    }
+}
