@@ -891,6 +891,8 @@ fn verdict(config: &SimConfig, seed: u64, profile: Profile, world: &WorldConfig,
         backoff_base: Some(world.backoff_base.0),
         backoff_cap: Some(world.backoff_cap.0),
         source: Some(format!("outbox-check sim {} --seed {seed}", config.command_line())),
+        // The simulated database runs one statement at a time, in the history's order.
+        concurrency: Some(trace::Concurrency::Serial),
     };
     let history = trace::to_jsonl(&header, &s.recorder.events);
     let oracle = match config.single_design() {

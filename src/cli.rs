@@ -842,9 +842,8 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, strict: bool, js
             crate::trace::ReadOptions { strict },
             |header| {
                 let oracle = match variant {
-                    Some(design) => {
-                        Oracle::for_design(design, header.max_attempts, header.backoff_base, header.backoff_cap)
-                    }
+                    Some(design) => Oracle::for_design(design, header.max_attempts, header.backoff_base, header.backoff_cap)
+                        .concurrency(header.concurrency),
                     None => Oracle::new(header)?,
                 };
                 *slot.borrow_mut() = Some(oracle);

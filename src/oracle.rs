@@ -270,6 +270,9 @@ struct Branch {
     /// Unknown writes to different rows are independent: deferring them keeps the branches
     /// from multiplying while many are open at once.
     deferred: Vec<Deferred>,
+    /// Every row that may not be terminal (enqueued or requeued since last looked at): where a
+    /// serial claim's expected rows are looked for, instead of the whole table.
+    open: Vec<MessageId>,
 }
 
 /// A terminal write whose outcome the implementation could not learn, resolved lazily.
@@ -298,6 +301,9 @@ pub struct Oracle {
     /// Per message (by id): the tokens claims returned. The same in every branch, since claims
     /// whose outcome is known are the same everywhere and unknown ones return no token.
     tokens: Vec<RowTokens>,
+    /// The history's claims ran one at a time: each must return exactly the rows the design's
+    /// claim returns (header `concurrency: serial`).
+    serial: bool,
 }
 
 impl Oracle {
@@ -310,7 +316,13 @@ impl Oracle {
         }
         let design = Design::parse(variant)
             .ok_or_else(|| format!("unknown variant '{variant}'; valid: {}", Design::all_names().join(", ")))?;
-        Ok(Oracle::for_design(design, header.max_attempts, header.backoff_base, header.backoff_cap))
+        Ok(Oracle::for_design(design, header.max_attempts, header.backoff_base, header.backoff_cap).concurrency(header.concurrency))
+    }
+
+    /// Judges claims as the history's concurrency says (default: skip-locked).
+    pub fn concurrency(mut self, concurrency: Option<crate::trace::Concurrency>) -> Oracle {
+        self.serial = concurrency == Some(crate::trace::Concurrency::Serial);
+        self
     }
 
     /// An oracle for `design` with a budget and the retry clock's base and cap.
@@ -333,10 +345,12 @@ impl Oracle {
                 held: Vec::new(),
                 resolutions: Vec::new(),
                 deferred: Vec::new(),
+                open: Vec::new(),
             }],
             events: 0,
             dropped: false,
             tokens: Vec::new(),
+            serial: false,
         }
     }
 
@@ -553,8 +567,10 @@ impl Oracle {
             (Event::Reap { now, .. }, _) => outbox
                 .row(d.req.lease.message_id)
                 .is_some_and(|row| Outbox::is_reapable(row, Instant(*now), max_attempts)),
-            // A claim whose outcome is unknown may have taken any row.
+            // A claim whose outcome is unknown may have taken any row; a serial claim is judged
+            // against every row it could have taken.
             (Event::Claim { outcome: Outcome::Unknown, .. }, _) => true,
+            (Event::Claim { .. }, _) if self.serial => true,
             (_, Plan::Ids { messages, .. }) => messages.contains(&d.req.lease.message_id),
             (_, Plan::Nothing) => false,
         };
@@ -656,6 +672,9 @@ impl Oracle {
                 if model_says != result {
                     return Err(diverge(Blame::Safety(Property::S10), model_says.into(), result.clone(), &[]));
                 }
+                if model_says == "applied" {
+                    b.open.push(messages[0]);
+                }
                 audited(b, &[])?;
                 Ok(None)
             }
@@ -677,6 +696,33 @@ impl Oracle {
                     return Ok(Some(committed));
                 }
                 let before = rows_of(b, &messages);
+                if self.serial {
+                    // One claim at a time: it returns exactly the design's rows, in order.
+                    let Branch { outbox, open, .. } = &mut *b;
+                    if self.policy.claim_terminal {
+                        *open = outbox.rows().iter().map(|r| r.message_id).collect();
+                    } else {
+                        open.retain(|id| outbox.row(*id).is_some_and(|r| !r.status.is_terminal()));
+                    }
+                    open.sort_unstable();
+                    open.dedup();
+                    let expected = outbox.claim_pick(&self.policy, &req, open);
+                    if expected.as_slice() != messages.as_slice() {
+                        let names = |ids: &[MessageId]| {
+                            if ids.is_empty() {
+                                "no row".to_string()
+                            } else {
+                                ids.iter().map(|m| self.name_of(0, m.0)).collect::<Vec<_>>().join(", ")
+                            }
+                        };
+                        return Err(diverge(
+                            conformance(Conformance::C1),
+                            format!("a claim of {} (the history's claims run one at a time: concurrency serial)", names(&expected)),
+                            format!("a claim of {}", names(&messages)),
+                            &before,
+                        ));
+                    }
+                }
                 let claimed = b
                     .auditor
                     .claim_exactly(&mut b.outbox, &self.policy, &req, &messages, Instant(*now))
@@ -828,6 +874,9 @@ impl Oracle {
                 let model_says = if model == RequeueResult::Applied { "applied" } else { "not_requeueable" };
                 if model_says != result {
                     return Err(diverge(conformance(Conformance::C6), model_says.into(), result.clone(), &before));
+                }
+                if model == RequeueResult::Applied {
+                    b.open.push(messages[0]);
                 }
                 audited(b, &before)?;
                 Ok(None)

@@ -29,6 +29,19 @@ pub struct Header {
     /// Free text: what recorded this trace.
     #[serde(default)]
     pub source: Option<String>,
+    /// How claims ran: `serial` (one at a time: every claim must return exactly the rows the
+    /// design's claim returns) or `skip-locked` (concurrent claims that skip rows other
+    /// transactions hold: a claim may return fewer). Default: `skip-locked`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<Concurrency>,
+}
+
+/// How the claims of a history ran (the header's `concurrency`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Concurrency {
+    Serial,
+    SkipLocked,
 }
 
 /// What a statement's caller learnt about it.
@@ -592,6 +605,8 @@ pub fn from_world(config: &crate::world::WorldConfig, events: &[crate::world::Ev
         backoff_base: Some(config.backoff_base.0),
         backoff_cap: Some(config.backoff_cap.0),
         source: Some("outbox-check world".to_string()),
+        // The world runs one step at a time: its claims return exactly what the design's do.
+        concurrency: Some(Concurrency::Serial),
     };
     let relay = |r: u16| format!("r{r}");
     let tenant = |t: crate::core::TenantId| format!("tenant{}", t.0);

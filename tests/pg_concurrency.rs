@@ -406,6 +406,8 @@ fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_wr
         backoff_base: Some(policy.backoff.base.0),
         backoff_cap: Some(policy.backoff.cap.0),
         source: Some("tests/pg_concurrency.rs: 4 relays on PostgreSQL".into()),
+        // Four relays' claims ran at once, each skipping rows the others held.
+        concurrency: Some(outbox_check::trace::Concurrency::SkipLocked),
     };
     let events: Vec<Event> = events.into_iter().map(|(_, e)| e).collect();
     let file = std::env::temp_dir().join(format!("outbox-check-pg-{}.jsonl", std::process::id()));

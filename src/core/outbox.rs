@@ -364,13 +364,27 @@ impl Outbox {
     /// statement. Returns one lease per row, in claim order.
     pub fn claim(&mut self, policy: &Policy, req: &ClaimRequest) -> Result<Vec<Lease>, CoreError> {
         Self::validate_claim(req)?;
-        let mut picked: Vec<usize> = (0..self.rows.len())
-            .filter(|&i| Self::is_claimable(policy, &self.rows[i], req.tenant_id, req.now, req.max_attempts))
-            .collect();
-        picked.sort_by_key(|&i| Self::order_key(policy.claim_order, &self.rows[i]));
-        picked.truncate(req.batch as usize);
-
+        let picked = self.pick(policy, req, 0..self.rows.len());
         Ok(picked.into_iter().map(|i| self.lease_row(policy, req, i)).collect())
+    }
+
+    /// The rows a claim would take, in its order, without taking them, looking only at the
+    /// rows of `candidates` (which must hold every row the claim could take; a caller that
+    /// keeps the table's non-terminal rows need not scan the rest).
+    pub fn claim_pick(&self, policy: &Policy, req: &ClaimRequest, candidates: &[MessageId]) -> Vec<MessageId> {
+        let picked = self.pick(policy, req, candidates.iter().filter_map(|id| self.index(*id)));
+        picked.into_iter().map(|i| self.rows[i].message_id).collect()
+    }
+
+    /// The claim's selection: the claimable rows among `indices`, in the claim's order, at most
+    /// a batch. The one place that rule lives.
+    fn pick(&self, policy: &Policy, req: &ClaimRequest, indices: impl Iterator<Item = usize>) -> Vec<usize> {
+        let mut picked: Vec<usize> =
+            indices.filter(|&i| Self::is_claimable(policy, &self.rows[i], req.tenant_id, req.now, req.max_attempts)).collect();
+        picked.sort_by_key(|&i| Self::order_key(policy.claim_order, &self.rows[i]));
+        picked.dedup();
+        picked.truncate(req.batch as usize);
+        picked
     }
 
     /// Claims exactly `ids`, in that order, as a claim that returned them would have: each must
