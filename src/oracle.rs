@@ -281,6 +281,25 @@ struct Deferred {
     line: usize,
     write: String,
     req: WriteRequest,
+    /// The retry time the implementation chose, if it said.
+    retry_at: Option<u64>,
+}
+
+/// Where a write the implementation reported applied left its row waiting for a retry, the
+/// retry time it chose replaces the design's backoff; one not later than the write's `now`
+/// breaks S7.
+fn chosen_retry(outbox: &mut Outbox, id: MessageId, retry_at: Option<u64>, now: Instant) -> Result<(), String> {
+    let Some(at) = retry_at else { return Ok(()) };
+    let Some(i) = outbox.index(id) else { return Ok(()) };
+    let row = &mut outbox.rows_mut()[i];
+    if !matches!(row.status, crate::core::Status::Pending | crate::core::Status::Ambiguous) {
+        return Ok(());
+    }
+    if at <= now.0 {
+        return Err(format!("the write left the row {} with the retry time t={at} it chose, not later than its now {now}", row.status));
+    }
+    row.next_attempt_at = Some(Instant(at));
+    Ok(())
 }
 
 /// Branches beyond this many are pruned (each unknown outcome can double them).
@@ -590,6 +609,7 @@ impl Oracle {
             for b in out {
                 let mut applied = b.clone();
                 let ok = applied.auditor.write(&mut applied.outbox, &self.policy, &d.req).is_ok();
+                let ok = ok && chosen_retry(&mut applied.outbox, d.req.lease.message_id, d.retry_at, d.req.now).is_ok();
                 if ok && applied.auditor.take_violations().is_empty() {
                     applied.resolutions.push(format!("line {}: {} committed", d.line, d.write));
                     next.push(applied);
@@ -788,7 +808,7 @@ impl Oracle {
                 audited(b, &before)?;
                 Ok(None)
             }
-            Event::Write { write, message, token, now, code, result, status, .. } => {
+            Event::Write { write, message, token, now, code, result, status, next_attempt_at, .. } => {
                 let id = messages[0];
                 let kind = write_kind(write, *code).ok_or_else(|| diverge(conformance(Conformance::C8), "a known write".into(), write.clone(), &[]))?;
                 let held = b.held.iter_mut().rev().find(|h| h.relay == relay && h.lease.message_id == id && h.token.is(token));
@@ -806,7 +826,7 @@ impl Oracle {
                     if b.outbox.row(id).is_none() {
                         return Err(diverge(conformance(Conformance::C7), "a write to a known row".into(), format!("a write to {message}"), &before));
                     }
-                    b.deferred.push(Deferred { line, write: write.clone(), req });
+                    b.deferred.push(Deferred { line, write: write.clone(), req, retry_at: *next_attempt_at });
                     return Ok(None);
                 }
                 let applied = b;
@@ -848,6 +868,10 @@ impl Oracle {
                             }
                         }
                         audited(applied, &before)?;
+                        if matches!(model, WriteResult::Applied { .. }) {
+                            chosen_retry(&mut applied.outbox, id, *next_attempt_at, req.now)
+                                .map_err(|said| diverge(Blame::Safety(Property::S7), String::new(), said, &before))?;
+                        }
                         Ok(None)
                     }
                 }

@@ -264,6 +264,11 @@ events! {
         /// The status the implementation says the row now has (optional).
         #[serde(default)]
         status: Option<Status>,
+        /// The retry time the implementation chose itself (optional; its own backoff): where
+        /// given, the row waits until then instead of the design's backoff, and S7 judges the
+        /// claims against it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        next_attempt_at: Option<u64>,
     },
     /// The reaper ran and exhausted these messages.
     Reap { now: u64, messages: Vec<String> },
@@ -393,6 +398,7 @@ impl Event {
             code: request.kind.code(),
             result,
             status: None,
+            next_attempt_at: None,
         }
     }
 
