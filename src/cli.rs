@@ -903,6 +903,9 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, strict: bool, js
                         for r in &accepted.resolutions {
                             println!("  unknown outcome resolved as: {r}");
                         }
+                        for n in &accepted.not_judged {
+                            println!("  not judged: {n}");
+                        }
                     });
                 }
                 verdicts.push(serde_json::json!({ "file": name, "verdict": "consistent", "accepted": accepted, "ignored_fields": ignored }));

@@ -89,6 +89,10 @@ enum Blame {
     Conformance(Conformance),
 }
 
+/// The aggregate ids of rows a history without enqueues brought in with their first claim: one
+/// per row, apart from every aggregate the history names.
+const IMPLICIT_AGGREGATE: u32 = 0x8000_0000;
+
 /// The id of the JSON `outbox-check trace --json` prints (docs/trace-verdict.schema.json).
 pub const VERDICT_SCHEMA: &str = "outbox-check/trace-verdict/v2";
 
@@ -166,6 +170,9 @@ impl Divergence {
 pub struct Accepted {
     pub events: usize,
     pub resolutions: Vec<String>,
+    /// The properties the history gave no means to judge (a job queue that logs no enqueue
+    /// or no publication), and why.
+    pub not_judged: Vec<String>,
 }
 
 /// A lease the implementation holds, under its own token string.
@@ -323,6 +330,12 @@ pub struct Oracle {
     /// The history's claims ran one at a time: each must return exactly the rows the design's
     /// claim returns (header `concurrency: serial`).
     serial: bool,
+    /// The history has logged an enqueue / a publication so far. A job queue with no business
+    /// transaction logs no enqueue: its rows are taken as enqueued when first claimed.
+    seen_enqueue: bool,
+    seen_publish: bool,
+    /// The first line where a violation was left unjudged for want of those events.
+    unjudged_at: std::cell::Cell<Option<usize>>,
 }
 
 impl Oracle {
@@ -370,6 +383,9 @@ impl Oracle {
             dropped: false,
             tokens: Vec::new(),
             serial: false,
+            seen_enqueue: false,
+            seen_publish: false,
+            unjudged_at: std::cell::Cell::new(None),
         }
     }
 
@@ -455,6 +471,8 @@ impl Oracle {
     /// stop at the first divergence.
     pub fn feed(&mut self, line: usize, event: &Event) -> Result<(), Divergence> {
         let plan = self.plan(event);
+        self.seen_enqueue |= matches!(event, Event::Enqueue { .. });
+        self.seen_publish |= matches!(event, Event::Publish { .. });
         self.check_tokens(line, event, &plan)?;
         let mut first_error = None;
         let mut branches = std::mem::take(&mut self.branches);
@@ -541,7 +559,19 @@ impl Oracle {
                 r
             })
             .unwrap_or_default();
-        Accepted { events: self.events, resolutions }
+        let mut not_judged = Vec::new();
+        if !self.seen_enqueue {
+            not_judged.push("S10 atomic enqueue: the history has no enqueue (rows were taken as enqueued when first claimed)".to_string());
+        }
+        if !self.seen_publish {
+            not_judged.push("S5, S8 and S3's count of publications: the history has no publish".to_string());
+        }
+        if let (Some(line), true) = (self.unjudged_at.get(), self.seen_enqueue && self.seen_publish) {
+            not_judged.push(format!(
+                "S5, S8 or S10 at line {line}, which came before the history's first publish or enqueue"
+            ));
+        }
+        Accepted { events: self.events, resolutions, not_judged }
     }
 
     /// Erases, in the rows `event` touched, what no rule of the model ever reads again: the last
@@ -663,7 +693,17 @@ impl Oracle {
         let conformance = Blame::Conformance;
         let rows_of = |b: &Branch, ids: &[MessageId]| ids.iter().filter_map(|id| b.outbox.row(*id).cloned()).collect::<SmallVec<[Row; 1]>>();
         let audited = |b: &mut Branch, before: &[Row]| -> Result<(), Divergence> {
-            match b.auditor.take_violations().into_iter().next() {
+            // What the history gives no means to judge is not judged (see Accepted::not_judged).
+            let judged = |p: Property| match p {
+                Property::S5 | Property::S8 => self.seen_publish,
+                Property::S10 => self.seen_enqueue,
+                _ => true,
+            };
+            let violations = b.auditor.take_violations();
+            if violations.iter().any(|v| !judged(v.property)) && self.unjudged_at.get().is_none() {
+                self.unjudged_at.set(Some(line));
+            }
+            match violations.into_iter().find(|v| judged(v.property)) {
                 None => Ok(()),
                 Some(v) => {
                     let mut said = self.words(&v.detail);
@@ -714,6 +754,22 @@ impl Oracle {
                     committed.resolutions.push(format!("line {line}: claim committed"));
                     b.resolutions.push(format!("line {line}: claim not committed"));
                     return Ok(Some(committed));
+                }
+                if !self.seen_enqueue {
+                    // No enqueue in the history (a job queue): a row is enqueued, as far as the
+                    // model knows, when a claim first returns it — as a job of its own.
+                    let unseen: SmallVec<[MessageId; 2]> = messages.iter().copied().filter(|id| b.outbox.row(*id).is_none()).collect();
+                    for id in unseen {
+                        let req = EnqueueRequest {
+                            tenant_id: tenant,
+                            aggregate_id: AggregateId(IMPLICIT_AGGREGATE | id.0),
+                            expected_version: 0,
+                            message_id: id,
+                            now: Instant(*now),
+                        };
+                        let _ = b.auditor.enqueue(&mut b.outbox, &req);
+                        b.open.push(id);
+                    }
                 }
                 let before = rows_of(b, &messages);
                 if self.serial {
@@ -969,7 +1025,8 @@ impl Oracle {
                 serde_json::json!({
                     "message": self.name_of(0, row.message_id.0),
                     "tenant": self.name_of(1, u32::from(row.tenant_id.0)),
-                    "aggregate": self.name_of(3, row.aggregate_id.0),
+                    // A job of a history without enqueues has no aggregate.
+                    "aggregate": (row.aggregate_id.0 & IMPLICIT_AGGREGATE == 0).then(|| self.name_of(3, row.aggregate_id.0)),
                     "aggregate_version": row.aggregate_version,
                     "status": row.status.as_str(),
                     "attempts": row.attempts,
