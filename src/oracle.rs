@@ -188,6 +188,20 @@ struct Held {
     line: usize,
 }
 
+/// The name a claim without a token gets: a lease of its own, named by its line.
+const TOKENLESS: &str = "(claim at line ";
+
+impl Held {
+    /// The token as the history wrote it (none for a claim without one).
+    fn token_text(&self) -> Option<String> {
+        match &self.token {
+            TokenName::Number(n) => Some(n.to_string()),
+            TokenName::Text(t) if t.starts_with(TOKENLESS) => None,
+            TokenName::Text(t) => Some(t.to_string()),
+        }
+    }
+}
+
 /// The tokens the history's claims handed out for one row, for S2: a claim's token must be one
 /// the row never had, and under a counter design greater than every earlier one — for numeric
 /// tokens of a counter design the largest so far says both, so only that is kept.
@@ -334,6 +348,8 @@ pub struct Oracle {
     /// transaction logs no enqueue: its rows are taken as enqueued when first claimed.
     seen_enqueue: bool,
     seen_publish: bool,
+    /// Some claim of the history carried no token.
+    tokenless: bool,
     /// The first line where a violation was left unjudged for want of those events.
     unjudged_at: std::cell::Cell<Option<usize>>,
 }
@@ -385,6 +401,7 @@ impl Oracle {
             serial: false,
             seen_enqueue: false,
             seen_publish: false,
+            tokenless: false,
             unjudged_at: std::cell::Cell::new(None),
         }
     }
@@ -398,23 +415,28 @@ impl Oracle {
         };
         let counter = self.policy.token_kind == crate::core::policy::TokenKind::Counter;
         for (got, id) in leases.iter().zip(messages) {
+            // A claim without a token has nothing to compare: the implementation cannot fence.
+            let Some(got_token) = &got.token else {
+                self.tokenless = true;
+                continue;
+            };
             let i = id.0 as usize;
             if self.tokens.len() <= i {
                 self.tokens.resize_with(i + 1, RowTokens::default);
             }
             let row = &mut self.tokens[i];
-            let token = TokenName::new(&got.token);
+            let token = TokenName::new(got_token);
             let reused = |at: usize| {
                 Some((
                     format!("a token {} never had", got.message),
-                    format!("token {} for {}, which the claim at line {at} already handed out", got.token, got.message),
+                    format!("token {got_token} for {}, which the claim at line {at} already handed out", got.message),
                 ))
             };
             let problem = match (&token, row.max) {
                 (TokenName::Number(n), Some((max, at))) if *n == max => reused(at),
                 (TokenName::Number(n), Some((max, at))) if counter && *n < max => Some((
                     format!("a token of {} greater than every earlier one", got.message),
-                    format!("token {} for {}, lower than token {max} from the claim at line {at}", got.token, got.message),
+                    format!("token {got_token} for {}, lower than token {max} from the claim at line {at}", got.message),
                 )),
                 _ => row.seen.iter().find(|(t, _)| *t == token).and_then(|&(_, at)| reused(at)),
             };
@@ -565,6 +587,12 @@ impl Oracle {
         }
         if !self.seen_publish {
             not_judged.push("S5, S8 and S3's count of publications: the history has no publish".to_string());
+        }
+        if self.tokenless {
+            not_judged.push(
+                "S2 for the claims without a token: the implementation cannot fence (S1 is judged by the claim each write answers)"
+                    .to_string(),
+            );
         }
         if let (Some(line), true) = (self.unjudged_at.get(), self.seen_enqueue && self.seen_publish) {
             not_judged.push(format!(
@@ -829,7 +857,9 @@ impl Oracle {
                                     &before,
                                 ));
                             }
-                            b.held.push(Held { relay, token: TokenName::new(&got.token), lease: *lease, ended: false, line });
+                            // A claim without a token is a lease of its own, named by its line.
+                            let token = got.token.as_deref().map_or_else(|| TokenName::Text(format!("{TOKENLESS}{line})").into()), TokenName::new);
+                            b.held.push(Held { relay, token, lease: *lease, ended: false, line });
                         }
                         audited(b, &before)?;
                         Ok(None)
@@ -864,10 +894,20 @@ impl Oracle {
                 audited(b, &before)?;
                 Ok(None)
             }
-            Event::Write { write, message, token, now, code, result, status, next_attempt_at, .. } => {
+            Event::Write { write, message, token, attempt, now, code, result, status, next_attempt_at, .. } => {
                 let id = messages[0];
                 let kind = write_kind(write, *code).ok_or_else(|| diverge(conformance(Conformance::C8), "a known write".into(), write.clone(), &[]))?;
-                let held = b.held.iter_mut().rev().find(|h| h.relay == relay && h.lease.message_id == id && h.token.is(token));
+                // The lease the write presents: by its token; without one, by the attempt its
+                // claim handed out, else the writer's latest claim of the row.
+                let held = b.held.iter_mut().rev().find(|h| {
+                    h.relay == relay
+                        && h.lease.message_id == id
+                        && match (token, attempt) {
+                            (Some(t), _) => h.token.is(t),
+                            (None, Some(a)) => h.lease.attempts == *a,
+                            (None, None) => true,
+                        }
+                });
                 // Whatever the write reports, the relay is done with this lease.
                 let mut lease = held
                     .map(|h| {
@@ -974,11 +1014,8 @@ impl Oracle {
             .rev()
             .find(|h| h.lease.message_id == id && h.lease.claim_seq == latest)
             .map(|h| {
-                let token = match &h.token {
-                    TokenName::Number(n) => n.to_string(),
-                    TokenName::Text(t) => t.to_string(),
-                };
-                format!(" — the claim at line {} by {} (token {token}) had superseded its lease", h.line, self.name_of(2, u32::from(h.relay.0)))
+                let token = h.token_text().map(|t| format!(" (token {t})")).unwrap_or_default();
+                format!(" — the claim at line {} by {}{token} had superseded its lease", h.line, self.name_of(2, u32::from(h.relay.0)))
             })
             .unwrap_or_default()
     }
@@ -1018,10 +1055,7 @@ impl Oracle {
                     .iter()
                     .rev()
                     .find(|h| h.lease.message_id == row.message_id && h.lease.token == row.lease_token)
-                    .map(|h| match &h.token {
-                        TokenName::Number(n) => n.to_string(),
-                        TokenName::Text(t) => t.to_string(),
-                    });
+                    .and_then(Held::token_text);
                 serde_json::json!({
                     "message": self.name_of(0, row.message_id.0),
                     "tenant": self.name_of(1, u32::from(row.tenant_id.0)),

@@ -63,14 +63,16 @@ fn ok() -> Outcome {
 #[serde(deny_unknown_fields)]
 pub struct TraceLease {
     pub message: String,
-    /// A string or an integer in the file (many queues' tokens are numbers).
-    #[serde(deserialize_with = "token_text")]
-    pub token: String,
+    /// A string or an integer in the file (many queues' tokens are numbers); absent where the
+    /// implementation hands out no token (it cannot fence: each claim is a lease of its own).
+    #[serde(default, deserialize_with = "token_text_opt", skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
     pub attempts: u32,
 }
 
 /// A token written as a string or as a non-negative integer, read as text.
 fn token_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    // (Also reached through token_text_opt for every optional token field.)
     struct Token;
     impl serde::de::Visitor<'_> for Token {
         type Value = String;
@@ -255,8 +257,13 @@ events! {
         write: String,
         message: String,
         tenant: String,
-        #[serde(deserialize_with = "token_text")]
-        token: String,
+        /// The lease's token; absent where the implementation has none.
+        #[serde(default, deserialize_with = "token_text_opt", skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
+        /// Without a token: the attempt number the writer's claim handed out, which tells its
+        /// claim from the others (absent: the writer's latest claim of the row).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<u32>,
         now: u64,
         #[serde(default)]
         code: Option<FailureCode>,
@@ -380,7 +387,7 @@ impl Event {
             now: request.now.0,
             leases: leases
                 .iter()
-                .map(|l| TraceLease { message: message(l.message_id), token: l.token.0.to_string(), attempts: l.attempts })
+                .map(|l| TraceLease { message: message(l.message_id), token: Some(l.token.0.to_string()), attempts: l.attempts })
                 .collect(),
             outcome: Outcome::Ok,
         }
@@ -393,7 +400,8 @@ impl Event {
             write: request.kind.name().to_string(),
             message,
             tenant,
-            token: request.lease.token.0.to_string(),
+            token: Some(request.lease.token.0.to_string()),
+            attempt: None,
             now: request.now.0,
             code: request.kind.code(),
             result,
