@@ -253,6 +253,12 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
         let (status, counterexample, explorer_path, note) = match replayed {
             Some((Ok(steps), encoded)) => (Verdict::Violated, Some(steps), Some(encoded), None),
             Some((Err(bug), _)) => (Verdict::Unknown, None, None, Some(bug)),
+            None if unconfirmed.contains(name) && !complete => (
+                Verdict::Unknown,
+                None,
+                None,
+                stopped.clone().map(|s| format!("{s}: the complete check flagged it, and the search for its path was cut short")),
+            ),
             None if unconfirmed.contains(name) => (
                 Verdict::Unknown,
                 None,
@@ -403,6 +409,7 @@ pub fn bfs_paths(
         indices
     };
     let mut actions = Vec::new();
+    let mut popped = 0usize;
     while let Some((at, state)) = queue.pop_front() {
         for p in &properties {
             if !names.contains(p.name) && violated(p, &state) {
@@ -413,7 +420,8 @@ pub fn bfs_paths(
         if done(&names) || max_states.is_some_and(|max| parent.len() >= max) {
             break;
         }
-        if parent.len() % 4096 == 0 && budget.is_some_and(|b| b.exceeded().is_some()) {
+        popped += 1;
+        if popped % 1024 == 0 && budget.is_some_and(|b| b.exceeded().is_some()) {
             break;
         }
         actions.clear();
