@@ -188,6 +188,23 @@ impl Model for OutboxModel {
     }
 }
 
+/// [`describe`], and where a relay's own skewed clock gave the statement its `now`, the true
+/// time beside it — or the story would seem to run backwards.
+pub fn describe_at(config: &WorldConfig, true_now: crate::core::Instant, event: &Event) -> String {
+    let text = describe(event);
+    let (relay, now) = match event {
+        Event::Claimed { relay, request, .. } => (*relay, request.now),
+        Event::Wrote { relay, request, .. } => (*relay, request.now),
+        _ => return text,
+    };
+    if now == true_now {
+        return text;
+    }
+    let skew = config.relays[usize::from(relay)].skew;
+    let runs = if skew >= 0 { format!("{skew} ahead") } else { format!("{} behind", -skew) };
+    format!("{text} (r{relay}'s own clock, which runs {runs}: true time t={})", true_now.0)
+}
+
 /// One event in plain words: who did what to which row, with token, attempts and now.
 pub fn describe(event: &Event) -> String {
     let db = |db: &crate::world::DbFate| db.words();
@@ -279,7 +296,7 @@ pub fn replay_with(config: &WorldConfig, actions: &[Action], safety: Option<u16>
             index: index + 1,
             action: real_action,
             now: real.now.0,
-            text: report.events.iter().map(describe).collect(),
+            text: report.events.iter().map(|e| describe_at(config, real.now, e)).collect(),
             events: report.events,
             violations: report.violations,
         });

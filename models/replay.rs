@@ -15,7 +15,7 @@
 //!   message is still deliverable where the fault-free, never-publishing suffix begins.
 
 use crate::core::{MessageId, Property, Status, Violation};
-use crate::model::{describe, ReplayStep, REACHABILITY};
+use crate::model::{describe_at, ReplayStep, REACHABILITY};
 use crate::world::{Action, World, WorldConfig};
 
 /// Why a path does not replay as claimed.
@@ -47,7 +47,7 @@ pub fn run(config: &WorldConfig, actions: &[Action]) -> Result<(Vec<ReplayStep>,
             index: index + 1,
             action,
             now: world.now.0,
-            text: report.events.iter().map(describe).collect(),
+            text: report.events.iter().map(|e| describe_at(config, world.now, e)).collect(),
             events: report.events,
             violations: report.violations,
         });

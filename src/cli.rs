@@ -692,6 +692,11 @@ fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) 
         }
         if p.status == Verdict::Violated {
             if let Some(steps) = &p.counterexample {
+                // The one sentence of what goes wrong, as the Markdown has it.
+                let what = steps.iter().rev().flat_map(|s| s.violations.iter()).find(|v| v.property.id() == p.id);
+                if let Some(v) = what {
+                    println!("  {:<17} what goes wrong: {}", "", v.detail);
+                }
                 for step in steps {
                     if p.cycle_from == Some(step.index) {
                         println!("  {:<17} — repeated forever from here —", "");
