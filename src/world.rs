@@ -667,23 +667,24 @@ impl World {
         };
         let mut leases = Vec::new();
         if db != DbFate::LostBefore {
-            let rows = self.outbox.rows();
-            let taken_over: SmallVec<[MessageId; 8]> =
-                rows.iter().filter(|row| row.status == Status::InFlight).map(|row| row.message_id).collect();
-            // Rows some claim has taken before: a new claim's token must differ from theirs.
-            let claimed_before: SmallVec<[MessageId; 8]> = rows
-                .iter()
-                .filter(|row| {
-                    row.status != Status::Pending
-                        || row.attempts > 0
-                        || row.last_failure_code.is_some()
-                        || row.next_attempt_at.is_some()
-                })
-                .map(|row| row.message_id)
-                .collect();
-            self.step.seen.terminal_met = rows.iter().any(|row| row.status.is_terminal());
-            self.step.seen.tenants_crossed =
-                rows.iter().any(|row| row.tenant_id != request.tenant_id && !row.status.is_terminal());
+            // One pass over the table before the claim: which rows are leased (a claim of one is
+            // a takeover), which some claim has taken before (its new token must differ), and
+            // whether a terminal row or another tenant's live row is there to be met.
+            let mut taken_over: SmallVec<[MessageId; 8]> = SmallVec::new();
+            let mut claimed_before: SmallVec<[MessageId; 8]> = SmallVec::new();
+            let (mut terminal_met, mut tenants_crossed) = (false, false);
+            for row in self.outbox.rows() {
+                if row.status == Status::InFlight {
+                    taken_over.push(row.message_id);
+                }
+                if row.status != Status::Pending || row.attempts > 0 || row.last_failure_code.is_some() || row.next_attempt_at.is_some() {
+                    claimed_before.push(row.message_id);
+                }
+                terminal_met |= row.status.is_terminal();
+                tenants_crossed |= row.tenant_id != request.tenant_id && !row.status.is_terminal();
+            }
+            self.step.seen.terminal_met = terminal_met;
+            self.step.seen.tenants_crossed = tenants_crossed;
             leases = self.auditor.claim(&mut self.outbox, &relay_config.policy, &request, self.now).unwrap_or_default();
             self.step.seen.lease_taken_over = leases.iter().any(|l| taken_over.contains(&l.message_id));
             self.step.seen.claimed_again = leases.iter().any(|l| claimed_before.contains(&l.message_id));
