@@ -12,7 +12,8 @@ pub mod time;
 
 pub use audit::{Auditor, IdempotencyKey, Property, RowGhost, Violation};
 pub use outbox::{
-    random_token, ClaimRefusal, ClaimRequest, CoreError, EnqueueRequest, EnqueueResult, Outbox, RequeueResult, StaleReason,
+    random_token, ClaimRefusal, ClaimRequest, CoreError, EnqueueRequest, EnqueueResult, Outbox, ReleaseFence, ReleaseRequest, RequeueResult,
+    StaleReason,
     WriteKind, WriteRequest, WriteResult,
 };
 pub use policy::{Backoff, Design, Mutant, Policy, Variant};

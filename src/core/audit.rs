@@ -455,6 +455,29 @@ impl Auditor {
         Ok(result)
     }
 
+    /// A maintenance job's release with S1 (it may end only the latest claim's lease: one that
+    /// applies after the row was claimed again ends a lease it never read), S4 and S2.
+    pub fn release(&mut self, outbox: &mut Outbox, req: &crate::core::ReleaseRequest) -> Result<WriteResult, CoreError> {
+        let id = req.lease.message_id;
+        let before = outbox.row(id).cloned();
+        let result = outbox.release(req)?;
+        let (Some(old), Some(new)) = (before, outbox.row(id).cloned()) else {
+            return Ok(result);
+        };
+        let what = format!("release ({} fence) to {}", req.fence.name(), req.to);
+        let latest = self.ghost(id).map(|g| g.claims).unwrap_or(0);
+        if matches!(result, WriteResult::Applied { .. }) && req.lease.claim_seq != latest && old.status == Status::InFlight {
+            self.violated(
+                Property::S1,
+                format!("{what} applied to {id} read at claim {} of the row while claim {latest} is the latest", req.lease.claim_seq),
+            );
+        }
+        self.check_absorbing(&old, &new, &what);
+        self.check_token_kept(&old, &new, &what);
+        self.check_confirmation(&old, &new);
+        Ok(result)
+    }
+
     /// SPEC §3.4 with S4 and S2.
     pub fn reap(&mut self, outbox: &mut Outbox, now: Instant) -> Vec<MessageId> {
         let before: Vec<Row> = outbox.rows().to_vec();

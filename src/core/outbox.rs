@@ -116,6 +116,41 @@ pub struct WriteRequest {
     pub max_attempts: u32,
 }
 
+/// What a maintenance job's release checks before it ends a lease (a rescuer moving an expired
+/// job on): the lease it read, the expiry, or nothing but the id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReleaseFence {
+    /// `status = IN_FLIGHT AND lease_token = <the token it read>`: fenced on what it read.
+    Token,
+    /// `status = IN_FLIGHT AND lease_expires_at <= now`: an expired lease, whoever holds it.
+    Expired,
+    /// `message_id = ?` alone.
+    Id,
+}
+
+impl ReleaseFence {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReleaseFence::Token => "token",
+            ReleaseFence::Expired => "expired",
+            ReleaseFence::Id => "id",
+        }
+    }
+}
+
+/// A maintenance job ends a lease without a claim: back to PENDING or AMBIGUOUS (with or
+/// without a retry time), or to FAILED or EXHAUSTED. `lease` is the lease it read (its token is
+/// what a `Token` fence compares); the attempt count is left as it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ReleaseRequest {
+    pub lease: Lease,
+    pub fence: ReleaseFence,
+    pub to: Status,
+    pub retry_at: Option<Instant>,
+    pub now: Instant,
+}
+
 /// Why a claim may not take a row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -339,7 +374,7 @@ impl Outbox {
     }
 
     /// The claim's total order, as a sortable key.
-    fn order_key(order: ClaimOrder, row: &Row) -> (Instant, TenantId, MessageId) {
+    pub fn order_key(order: ClaimOrder, row: &Row) -> (Instant, TenantId, MessageId) {
         match order {
             ClaimOrder::Due => (row.next_attempt_at.unwrap_or(row.created_at), TenantId(0), row.message_id),
             ClaimOrder::Created => (row.created_at, row.tenant_id, row.message_id),
@@ -542,6 +577,31 @@ impl Outbox {
                 row.status = Status::Exhausted;
                 row.last_failure_code = Some(code);
             }
+        }
+        Ok(WriteResult::Applied { status: row.status })
+    }
+
+    /// A maintenance job's release (see [`ReleaseRequest`]): applies where its fence matches,
+    /// ends the lease and moves the row to `to`; Stale otherwise, changing nothing.
+    pub fn release(&mut self, req: &ReleaseRequest) -> Result<WriteResult, CoreError> {
+        let i = self.index(req.lease.message_id).ok_or(CoreError::UnknownMessage(req.lease.message_id))?;
+        let row = &mut self.rows[i];
+        let matches = match req.fence {
+            ReleaseFence::Token => row.status == Status::InFlight && row.lease_token == req.lease.token,
+            ReleaseFence::Expired => row.status == Status::InFlight && row.lease_expires_at.is_some_and(|at| at <= req.now),
+            ReleaseFence::Id => true,
+        };
+        if !matches {
+            return Ok(WriteResult::Stale {
+                reason: if row.status == Status::InFlight { StaleReason::WrongToken } else { StaleReason::NotInFlight },
+            });
+        }
+        row.status = req.to;
+        row.lease_owner = None;
+        row.lease_expires_at = None;
+        row.next_attempt_at = if matches!(req.to, Status::Pending | Status::Ambiguous) { req.retry_at } else { None };
+        if req.to == Status::Exhausted {
+            row.last_failure_code = Some(FailureCode::BudgetSpent);
         }
         Ok(WriteResult::Applied { status: row.status })
     }
