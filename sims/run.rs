@@ -884,27 +884,27 @@ fn verdict(config: &SimConfig, seed: u64, profile: Profile, world: &WorldConfig,
     s.violations.sort_by_key(|v| v.property);
 
     let header = trace::Header {
-        format: trace::FORMAT.to_string(),
-        version: trace::VERSION,
-        variant: Some(config.fleet_name()),
-        max_attempts: config.max_attempts,
         backoff_base: Some(world.backoff_base.0),
         backoff_cap: Some(world.backoff_cap.0),
         source: Some(format!("outbox-check sim {} --seed {seed}", config.command_line())),
         // The simulated database runs one statement at a time, in the history's order.
         concurrency: Some(trace::Concurrency::Serial),
+        ..trace::Header::new(&config.fleet_name(), config.max_attempts)
     };
     let history = trace::to_jsonl(&header, &s.recorder.events);
     let oracle = match config.single_design() {
         None => OracleVerdict::NotChecked,
         Some(design) => {
-            let mut oracle = Oracle::for_design(design, config.max_attempts, header.backoff_base, header.backoff_cap);
+            let mut oracle = Oracle::for_header(design, &header);
             let mut verdict = OracleVerdict::Accepted;
             for (i, event) in s.recorder.events.iter().enumerate() {
                 if let Err(d) = oracle.feed(i + 2, event) {
                     verdict = OracleVerdict::Diverged { line: d.line, property: d.property, detail: d.to_string() };
                     break;
                 }
+            }
+            if let (OracleVerdict::Accepted, Err(d)) = (&verdict, oracle.finish()) {
+                verdict = OracleVerdict::Diverged { line: d.line, property: d.property, detail: d.to_string() };
             }
             verdict
         }

@@ -263,11 +263,15 @@ enum Command {
         quiet: bool,
     },
     /// Check histories recorded by any implementation against the model (the reference oracle).
-    #[command(after_help = "Examples:\n  outbox-check trace relay-run.jsonl --json\n  my-recorder | outbox-check trace -\n\n\
+    #[command(after_help = "Examples:\n  outbox-check trace relay-run.jsonl --json\n  my-recorder | outbox-check trace -\n  \
+        outbox-check trace relay-run.jsonl --all --html relay-run.html\n\n\
         The format: docs/trace-format.md. Fields the format does not know (a timestamp, a host)\n\
-        are ignored and listed once on stderr; --strict refuses them. Exit: 0 every history is\n\
-        consistent with the model, 1 one diverges (the first divergence is printed), 2 a file\n\
-        cannot be read or parsed (FILE:LINE:COL and the problem).")]
+        are ignored and listed once on stderr; --strict refuses them. Every divergence is named:\n\
+        a safety property (S1-S10) or a conformance finding (C1-C8: the implementation did what\n\
+        its declared design does not, safely). Exit: 0 every history is consistent with the\n\
+        model (or, with --safety-only, breaks no safety property), 1 one diverges (the first\n\
+        divergence is printed; --all lists every one), 2 a file cannot be read or parsed\n\
+        (FILE:LINE:COL and the problem).")]
     Trace {
         /// Trace files (JSON Lines with a header line); `-` reads standard input.
         #[arg(required = true)]
@@ -284,6 +288,16 @@ enum Command {
         /// No progress display (shown on a terminal while a long history is checked).
         #[arg(short, long)]
         quiet: bool,
+        /// List every divergence, going on after each from what the implementation reported.
+        #[arg(long)]
+        all: bool,
+        /// Conformance findings (C1-C8) are listed but exit 0; only a safety property fails.
+        #[arg(long)]
+        safety_only: bool,
+        /// Draw the history as one self-contained HTML page: a lane per relay, each lease a bar,
+        /// publications and writes as marks, the divergences highlighted. One file only.
+        #[arg(long, value_name = "OUT.html")]
+        html: Option<std::path::PathBuf>,
     },
 }
 
@@ -448,7 +462,9 @@ pub fn main() -> ExitCode {
                 quiet,
             })
         }
-        Command::Trace { files, strict, variant, json, quiet } => trace(&files, variant, strict, json, quiet),
+        Command::Trace { files, strict, variant, json, quiet, all, safety_only, html } => {
+            trace(&files, variant, TraceMode { strict, json, quiet, all, safety_only }, html.as_deref())
+        }
     }
 }
 
@@ -807,11 +823,27 @@ fn mutants(threads: usize, json: bool, quiet: bool) -> ExitCode {
     }
 }
 
-fn trace(files: &[std::path::PathBuf], variant: Option<Design>, strict: bool, json: bool, quiet: bool) -> ExitCode {
+/// How `trace` reports and stops.
+#[derive(Clone, Copy, Debug, Default)]
+struct TraceMode {
+    strict: bool,
+    json: bool,
+    quiet: bool,
+    /// Every divergence, going on from what the implementation reported.
+    all: bool,
+    /// Conformance findings are listed but do not fail the run.
+    safety_only: bool,
+}
+
+fn trace(files: &[std::path::PathBuf], variant: Option<Design>, mode: TraceMode, html: Option<&std::path::Path>) -> ExitCode {
     use crate::oracle::Oracle;
     let stdin = |f: &std::path::Path| f.as_os_str() == "-";
     if files.iter().filter(|f| stdin(f)).count() > 1 {
         eprintln!("outbox-check: standard input ('-') can be read only once");
+        return ExitCode::from(2);
+    }
+    if html.is_some() && files.len() != 1 {
+        eprintln!("outbox-check: --html draws one history: give one file");
         return ExitCode::from(2);
     }
     // Every file is readable before the first is checked: a typo in the last name is found
@@ -822,9 +854,15 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, strict: bool, js
             return ExitCode::from(2);
         }
     }
-    let bar = spinner(quiet, "checking");
+    if let Some(out) = html {
+        if let Err(error) = std::fs::OpenOptions::new().create(true).append(true).open(out) {
+            eprintln!("outbox-check: cannot write {}: {error}", out.display());
+            return ExitCode::from(2);
+        }
+    }
+    let bar = spinner(mode.quiet, "checking");
     let mut verdicts = Vec::new();
-    let mut diverged = false;
+    let mut failed = false;
     for file in files {
         let (name, reader): (String, Box<dyn std::io::BufRead>) = if stdin(file) {
             ("(standard input)".to_string(), Box::new(std::io::BufReader::with_capacity(1 << 16, std::io::stdin())))
@@ -838,20 +876,24 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, strict: bool, js
                 }
             }
         };
-        // Parse and check line by line: a long history is never held in memory whole.
-        let mut divergence = None;
+        // Parse and check line by line: a long history is never held in memory whole (except
+        // to draw it, with --html).
+        let mut divergences: Vec<crate::oracle::Divergence> = Vec::new();
+        let mut kept: Vec<(usize, crate::trace::Event)> = Vec::new();
+        let mut header_seen = None;
         let slot: std::cell::RefCell<Option<Oracle>> = std::cell::RefCell::new(None);
+        let keep_going = mode.all || mode.safety_only;
         let checked = crate::trace::stream_reader(
             &name,
             reader,
-            crate::trace::ReadOptions { strict },
+            crate::trace::ReadOptions { strict: mode.strict },
             |header| {
                 let oracle = match variant {
-                    Some(design) => Oracle::for_design(design, header.max_attempts, header.backoff_base, header.backoff_cap)
-                        .concurrency(header.concurrency),
+                    Some(design) => Oracle::for_header(design, header),
                     None => Oracle::new(header)?,
                 };
-                *slot.borrow_mut() = Some(oracle);
+                *slot.borrow_mut() = Some(if keep_going { oracle.keep_going() } else { oracle });
+                header_seen = Some(header.clone());
                 Ok(())
             },
             |line, event| {
@@ -860,11 +902,17 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, strict: bool, js
                 }
                 let mut guard = slot.borrow_mut();
                 let Some(oracle) = guard.as_mut() else { return false };
-                match oracle.feed(line, &event) {
+                let result = oracle.feed(line, &event);
+                if html.is_some() {
+                    kept.push((line, event));
+                }
+                match result {
                     Ok(()) => true,
                     Err(d) => {
-                        divergence = Some(d);
-                        false
+                        // Without --all: stop at the first divergence that fails the run.
+                        let fails = d.kind == "safety" || !mode.safety_only;
+                        divergences.push(d);
+                        mode.all || !fails
                     }
                 }
             },
@@ -877,7 +925,7 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, strict: bool, js
                 return ExitCode::from(2);
             }
         };
-        if !ignored.is_empty() && !json {
+        if !ignored.is_empty() && !mode.json {
             let fields: Vec<String> = ignored.iter().map(|(path, line)| format!("{path} (first on line {line})")).collect();
             bar.suspend(|| eprintln!("outbox-check: {name}: ignored fields the format does not know: {}", fields.join(", ")));
         }
@@ -887,45 +935,78 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, strict: bool, js
             eprintln!("outbox-check: {name}: no header");
             return ExitCode::from(2);
         };
-        match divergence {
-            Some(d) => {
-                diverged = true;
-                if !json {
-                    bar.suspend(|| {
-                        println!("{name}: DIVERGES at {d}");
+        let stopped = divergences.iter().any(|d| d.kind == "safety" || !mode.safety_only) && !mode.all;
+        let (accepted, at_end) = oracle.finish_all();
+        if !stopped {
+            divergences.extend(at_end);
+        }
+        let fails = divergences.iter().any(|d| d.kind == "safety" || !mode.safety_only);
+        failed |= fails;
+        if !mode.json {
+            bar.suspend(|| {
+                if divergences.is_empty() {
+                    println!("{name}: consistent with the model ({} events)", accepted.events);
+                } else {
+                    let safety = divergences.iter().filter(|d| d.kind == "safety").count();
+                    let what = match (safety, divergences.len() - safety) {
+                        (0, c) => format!("{c} conformance finding{}", plural(c)),
+                        (s, 0) => format!("{s} safety violation{}", plural(s)),
+                        (s, c) => format!("{s} safety violation{}, {c} conformance finding{}", plural(s), plural(c)),
+                    };
+                    let verdict = if fails { "DIVERGES" } else { "no safety property broken" };
+                    println!("{name}: {verdict} ({what})");
+                    for d in &divergences {
+                        println!("  {d}");
                         for row in &d.rows {
-                            println!("  row before: {}", serde_json::to_string(row).unwrap_or_default());
+                            println!("    row before: {}", crate::oracle::row_words(row));
                         }
-                    });
+                    }
+                    if stopped && !mode.all {
+                        println!("  (stopped at the first divergence: --all lists every one)");
+                    }
                 }
-                verdicts.push(serde_json::json!({ "file": name, "verdict": "diverges", "divergence": d, "ignored_fields": ignored }));
+                for r in &accepted.resolutions {
+                    println!("  unknown outcome resolved as: {r}");
+                }
+                for n in &accepted.not_judged {
+                    println!("  not judged: {n}");
+                }
+            });
+        }
+        if let (Some(out), Some(header)) = (html, &header_seen) {
+            let page = crate::report::trace_html(&name, header, &kept, &divergences);
+            if let Err(error) = std::fs::write(out, page) {
+                bar.finish_and_clear();
+                eprintln!("outbox-check: cannot write {}: {error}", out.display());
+                return ExitCode::from(2);
             }
-            None => {
-                let accepted = oracle.finish();
-                if !json {
-                    bar.suspend(|| {
-                        println!("{name}: consistent with the model ({} events)", accepted.events);
-                        for r in &accepted.resolutions {
-                            println!("  unknown outcome resolved as: {r}");
-                        }
-                        for n in &accepted.not_judged {
-                            println!("  not judged: {n}");
-                        }
-                    });
-                }
-                verdicts.push(serde_json::json!({ "file": name, "verdict": "consistent", "accepted": accepted, "ignored_fields": ignored }));
+            if !mode.json {
+                bar.suspend(|| println!("  drawn: {}", out.display()));
             }
         }
+        let verdict = if divergences.is_empty() { "consistent" } else if fails { "diverges" } else { "safe" };
+        verdicts.push(serde_json::json!({
+            "file": name,
+            "verdict": verdict,
+            "divergence": divergences.first(),
+            "divergences": divergences,
+            "accepted": accepted,
+            "ignored_fields": ignored,
+        }));
     }
     bar.finish_and_clear();
-    if json {
+    if mode.json {
         // docs/trace-verdict.schema.json describes this object.
         let out = serde_json::json!({ "schema": crate::oracle::VERDICT_SCHEMA, "files": verdicts });
         println!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
     }
-    if diverged {
+    if failed {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
 }

@@ -27,8 +27,8 @@
 
 use crate::core::{
     AggregateId, Auditor, ClaimRefusal, ClaimRequest, Design, Duration, EnqueueRequest, EnqueueResult, FailureCode,
-    IdempotencyKey, Instant, Lease, LeaseToken, MessageId, Outbox, Policy, Property, RelayId, RequeueResult, Row,
-    TenantId, WriteKind, WriteRequest, WriteResult,
+    IdempotencyKey, Instant, Lease, LeaseToken, MessageId, Outbox, Policy, Property, RelayId, ReleaseFence, ReleaseRequest,
+    RequeueResult, Row, Status, TenantId, WriteKind, WriteRequest, WriteResult,
 };
 use crate::trace::{Event, Header, Outcome, PublishAnswer, WriteReport};
 use smallvec::{smallvec, SmallVec};
@@ -292,8 +292,54 @@ struct Branch {
     /// from multiplying while many are open at once.
     deferred: Vec<Deferred>,
     /// Every row that may not be terminal (enqueued or requeued since last looked at): where a
-    /// serial claim's expected rows are looked for, instead of the whole table.
+    /// claim's expected rows are looked for, instead of the whole table.
     open: Vec<MessageId>,
+    /// Rows a skip-locked claim passed over while they were claimable, with no evidence yet that
+    /// another transaction held them (see [`Oracle::excused`]).
+    skips: Vec<Skip>,
+}
+
+/// A claimable row a skip-locked claim did not return: excused once the history shows another
+/// transaction that could have held the row's lock while the claim ran.
+#[derive(Clone, Debug)]
+struct Skip {
+    /// The claim's line (its commit, in the history's order).
+    line: usize,
+    message: MessageId,
+    /// The row as it was, and the claim, for the report.
+    row: Row,
+    claim: std::sync::Arc<Event>,
+}
+
+impl PartialEq for Skip {
+    fn eq(&self, other: &Skip) -> bool {
+        self.line == other.line && self.message == other.message
+    }
+}
+
+impl std::hash::Hash for Skip {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.line, self.message).hash(state);
+    }
+}
+
+/// What the history says about one row's locks, for the skip-locked rule: the latest line at
+/// which a transaction that locked it may still have been open, and the actors whose statement
+/// on it has an unknown outcome and who have logged nothing since (their transaction may still
+/// hold it).
+#[derive(Clone, Debug, Default)]
+struct RowLock {
+    end: usize,
+    open: SmallVec<[u16; 1]>,
+    /// The line of the latest write to the row whose outcome is unknown.
+    unknown_write: Option<usize>,
+}
+
+/// What an actor's latest statement of unknown outcome may still hold locked.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Open {
+    Row(MessageId),
+    Any,
 }
 
 /// A terminal write whose outcome the implementation could not learn, resolved lazily.
@@ -352,6 +398,24 @@ pub struct Oracle {
     tokenless: bool,
     /// The first line where a violation was left unjudged for want of those events.
     unjudged_at: std::cell::Cell<Option<usize>>,
+    /// The header the history declared (its status names).
+    header: Header,
+    /// Per actor (relay id; the reaper and the operator have ids of their own): the line of its
+    /// latest event, whether it ever claimed, and its latest statement of unknown outcome if it
+    /// has logged nothing since. An actor runs one statement at a time: a statement began after
+    /// its actor's previous event committed.
+    actor_last: Vec<usize>,
+    actor_claims: Vec<bool>,
+    actor_open: Vec<Option<Open>>,
+    /// Per message (by id): its locks as the history shows them.
+    locks: Vec<RowLock>,
+    /// Claims of unknown outcome (which may hold any row): the latest line one may have been
+    /// open at, and the actors of those still open.
+    any_end: usize,
+    any_open: SmallVec<[u16; 2]>,
+    /// Keep going after a divergence, from what the implementation reported (`--all`,
+    /// `--safety-only`).
+    keep_going: bool,
 }
 
 impl Oracle {
@@ -364,12 +428,32 @@ impl Oracle {
         }
         let design = Design::parse(variant)
             .ok_or_else(|| format!("unknown variant '{variant}'; valid: {}", Design::all_names().join(", ")))?;
-        Ok(Oracle::for_design(design, header.max_attempts, header.backoff_base, header.backoff_cap).concurrency(header.concurrency))
+        Ok(Oracle::for_header(design, header))
     }
 
-    /// Judges claims as the history's concurrency says (default: skip-locked).
-    pub fn concurrency(mut self, concurrency: Option<crate::trace::Concurrency>) -> Oracle {
-        self.serial = concurrency == Some(crate::trace::Concurrency::Serial);
+    /// An oracle for `design` (in place of the header's variant) with everything else the
+    /// header declares: budget, retry clock, concurrency, design switches, status names.
+    pub fn for_header(design: Design, header: &Header) -> Oracle {
+        let mut oracle = Oracle::for_design(design, header.max_attempts, header.backoff_base, header.backoff_cap);
+        if let Some(switches) = &header.design {
+            oracle.policy = switches.apply(oracle.policy);
+        }
+        oracle.serial = header.claims() == crate::trace::Concurrency::Serial;
+        oracle.header = header.clone();
+        oracle
+    }
+
+    /// Judges claims as serial (`true`) or skip-locked.
+    pub fn serial(mut self, serial: bool) -> Oracle {
+        self.serial = serial;
+        self
+    }
+
+    /// Goes on after a divergence, from what the implementation reported: [`Oracle::feed`]
+    /// returns each divergence and the next event is checked against the table the history
+    /// says it left.
+    pub fn keep_going(mut self) -> Oracle {
+        self.keep_going = true;
         self
     }
 
@@ -394,6 +478,7 @@ impl Oracle {
                 resolutions: Vec::new(),
                 deferred: Vec::new(),
                 open: Vec::new(),
+                skips: Vec::new(),
             }],
             events: 0,
             dropped: false,
@@ -403,6 +488,14 @@ impl Oracle {
             seen_publish: false,
             tokenless: false,
             unjudged_at: std::cell::Cell::new(None),
+            header: Header::new(design.name(), max_attempts),
+            actor_last: Vec::new(),
+            actor_claims: Vec::new(),
+            actor_open: Vec::new(),
+            locks: Vec::new(),
+            any_end: 0,
+            any_open: SmallVec::new(),
+            keep_going: false,
         }
     }
 
@@ -495,7 +588,22 @@ impl Oracle {
         let plan = self.plan(event);
         self.seen_enqueue |= matches!(event, Event::Enqueue { .. });
         self.seen_publish |= matches!(event, Event::Publish { .. });
-        self.check_tokens(line, event, &plan)?;
+        let actor = match (event, &plan) {
+            (Event::Enqueue { .. } | Event::Clock { .. } | Event::Fault { .. }, _) | (_, Plan::Nothing) => None,
+            (_, Plan::Ids { relay, .. }) => Some(relay.0),
+        };
+        let begin = actor.map_or(0, |a| self.enter(a, line, matches!(event, Event::Claim { .. })));
+        // The line every relay that claims has logged an event after: a skip older than that can
+        // be excused by no later statement.
+        let settled = self.actor_last.iter().zip(&self.actor_claims).filter(|(_, c)| **c).map(|(l, _)| *l).min().unwrap_or(0);
+        let locked = locked_by(event, &plan);
+        let mut token_divergence = None;
+        if let Err(d) = self.check_tokens(line, event, &plan) {
+            if !self.keep_going {
+                return Err(d);
+            }
+            token_divergence = Some(d);
+        }
         let mut first_error = None;
         let mut branches = std::mem::take(&mut self.branches);
         let before = branches.len();
@@ -503,35 +611,207 @@ impl Oracle {
             branches = branches.into_iter().flat_map(|b| self.resolve_deferred(b, event, &plan)).collect();
         }
         // Each branch steps in place (a history without unknown outcomes has one, moved never);
-        // a claim of unknown outcome adds its committed twin after the others.
+        // a claim of unknown outcome adds its committed twin after the others. Going on after
+        // a divergence, a branch that diverges goes on from what the implementation reported.
         let mut twins = Vec::new();
-        branches.retain_mut(|b| match self.step(b, line, event, &plan) {
-            Ok(twin) => {
-                self.forget(b, &plan, event);
-                if let Some(mut twin) = twin {
-                    self.forget(&mut twin, &plan, event);
-                    twins.push(twin);
-                }
-                true
-            }
-            Err(divergence) => {
+        let mut went_on = Vec::new();
+        let mut any_ok = false;
+        branches.retain_mut(|b| {
+            let skipped = self.judge_skips(b, begin, settled, &locked);
+            if skipped.is_err() && !self.keep_going {
                 if first_error.is_none() {
-                    first_error = Some(self.in_your_names(divergence, b));
+                    first_error = skipped.err().map(|d| self.in_your_names(d, b));
                 }
-                false
+                return false;
+            }
+            let saved = self.keep_going.then(|| b.clone());
+            match self.step(b, line, event, &plan, begin) {
+                Ok(twin) => {
+                    self.forget(b, &plan, event);
+                    if let Some(mut twin) = twin {
+                        self.forget(&mut twin, &plan, event);
+                        twins.push(twin);
+                    }
+                    match skipped {
+                        Ok(()) => {
+                            any_ok = true;
+                            true
+                        }
+                        Err(d) => {
+                            if first_error.is_none() {
+                                first_error = Some(self.in_your_names(d, b));
+                            }
+                            went_on.push(b.clone());
+                            false
+                        }
+                    }
+                }
+                Err(divergence) => {
+                    if first_error.is_none() {
+                        first_error = Some(self.in_your_names(skipped.err().unwrap_or(divergence), b));
+                    }
+                    if let Some(mut saved) = saved {
+                        self.adopt(&mut saved, line, event, &plan);
+                        self.forget(&mut saved, &plan, event);
+                        went_on.push(saved);
+                    }
+                    false
+                }
             }
         });
         branches.append(&mut twins);
-        let next = branches;
-        if next.is_empty() {
-            return Err(first_error.unwrap_or_else(|| {
+        any_ok |= !branches.is_empty();
+        self.record_locks(actor, line, event, &plan);
+        let mut next = branches;
+        let divergence = match (token_divergence, any_ok) {
+            (Some(d), _) => Some(d),
+            (None, false) => Some(first_error.unwrap_or_else(|| {
                 Divergence::new(line, event, Blame::Conformance(Conformance::C8), "no history".into(), "an event".into(), &[])
-            }))
-            .map_err(|mut d| {
-                d.resolutions_dropped = self.dropped;
-                d
-            });
+            })),
+            (None, true) => None,
+        };
+        if let Some(mut d) = divergence {
+            d.resolutions_dropped = self.dropped;
+            if !self.keep_going {
+                return Err(d);
+            }
+            if !any_ok {
+                next = went_on;
+            }
+            self.finish_step(next, before);
+            return Err(d);
         }
+        self.finish_step(next, before);
+        Ok(())
+    }
+
+    /// An actor's event begins: closes what its previous statement of unknown outcome may have
+    /// held (its transaction is over once the actor logs again) and returns the line of that
+    /// previous event (0 for its first), after which this statement began.
+    fn enter(&mut self, actor: u16, line: usize, claims: bool) -> usize {
+        let a = actor as usize;
+        if self.actor_last.len() <= a {
+            self.actor_last.resize(a + 1, 0);
+            self.actor_claims.resize(a + 1, false);
+            self.actor_open.resize(a + 1, None);
+        }
+        match self.actor_open[a].take() {
+            Some(Open::Row(id)) => {
+                if let Some(lock) = self.locks.get_mut(id.0 as usize) {
+                    lock.open.retain(|x| *x != actor);
+                    lock.end = lock.end.max(line);
+                }
+            }
+            Some(Open::Any) => {
+                self.any_open.retain(|x| *x != actor);
+                self.any_end = self.any_end.max(line);
+            }
+            None => {}
+        }
+        self.actor_claims[a] |= claims;
+        std::mem::replace(&mut self.actor_last[a], line)
+    }
+
+    /// Notes the rows this event's transaction held (as the implementation reported them).
+    fn record_locks(&mut self, actor: Option<u16>, line: usize, event: &Event, plan: &Plan) {
+        let open = matches!(event, Event::Claim { outcome: Outcome::Unknown, .. } | Event::Write { result: WriteReport::Unknown, .. });
+        match locked_by(event, plan) {
+            Locked::Nothing => {}
+            Locked::Any => {
+                if let Some(a) = actor {
+                    self.any_open.push(a);
+                    self.actor_open[a as usize] = Some(Open::Any);
+                }
+            }
+            Locked::Rows(ids) => {
+                for id in ids {
+                    let i = id.0 as usize;
+                    if self.locks.len() <= i {
+                        self.locks.resize_with(i + 1, RowLock::default);
+                    }
+                    match (open, actor) {
+                        (true, Some(a)) => {
+                            if matches!(event, Event::Write { .. }) {
+                                self.locks[i].unknown_write = Some(line);
+                            }
+                            self.locks[i].open.push(a);
+                            self.actor_open[a as usize] = Some(Open::Row(id));
+                        }
+                        _ => self.locks[i].end = self.locks[i].end.max(line),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether a transaction of the history may have held `id`'s lock while a claim that began
+    /// after line `begin` ran (and committed at the current line): one that locked it and
+    /// committed after `begin`, or one of unknown outcome whose actor has logged nothing since.
+    fn held_elsewhere(&self, id: MessageId, begin: usize) -> bool {
+        let row = self.locks.get(id.0 as usize).is_some_and(|l| l.end > begin || !l.open.is_empty());
+        row || self.any_end > begin || !self.any_open.is_empty()
+    }
+
+    /// The skip-locked rule on a branch's pending skips, as this event (whose actor's previous
+    /// event is at line `begin`) locks rows: a transaction that began before the claim
+    /// committed may have held the row during it — the skip is excused. One that began after
+    /// it is the row's next lock, so none can come later: the skip stands. So does a skip
+    /// older than `settled`, the line after which every claiming relay has logged. Unexcused
+    /// skips are removed and the first returned.
+    fn judge_skips(&self, b: &mut Branch, begin: usize, settled: usize, locked: &Locked) -> Result<(), Divergence> {
+        if b.skips.is_empty() {
+            return Ok(());
+        }
+        let mut unexcused: Option<Skip> = None;
+        b.skips.retain(|skip| {
+            let (touched, certain) = match locked {
+                Locked::Nothing => (false, false),
+                Locked::Any => (true, false),
+                Locked::Rows(ids) => (ids.contains(&skip.message), true),
+            };
+            if touched && begin < skip.line {
+                return false;
+            }
+            if (touched && certain) || skip.line < settled {
+                if unexcused.is_none() {
+                    unexcused = Some(skip.clone());
+                }
+                return false;
+            }
+            true
+        });
+        match unexcused {
+            None => Ok(()),
+            Some(skip) => Err(self.skip_divergence(b, &skip)),
+        }
+    }
+
+    /// A skip no transaction of the history explains, as a divergence at its claim.
+    fn skip_divergence(&self, b: &Branch, skip: &Skip) -> Divergence {
+        let name = self.name_of(0, skip.message.0);
+        let _ = b;
+        let hint = self
+            .locks
+            .get(skip.message.0 as usize)
+            .and_then(|l| l.unknown_write)
+            .filter(|at| *at < skip.line)
+            .map(|at| format!(" (the write of unknown outcome at line {at} may have applied where the design refuses it: S1 if so)"))
+            .unwrap_or_default();
+        Divergence::new(
+            skip.line,
+            &skip.claim,
+            Blame::Conformance(Conformance::C1),
+            format!("a claim of {name} too"),
+            format!(
+                "a claim that passed over {name} while it was claimable, and no transaction of the history could have held its lock then (concurrency skip-locked){hint}"
+            ),
+            &[skip.row],
+        )
+    }
+
+    /// After an event: merges resolutions that came to the same state and keeps at most
+    /// BRANCHES_MAX.
+    fn finish_step(&mut self, next: Vec<Branch>, before: usize) {
         // Resolutions that led to the same table, ghosts and leases are one branch. Comparing
         // every pair of branches on every event would cost branches² × table: compare them by
         // fingerprint, and only when this event forked a branch or every 64 events (when
@@ -540,11 +820,15 @@ impl Oracle {
             let mut seen: std::collections::HashMap<u64, Vec<usize>> = std::collections::HashMap::new();
             let mut unique: Vec<Branch> = Vec::with_capacity(next.len());
             for branch in next {
-                let key = crate::world::fingerprint(&(&branch.outbox, &branch.auditor, &branch.held, &branch.deferred));
+                let key = crate::world::fingerprint(&(&branch.outbox, &branch.auditor, &branch.held, &branch.deferred, &branch.skips));
                 let same = seen.get(&key).is_some_and(|ids| {
                     ids.iter().any(|&i| {
                         let b = &unique[i];
-                        b.outbox == branch.outbox && b.auditor == branch.auditor && b.held == branch.held && b.deferred == branch.deferred
+                        b.outbox == branch.outbox
+                            && b.auditor == branch.auditor
+                            && b.held == branch.held
+                            && b.deferred == branch.deferred
+                            && b.skips == branch.skips
                     })
                 });
                 if !same {
@@ -561,7 +845,6 @@ impl Oracle {
         unique.truncate(BRANCHES_MAX);
         self.branches = unique;
         self.events += 1;
-        Ok(())
     }
 
     /// How many resolutions of the unknown outcomes are still consistent.
@@ -569,8 +852,32 @@ impl Oracle {
         self.branches.len()
     }
 
-    /// The verdict on everything fed so far.
-    pub fn finish(self) -> Accepted {
+    /// The verdict on everything fed so far: accepted, or the first skip-locked claim that passed
+    /// over a row nothing could have held (a skip is judged once the history is complete).
+    pub fn finish(self) -> Result<Accepted, Divergence> {
+        let (accepted, mut divergences) = self.finish_all();
+        if divergences.is_empty() {
+            Ok(accepted)
+        } else {
+            Err(divergences.remove(0))
+        }
+    }
+
+    /// The verdict with every divergence the end of the history settles (skips no transaction
+    /// excused); the accepted part describes the resolution kept.
+    pub fn finish_all(mut self) -> (Accepted, Vec<Divergence>) {
+        let mut divergences = Vec::new();
+        if !self.branches.iter().any(|b| b.skips.is_empty()) {
+            if let Some(b) = self.branches.first() {
+                divergences = b.skips.iter().map(|skip| self.in_your_names(self.skip_divergence(b, skip), b)).collect();
+            }
+        } else {
+            self.branches.retain(|b| b.skips.is_empty());
+        }
+        (self.accepted(), divergences)
+    }
+
+    fn accepted(self) -> Accepted {
         let resolutions = self
             .branches
             .into_iter()
@@ -598,6 +905,12 @@ impl Oracle {
             not_judged.push(format!(
                 "S5, S8 or S10 at line {line}, which came before the history's first publish or enqueue"
             ));
+        }
+        if !self.serial && self.events > 0 {
+            not_judged.push(
+                "whether a skip-locked claim passed over a row only while another transaction held it, where the history cannot tell (see docs/trace-format.md)"
+                    .to_string(),
+            );
         }
         Accepted { events: self.events, resolutions, not_judged }
     }
@@ -647,7 +960,35 @@ impl Oracle {
             // A claim whose outcome is unknown may have taken any row; a serial claim is judged
             // against every row it could have taken.
             (Event::Claim { outcome: Outcome::Unknown, .. }, _) => true,
-            (Event::Claim { .. }, _) if self.serial => true,
+            // A claim depends on every row it could take: a serial one must return exactly the
+            // design's rows, a skip-locked one may pass over a row only if something could hold
+            // it. A deferred write whose row is not claimable now (unwritten) and would be
+            // terminal once written (so unclaimable too) does not matter to it.
+            (Event::Claim { now, batch, .. }, Plan::Ids { messages, tenant, .. }) => {
+                let id = d.req.lease.message_id;
+                let (tenant, now, policy) = (*tenant, Instant(*now), &self.policy);
+                let Some(row) = outbox.row(id) else { return false };
+                if messages.contains(&id) {
+                    return true;
+                }
+                // Does the row fall inside the claim's window (before the last row it returned,
+                // or anywhere if its batch is not full) in either resolution?
+                let last = messages.last().and_then(|m| outbox.row(*m)).map(|r| Outbox::order_key(policy.claim_order, r));
+                let within = |r: &Row| messages.len() < *batch as usize || last.is_some_and(|k| Outbox::order_key(policy.claim_order, r) < k);
+                // Written, could the row be claimable now? Terminal, no (unless the design claims
+                // terminal rows); retried, once its retry time has come, at that time's place.
+                let committed = match d.req.kind {
+                    WriteKind::Published | WriteKind::Failed { .. } | WriteKind::Exhausted { .. } => policy.claim_terminal,
+                    WriteKind::Ambiguous { .. } if policy.ambiguous_shape == crate::core::policy::AmbiguousShape::KeepsOwner => within(row),
+                    WriteKind::Ambiguous { .. } | WriteKind::Retry { .. } => {
+                        let attempts = policy.attempts_after_failure(row.attempts);
+                        let retry = d.retry_at.map_or_else(|| d.req.now.plus(policy.backoff.delay(attempts)), Instant);
+                        let written = Row { next_attempt_at: policy.retry_clock.then_some(retry), ..*row };
+                        policy.claim_terminal || ((!policy.retry_clock || retry <= now) && within(&written))
+                    }
+                };
+                committed || (Outbox::is_claimable(policy, row, tenant, now, max_attempts) && within(row))
+            }
             (_, Plan::Ids { messages, .. }) => messages.contains(&d.req.lease.message_id),
             (_, Plan::Nothing) => false,
         };
@@ -701,19 +1042,28 @@ impl Oracle {
             }
             Event::Reap { messages, .. } => Plan::Ids {
                 tenant: TenantId(0),
-                relay: RelayId(0),
+                relay: self.relay("(reaper)"),
                 messages: messages.iter().map(|m| self.message(m)).collect(),
                 aggregate: AggregateId(0),
             },
-            Event::Requeue { message, .. } => {
-                Plan::Ids { tenant: TenantId(0), relay: RelayId(0), messages: smallvec![self.message(message)], aggregate: AggregateId(0) }
-            }
+            Event::Requeue { message, .. } => Plan::Ids {
+                tenant: TenantId(0),
+                relay: self.relay("(operator)"),
+                messages: smallvec![self.message(message)],
+                aggregate: AggregateId(0),
+            },
+            Event::Release { relay, message, .. } => Plan::Ids {
+                tenant: TenantId(0),
+                relay: self.relay(relay.as_deref().unwrap_or("maintenance")),
+                messages: smallvec![self.message(message)],
+                aggregate: AggregateId(0),
+            },
             Event::Clock { .. } | Event::Fault { .. } => Plan::Nothing,
         }
     }
 
     /// The successors of one branch under `event`, or why it cannot happen there.
-    fn step(&self, b: &mut Branch, line: usize, event: &Event, plan: &Plan) -> Result<Option<Branch>, Divergence> {
+    fn step(&self, b: &mut Branch, line: usize, event: &Event, plan: &Plan, begin: usize) -> Result<Option<Branch>, Divergence> {
         let &Plan::Ids { tenant, relay, ref messages, aggregate } = plan else {
             return Ok(None);
         };
@@ -735,8 +1085,12 @@ impl Oracle {
                 None => Ok(()),
                 Some(v) => {
                     let mut said = self.words(&v.detail);
-                    // A superseded write: say which claim superseded it.
-                    if let (Property::S1, Some(&id)) = (v.property, messages.first()) {
+                    // A superseded write, in the history's words: who wrote, and which claim
+                    // had superseded the lease it wrote for.
+                    if let (Property::S1, Some(&id), Some(doer)) = (v.property, messages.first(), doer(event)) {
+                        if said.contains("latest") {
+                            said = format!("{doer} applied to {}, for a lease that was no longer the latest", self.name_of(0, id.0));
+                        }
                         said += &self.superseded_by(b, id);
                     }
                     Err(diverge(Blame::Safety(v.property), String::new(), said, &before))
@@ -800,8 +1154,9 @@ impl Oracle {
                     }
                 }
                 let before = rows_of(b, &messages);
-                if self.serial {
-                    // One claim at a time: it returns exactly the design's rows, in order.
+                // Every row the design's claim could take now, in its order: a serial claim
+                // returns the first `batch` of them, a skip-locked one may pass over some.
+                let expected = {
                     let Branch { outbox, open, .. } = &mut *b;
                     if self.policy.claim_terminal {
                         *open = outbox.rows().iter().map(|r| r.message_id).collect();
@@ -810,23 +1165,24 @@ impl Oracle {
                     }
                     open.sort_unstable();
                     open.dedup();
-                    let expected = outbox.claim_pick(&self.policy, &req, open);
-                    if expected.as_slice() != messages.as_slice() {
-                        let names = |ids: &[MessageId]| {
-                            if ids.is_empty() {
-                                "no row".to_string()
-                            } else {
-                                ids.iter().map(|m| self.name_of(0, m.0)).collect::<Vec<_>>().join(", ")
-                            }
-                        };
-                        return Err(diverge(
-                            conformance(Conformance::C1),
-                            format!("a claim of {} (the history's claims run one at a time: concurrency serial)", names(&expected)),
-                            format!("a claim of {}", names(&messages)),
-                            &before,
-                        ));
-                    }
-                }
+                    outbox.claim_pick(&self.policy, &ClaimRequest { batch: u32::MAX, ..req }, open)
+                };
+                let skipped: SmallVec<[(MessageId, Row); 2]> = if self.serial {
+                    SmallVec::new()
+                } else {
+                    // The rows before the last one returned, or all of them if the batch is not
+                    // full, that the claim did not return.
+                    let upto = if messages.len() < *batch as usize {
+                        expected.len()
+                    } else {
+                        messages.last().and_then(|m| expected.iter().position(|e| e == m)).map_or(0, |k| k + 1)
+                    };
+                    expected[..upto]
+                        .iter()
+                        .filter(|id| !messages.contains(id))
+                        .filter_map(|id| b.outbox.row(*id).map(|row| (*id, *row)))
+                        .collect()
+                };
                 let claimed = b
                     .auditor
                     .claim_exactly(&mut b.outbox, &self.policy, &req, &messages, Instant(*now))
@@ -846,6 +1202,23 @@ impl Oracle {
                         Err(diverge(blame, format!("no claim of {name} ({refusal})"), format!("a claim of {name}"), &before))
                     }
                     Ok(model_leases) => {
+                        let want = &expected[..expected.len().min(*batch as usize)];
+                        if self.serial && want != messages.as_slice() {
+                            // One claim at a time: it returns exactly the design's rows, in order.
+                            let names = |ids: &[MessageId]| {
+                                if ids.is_empty() {
+                                    "no row".to_string()
+                                } else {
+                                    ids.iter().map(|m| self.name_of(0, m.0)).collect::<Vec<_>>().join(", ")
+                                }
+                            };
+                            return Err(diverge(
+                                conformance(Conformance::C1),
+                                format!("a claim of {} (the history's claims run one at a time: concurrency serial)", names(want)),
+                                format!("a claim of {}", names(&messages)),
+                                &before,
+                            ));
+                        }
                         for (got, lease) in leases.iter().zip(&model_leases) {
                             if got.attempts != lease.attempts {
                                 // Counting differently is no violation by itself: the design
@@ -860,6 +1233,14 @@ impl Oracle {
                             // A claim without a token is a lease of its own, named by its line.
                             let token = got.token.as_deref().map_or_else(|| TokenName::Text(format!("{TOKENLESS}{line})").into()), TokenName::new);
                             b.held.push(Held { relay, token, lease: *lease, ended: false, line });
+                        }
+                        // A passed-over row waits for evidence that another transaction held it.
+                        let mut claim = None;
+                        for (id, row) in skipped {
+                            if !self.held_elsewhere(id, begin) {
+                                let claim = claim.get_or_insert_with(|| std::sync::Arc::new(event.clone())).clone();
+                                b.skips.push(Skip { line, message: id, row, claim });
+                            }
                         }
                         audited(b, &before)?;
                         Ok(None)
@@ -959,7 +1340,8 @@ impl Oracle {
                             return Err(diverge(blame, format!("the write {model}"), got, &before));
                         }
                         if let (Some(got), WriteResult::Applied { status: expected }) = (status, model) {
-                            if *got != expected {
+                            if self.header.status(got) != Some(expected) {
+                                let expected = self.header.status_name(expected);
                                 return Err(diverge(conformance(Conformance::C4), format!("status {expected}"), format!("status {got}"), &before));
                             }
                         }
@@ -971,6 +1353,74 @@ impl Oracle {
                         Ok(None)
                     }
                 }
+            }
+            Event::Release { now, to, next_attempt_at, fence, token, attempt, result, .. } => {
+                let id = messages[0];
+                let before = rows_of(b, &messages);
+                let Some(row) = before.first().copied() else {
+                    return Err(diverge(conformance(Conformance::C7), "a release of a known row".into(), format!("a release of {}", self.name_of(0, id.0)), &[]));
+                };
+                let to = match self.header.status(to) {
+                    Some(status @ (Status::Pending | Status::Ambiguous | Status::Failed | Status::Exhausted)) => status,
+                    _ => {
+                        return Err(diverge(
+                            conformance(Conformance::C8),
+                            "a release to a status that ends a lease (PENDING, AMBIGUOUS, FAILED, EXHAUSTED)".into(),
+                            format!("a release to {to}"),
+                            &before,
+                        ))
+                    }
+                };
+                let fence = match fence.as_str() {
+                    "token" => ReleaseFence::Token,
+                    "expired" => ReleaseFence::Expired,
+                    _ => ReleaseFence::Id,
+                };
+                // The lease the job read: the one whose token (or attempt) it names, else the
+                // row's latest claim.
+                let latest = b.auditor.ghost(id).map_or(0, |g| g.claims);
+                let read = b
+                    .held
+                    .iter()
+                    .rev()
+                    .find(|h| {
+                        h.lease.message_id == id
+                            && match (token, attempt) {
+                                (Some(t), _) => h.token.is(t),
+                                (None, Some(a)) => h.lease.attempts == *a,
+                                (None, None) => h.lease.claim_seq == latest,
+                            }
+                    })
+                    .map(|h| h.lease);
+                let lease = read.unwrap_or(Lease {
+                    message_id: id,
+                    tenant_id: row.tenant_id,
+                    owner: relay,
+                    // A token no claim of the history handed out matches no row.
+                    token: if token.is_some() || attempt.is_some() { LeaseToken(u64::MAX) } else { row.lease_token },
+                    attempts: row.attempts,
+                    claim_seq: if token.is_some() || attempt.is_some() { u32::MAX } else { latest },
+                });
+                let req = ReleaseRequest { lease, fence, to, retry_at: next_attempt_at.map(Instant), now: Instant(*now) };
+                let model = b
+                    .auditor
+                    .release(&mut b.outbox, &req)
+                    .map_err(|e| diverge(conformance(Conformance::C7), "a release of a known row".into(), e.to_string(), &before))?;
+                let model_says = if matches!(model, WriteResult::Applied { .. }) { "applied" } else { "stale" };
+                if model_says != result {
+                    // Ending a lease claimed after the job read the row breaks S1.
+                    let superseded = lease.claim_seq != latest && row.status == Status::InFlight;
+                    if result == "applied" && superseded {
+                        let got = format!("applied{}", self.superseded_by(b, id));
+                        return Err(diverge(Blame::Safety(Property::S1), format!("the release {model}"), got, &before));
+                    }
+                    return Err(diverge(conformance(Conformance::C3), format!("the release {model}"), result.clone(), &before));
+                }
+                if model_says == "applied" {
+                    b.open.push(id);
+                }
+                audited(b, &before)?;
+                Ok(None)
             }
             Event::Reap { now, .. } => {
                 let before = rows_of(b, &messages);
@@ -1003,6 +1453,120 @@ impl Oracle {
             }
             Event::Clock { .. } | Event::Fault { .. } => Ok(None),
         }
+    }
+
+    /// Applies `event` to a branch as the implementation reported it, whatever the design says:
+    /// after a divergence, the rest of the history is checked from the table it says it left.
+    fn adopt(&self, b: &mut Branch, line: usize, event: &Event, plan: &Plan) {
+        use crate::core::policy::{BudgetPredicate, WriteFence};
+        let &Plan::Ids { tenant, relay, ref messages, aggregate } = plan else { return };
+        let mut lax = self.policy;
+        lax.claim_by_tenant = false;
+        lax.write_checks_tenant = false;
+        lax.claim_live_leases = true;
+        lax.claim_terminal = true;
+        lax.budget = BudgetPredicate::Absent;
+        lax.retry_clock = false;
+        lax.write_fence = WriteFence::MessageIdOnly;
+        lax.swallow_stale = false;
+        let max_attempts = self.max_attempts;
+        let force_release = |b: &mut Branch, id: MessageId, to: Status, retry_at: Option<u64>, now: u64| {
+            let Some(row) = b.outbox.row(id).copied() else { return };
+            let lease = Lease { message_id: id, tenant_id: row.tenant_id, owner: relay, token: row.lease_token, attempts: row.attempts, claim_seq: 0 };
+            let req = ReleaseRequest { lease, fence: ReleaseFence::Id, to, retry_at: retry_at.map(Instant), now: Instant(now) };
+            let _ = b.outbox.release(&req);
+        };
+        match event {
+            Event::Enqueue { now, result, .. } if result == "applied" && b.outbox.row(messages[0]).is_none() => {
+                let req = EnqueueRequest {
+                    tenant_id: tenant,
+                    aggregate_id: aggregate,
+                    expected_version: b.outbox.aggregate_version(tenant, aggregate),
+                    message_id: messages[0],
+                    now: Instant(*now),
+                };
+                let _ = b.auditor.enqueue(&mut b.outbox, &req);
+                b.open.push(messages[0]);
+            }
+            Event::Claim { batch, lease_ms, now, leases, outcome: Outcome::Ok, .. } => {
+                for (got, &id) in leases.iter().zip(messages) {
+                    if b.outbox.row(id).is_none() {
+                        let req = EnqueueRequest {
+                            tenant_id: tenant,
+                            aggregate_id: AggregateId(IMPLICIT_AGGREGATE | id.0),
+                            expected_version: 0,
+                            message_id: id,
+                            now: Instant(*now),
+                        };
+                        let _ = b.auditor.enqueue(&mut b.outbox, &req);
+                    }
+                    let req = ClaimRequest { tenant_id: tenant, owner: relay, batch: (*batch).max(1), lease: Duration((*lease_ms).max(1)), now: Instant(*now), max_attempts };
+                    if let Ok(Ok(mut claimed)) = b.auditor.claim_exactly(&mut b.outbox, &lax, &req, &[id], Instant(*now)) {
+                        if let (Some(lease), Some(i)) = (claimed.first_mut(), b.outbox.index(id)) {
+                            b.outbox.rows_mut()[i].attempts = got.attempts;
+                            lease.attempts = got.attempts;
+                            let token = got.token.as_deref().map_or_else(|| TokenName::Text(format!("{TOKENLESS}{line})").into()), TokenName::new);
+                            b.held.push(Held { relay, token, lease: *lease, ended: false, line });
+                        }
+                    }
+                    b.open.push(id);
+                }
+            }
+            Event::Write { write, token, attempt, now, code, result, next_attempt_at, .. } => {
+                let id = messages[0];
+                let held = b.held.iter_mut().rev().find(|h| {
+                    h.relay == relay
+                        && h.lease.message_id == id
+                        && match (token, attempt) {
+                            (Some(t), _) => h.token.is(t),
+                            (None, Some(a)) => h.lease.attempts == *a,
+                            (None, None) => true,
+                        }
+                });
+                let lease = held.map(|h| {
+                    h.ended = true;
+                    h.lease
+                });
+                if *result == WriteReport::Applied {
+                    if let (Some(kind), Some(row)) = (write_kind(write, *code), b.outbox.row(id).copied()) {
+                        let lease = lease.unwrap_or(Lease { message_id: id, tenant_id: row.tenant_id, owner: relay, token: row.lease_token, attempts: row.attempts, claim_seq: 0 });
+                        let mut lax = lax;
+                        lax.ambiguous_shape = crate::core::policy::AmbiguousShape::ClearsLease;
+                        if let (true, Some(i)) = (row.status.is_terminal(), b.outbox.index(id)) {
+                            // A write to a terminal row: the row goes where the write says.
+                            b.outbox.rows_mut()[i].status = Status::InFlight;
+                        }
+                        let req = WriteRequest { lease: Lease { tenant_id: row.tenant_id, ..lease }, kind, now: Instant(*now), max_attempts };
+                        let _ = b.outbox.write(&lax, &req);
+                        let _ = chosen_retry(&mut b.outbox, id, *next_attempt_at, Instant(*now));
+                    }
+                }
+            }
+            Event::Publish { .. } => {
+                let _ = self.step(b, line, event, plan, 0);
+            }
+            Event::Release { now, to, next_attempt_at, result, .. } if result == "applied" => {
+                if let Some(to) = self.header.status(to) {
+                    force_release(b, messages[0], to, *next_attempt_at, *now);
+                    b.open.push(messages[0]);
+                }
+            }
+            Event::Reap { now, .. } => {
+                for &id in messages {
+                    force_release(b, id, Status::Exhausted, None, *now);
+                }
+            }
+            Event::Requeue { result, .. } if result == "applied" => {
+                let id = messages[0];
+                if let Some(i) = b.outbox.index(id) {
+                    b.outbox.rows_mut()[i].status = Status::Failed;
+                    let _ = b.auditor.requeue(&mut b.outbox, &self.policy, id);
+                    b.open.push(id);
+                }
+            }
+            _ => {}
+        }
+        b.auditor.take_violations();
     }
 
     /// " — the claim at line L by R (token T) had superseded its lease": the latest claim of
@@ -1062,7 +1626,7 @@ impl Oracle {
                     // A job of a history without enqueues has no aggregate.
                     "aggregate": (row.aggregate_id.0 & IMPLICIT_AGGREGATE == 0).then(|| self.name_of(3, row.aggregate_id.0)),
                     "aggregate_version": row.aggregate_version,
-                    "status": row.status.as_str(),
+                    "status": self.header.status_name(row.status),
                     "attempts": row.attempts,
                     "lease_owner": row.lease_owner.map(|o| self.name_of(2, u32::from(o.0))),
                     "lease_token": token,
@@ -1085,6 +1649,72 @@ enum Plan {
     Nothing,
 }
 
+/// The rows an event's transaction held locked, as reported: the rows a claim returned (any row,
+/// for a claim of unknown outcome), the row of an applied write or release (or one of unknown
+/// outcome), the rows a reap took, a requeued row. A statement that matched nothing took no lock.
+enum Locked {
+    Nothing,
+    Any,
+    Rows(SmallVec<[MessageId; 2]>),
+}
+
+fn locked_by(event: &Event, plan: &Plan) -> Locked {
+    let Plan::Ids { messages, .. } = plan else { return Locked::Nothing };
+    match event {
+        Event::Claim { outcome: Outcome::Unknown, .. } => Locked::Any,
+        Event::Claim { .. } | Event::Reap { .. } => Locked::Rows(messages.clone()),
+        Event::Write { result: WriteReport::Applied | WriteReport::Unknown, .. } => Locked::Rows(messages.clone()),
+        Event::Release { result, .. } | Event::Requeue { result, .. } if result == "applied" => Locked::Rows(messages.clone()),
+        _ => Locked::Nothing,
+    }
+}
+
+/// A row of a divergence (as [`Divergence::rows`] holds it) in words: "m1 of acme: IN_FLIGHT,
+/// attempts 1, leased to relay-a (token 7) until t=31000".
+pub fn row_words(row: &serde_json::Value) -> String {
+    let text = |key: &str| row.get(key).and_then(|v| v.as_str()).map(str::to_string);
+    let number = |key: &str| row.get(key).and_then(|v| v.as_u64());
+    let mut out = format!(
+        "{} of {}: {}, attempts {}",
+        text("message").unwrap_or_default(),
+        text("tenant").unwrap_or_default(),
+        text("status").unwrap_or_default(),
+        number("attempts").unwrap_or(0)
+    );
+    if let Some(owner) = text("lease_owner") {
+        out += &format!(", leased to {owner}");
+    }
+    if let Some(token) = text("lease_token") {
+        out += &format!(" (token {token})");
+    }
+    if let Some(until) = number("lease_expires_at") {
+        out += &format!(" until t={until}");
+    }
+    if let Some(at) = number("next_attempt_at") {
+        out += &format!(", retry at t={at}");
+    }
+    out
+}
+
+/// Who did a write or a release and with which lease, in the history's words: "mark_published
+/// by worker-1 (token 1)", "the release by rescuer (id fence, having read token 1)".
+fn doer(event: &Event) -> Option<String> {
+    let lease = |token: &Option<String>, attempt: &Option<u32>| match (token, attempt) {
+        (Some(t), _) => format!("token {t}"),
+        (None, Some(a)) => format!("attempt {a}"),
+        (None, None) => "no token".to_string(),
+    };
+    match event {
+        Event::Write { relay, write, token, attempt, .. } => Some(format!("{write} by {relay} ({})", lease(token, attempt))),
+        Event::Release { relay, fence, token, attempt, to, .. } => Some(format!(
+            "the release to {to} by {} ({fence} fence, having read {})",
+            relay.as_deref().unwrap_or("maintenance"),
+            lease(token, attempt)
+        )),
+        _ => None,
+    }
+}
+
 fn event_json(event: &Event) -> serde_json::Value {
     serde_json::to_value(event).unwrap_or_else(|_| serde_json::Value::String(event.name().to_string()))
 }
@@ -1096,6 +1726,9 @@ fn write_kind(name: &str, code: Option<FailureCode>) -> Option<WriteKind> {
         "mark_retry" => WriteKind::Retry { code: code.unwrap_or(FailureCode::Unavailable) },
         "mark_failed" => WriteKind::Failed { code: code.unwrap_or(FailureCode::Rejected) },
         "mark_exhausted" => WriteKind::Exhausted { code: code.unwrap_or(FailureCode::BudgetSpent) },
+        // A completion that takes the row out of the table: the model's PUBLISHED, never to
+        // change again (a claim that returns it again breaks S4).
+        "delete" | "archive" => WriteKind::Published,
         _ => return None,
     })
 }

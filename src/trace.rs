@@ -9,7 +9,8 @@ use crate::core::{FailureCode, Status};
 use serde::{Deserialize, Serialize};
 
 pub const FORMAT: &str = "outbox-check-trace";
-pub const VERSION: u32 = 1;
+/// The version this build writes; it reads 1 and 2.
+pub const VERSION: u32 = 2;
 
 /// The first line of a trace.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -31,9 +32,168 @@ pub struct Header {
     pub source: Option<String>,
     /// How claims ran: `serial` (one at a time: every claim must return exactly the rows the
     /// design's claim returns) or `skip-locked` (concurrent claims that skip rows other
-    /// transactions hold: a claim may return fewer). Default: `skip-locked`.
+    /// transactions hold: a claim may skip a row only where the history shows another
+    /// transaction could have held it). Default: `serial` in version 2, `skip-locked` in 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<Concurrency>,
+    /// The design by its switches, over `variant` (version 2): a queue is described without
+    /// picking a built-in design.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub design: Option<Switches>,
+    /// The implementation's own status names, each mapped onto one of the model's six
+    /// (version 2): `{"available": "PENDING", "running": "IN_FLIGHT", "completed": "PUBLISHED"}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statuses: Option<std::collections::BTreeMap<String, String>>,
+}
+
+impl Header {
+    /// A version-2 header for `variant` (the fields the project's own recorders leave out
+    /// stay out).
+    pub fn new(variant: &str, max_attempts: u32) -> Header {
+        Header {
+            format: FORMAT.to_string(),
+            version: VERSION,
+            variant: Some(variant.to_string()),
+            max_attempts,
+            backoff_base: None,
+            backoff_cap: None,
+            source: None,
+            concurrency: None,
+            design: None,
+            statuses: None,
+        }
+    }
+
+    /// How the claims ran, with the version's default.
+    pub fn claims(&self) -> Concurrency {
+        self.concurrency.unwrap_or(if self.version == 1 { Concurrency::SkipLocked } else { Concurrency::Serial })
+    }
+
+    /// The model's status a name of the history stands for: one of the implementation's own
+    /// names (the header's `statuses`), else one of the six.
+    pub fn status(&self, name: &str) -> Option<Status> {
+        match self.statuses.as_ref().and_then(|m| m.get(name)) {
+            Some(model) => Status::parse(model),
+            None => Status::parse(name),
+        }
+    }
+
+    /// The implementation's name for a status of the model (its first, where it has several).
+    pub fn status_name(&self, status: Status) -> String {
+        self.statuses
+            .as_ref()
+            .and_then(|m| m.iter().find(|(_, model)| model.as_str() == status.as_str()).map(|(name, _)| name.clone()))
+            .unwrap_or_else(|| status.as_str().to_string())
+    }
+}
+
+/// A design by its switches (the header's `design`): each one given replaces the named
+/// variant's (default `reference`). docs/trace-format.md lists them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Switches {
+    /// `claim` (the claim counts an attempt) or `failure` (each failure write does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts_counted: Option<AttemptsCounted>,
+    /// What a terminal write checks: `token-and-owner`, `token`, `owner` or `id-only`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_fence: Option<Fence>,
+    /// `counter` (each claim adds one; lower or equal tokens break S2) or `random` (compared
+    /// for equality: a token must never repeat).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<Tokens>,
+    /// The claim refuses a row whose budget is spent (`attempts < max_attempts`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<bool>,
+    /// Claims honour the row's retry time, and failure writes set one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_clock: Option<bool>,
+    /// A failure write past the budget moves the row to EXHAUSTED.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exhausted_status: Option<bool>,
+    /// Claims take only their tenant's rows; writes check the tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_scoped: Option<bool>,
+    /// `due` (retry time or creation, then id) or `created` (creation, tenant, id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_order: Option<Order>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttemptsCounted {
+    Claim,
+    Failure,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fence {
+    TokenAndOwner,
+    Token,
+    Owner,
+    IdOnly,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Tokens {
+    Counter,
+    Random,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Order {
+    Due,
+    Created,
+}
+
+impl Switches {
+    /// `policy` with these switches set.
+    pub fn apply(&self, mut policy: crate::core::Policy) -> crate::core::Policy {
+        use crate::core::policy::{AttemptsAt, BudgetPredicate, ClaimOrder, TokenKind, WriteFence};
+        if let Some(at) = self.attempts_counted {
+            policy.attempts_at = match at {
+                AttemptsCounted::Claim => AttemptsAt::Claim,
+                AttemptsCounted::Failure => AttemptsAt::FailureWrite,
+            };
+        }
+        if let Some(fence) = self.write_fence {
+            policy.write_fence = match fence {
+                Fence::TokenAndOwner => WriteFence::StatusOwnerToken,
+                Fence::Token => WriteFence::StatusToken,
+                Fence::Owner => WriteFence::StatusOwner,
+                Fence::IdOnly => WriteFence::MessageIdOnly,
+            };
+        }
+        if let Some(tokens) = self.tokens {
+            policy.token_kind = match tokens {
+                Tokens::Counter => TokenKind::Counter,
+                Tokens::Random => TokenKind::Random,
+            };
+        }
+        if let Some(budget) = self.budget {
+            policy.budget = if budget { BudgetPredicate::Strict } else { BudgetPredicate::Absent };
+        }
+        if let Some(clock) = self.retry_clock {
+            policy.retry_clock = clock;
+        }
+        if let Some(exhausted) = self.exhausted_status {
+            policy.exhausted_status = exhausted;
+        }
+        if let Some(scoped) = self.tenant_scoped {
+            policy.claim_by_tenant = scoped;
+            policy.write_checks_tenant = scoped;
+        }
+        if let Some(order) = self.claim_order {
+            policy.claim_order = match order {
+                Order::Due => ClaimOrder::Due,
+                Order::Created => ClaimOrder::Created,
+            };
+        }
+        policy
+    }
 }
 
 /// How the claims of a history ran (the header's `concurrency`).
@@ -103,14 +263,24 @@ fn one_of<'de, D: serde::Deserializer<'de>>(deserializer: D, allowed: &'static [
     }
 }
 
-/// The terminal writes the format knows.
-pub const WRITES: [&str; 5] = ["mark_published", "mark_ambiguous", "mark_retry", "mark_failed", "mark_exhausted"];
+/// The terminal writes the format knows: the five of the model, and two completions that take
+/// the row out of the table (`delete`, `archive`: a job queue's way to mark a job done).
+pub const WRITES: [&str; 7] =
+    ["mark_published", "mark_ambiguous", "mark_retry", "mark_failed", "mark_exhausted", "delete", "archive"];
 
 fn write_name<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     one_of(deserializer, &WRITES)
 }
 
 fn enqueue_result<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    one_of(deserializer, &["applied", "stale"])
+}
+
+fn release_fence<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    one_of(deserializer, &["token", "expired", "id"])
+}
+
+fn release_result<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     one_of(deserializer, &["applied", "stale"])
 }
 
@@ -243,7 +413,7 @@ events! {
         message: String,
         key: String,
         answer: PublishAnswer,
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         stored: Option<bool>,
         /// The token of the lease the relay published under (optional; without it the
         /// publication is charged to the relay's lease of the message that is still open).
@@ -265,17 +435,43 @@ events! {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         attempt: Option<u32>,
         now: u64,
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         code: Option<FailureCode>,
         result: WriteReport,
-        /// The status the implementation says the row now has (optional).
-        #[serde(default)]
-        status: Option<Status>,
+        /// The status the implementation says the row now has (optional): one of the six, or
+        /// one of the header's `statuses`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<String>,
         /// The retry time the implementation chose itself (optional; its own backoff): where
         /// given, the row waits until then instead of the design's backoff, and S7 judges the
         /// claims against it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         next_attempt_at: Option<u64>,
+    },
+    /// A maintenance job (a rescuer) ended a lease without a claim: the row moved `to` a status
+    /// (PENDING or AMBIGUOUS, with or without a retry time; FAILED; EXHAUSTED), under a fence:
+    /// `token` (the lease it read), `expired` (any expired lease) or `id` (none).
+    Release {
+        /// Who ran it (informational; default `maintenance`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        relay: Option<String>,
+        message: String,
+        now: u64,
+        /// The status the row moves to: one of the six, or one of the header's `statuses`.
+        to: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        next_attempt_at: Option<u64>,
+        #[serde(deserialize_with = "release_fence")]
+        fence: String,
+        /// The token of the lease the job read (what a `token` fence compares); or, without
+        /// tokens, the attempt it read. Absent: the row's latest claim.
+        #[serde(default, deserialize_with = "token_text_opt", skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<u32>,
+        /// `applied` or `stale`.
+        #[serde(deserialize_with = "release_result")]
+        result: String,
     },
     /// The reaper ran and exhausted these messages.
     Reap { now: u64, messages: Vec<String> },
@@ -416,6 +612,7 @@ impl Event {
             Event::Claim { .. } => "claim",
             Event::Publish { .. } => "publish",
             Event::Write { .. } => "write",
+            Event::Release { .. } => "release",
             Event::Reap { .. } => "reap",
             Event::Requeue { .. } => "requeue",
             Event::Clock { .. } => "clock",
@@ -589,8 +786,15 @@ pub fn stream_reader<T>(
     if header.format != FORMAT {
         return Err(error(first, 1, format!("not an outbox-check trace: format is '{}', expected '{FORMAT}'", header.format)));
     }
-    if header.version != VERSION {
-        return Err(error(first, 1, format!("unsupported trace version {} (this build reads version {VERSION})", header.version)));
+    if header.version != 1 && header.version != VERSION {
+        return Err(error(first, 1, format!("unsupported trace version {} (this build reads versions 1 and {VERSION})", header.version)));
+    }
+    if header.version == 1 && (header.design.is_some() || header.statuses.is_some()) {
+        return Err(error(first, 1, "`design` and `statuses` need version 2".into()));
+    }
+    if let Some((name, model)) = header.statuses.iter().flatten().find(|(_, model)| Status::parse(model).is_none()) {
+        let six: Vec<&str> = Status::ALL.iter().map(|s| s.as_str()).collect();
+        return Err(error(first, 1, format!("statuses: '{name}' maps to '{model}', which is not one of {}", six.join(", "))));
     }
     if header.max_attempts == 0 {
         return Err(error(first, 1, "max_attempts must be at least 1".into()));
@@ -598,6 +802,19 @@ pub fn stream_reader<T>(
     let started = start(&header).map_err(|message| error(first, 1, message))?;
     while let Some(line) = next_line(&mut buffer)? {
         let event = read_event(&buffer, line, options.strict, &mut ignored).map_err(|(column, message)| error(line, column, message))?;
+        // A status is one of the six or one of the header's own names: anything else is bad
+        // input at its column, as an unknown value of any other field is.
+        let status = match &event {
+            Event::Write { status: Some(status), .. } => Some(("status", status)),
+            Event::Release { to, .. } => Some(("to", to)),
+            _ => None,
+        };
+        if let Some((field, name)) = status.filter(|(_, name)| header.status(name).is_none()) {
+            let column = buffer.find(&format!("\"{field}\"")).map_or(1, |c| c + 1);
+            let mut allowed: Vec<String> = header.statuses.iter().flatten().map(|(n, _)| n.clone()).collect();
+            allowed.extend(Status::ALL.iter().map(|s| s.as_str().to_string()));
+            return Err(error(line, column, format!("unknown status '{name}' in `{field}`, expected one of {}", allowed.join(", "))));
+        }
         if !each(line, event) {
             break;
         }
@@ -612,15 +829,13 @@ pub fn stream_reader<T>(
 pub fn from_world(config: &crate::world::WorldConfig, events: &[crate::world::Event]) -> (Header, Vec<Event>) {
     use crate::world::{DbFate, Event as W};
     let header = Header {
-        format: FORMAT.to_string(),
-        version: VERSION,
         variant: config.relays.first().map(|r| r.design.name().to_string()),
-        max_attempts: config.max_attempts,
         backoff_base: Some(config.backoff_base.0),
         backoff_cap: Some(config.backoff_cap.0),
         source: Some("outbox-check world".to_string()),
         // The world runs one step at a time: its claims return exactly what the design's do.
         concurrency: Some(Concurrency::Serial),
+        ..Header::new("reference", config.max_attempts)
     };
     let relay = |r: u16| format!("r{r}");
     let tenant = |t: crate::core::TenantId| format!("tenant{}", t.0);

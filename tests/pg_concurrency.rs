@@ -399,15 +399,12 @@ fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_wr
     let mut events = trace.into_inner().unwrap();
     events.sort_by_key(|(key, _)| *key);
     let header = Header {
-        format: outbox_check::trace::FORMAT.into(),
-        version: outbox_check::trace::VERSION,
-        variant: Some("reference".into()),
-        max_attempts: 3,
         backoff_base: Some(policy.backoff.base.0),
         backoff_cap: Some(policy.backoff.cap.0),
         source: Some("tests/pg_concurrency.rs: 4 relays on PostgreSQL".into()),
         // Four relays' claims ran at once, each skipping rows the others held.
         concurrency: Some(outbox_check::trace::Concurrency::SkipLocked),
+        ..Header::new("reference", 3)
     };
     let events: Vec<Event> = events.into_iter().map(|(_, e)| e).collect();
     let file = std::env::temp_dir().join(format!("outbox-check-pg-{}.jsonl", std::process::id()));
