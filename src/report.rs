@@ -469,9 +469,9 @@ pub fn trace_html(
     divergences: &[crate::oracle::Divergence],
 ) -> String {
     use crate::trace::{Event as T, PublishAnswer, WriteReport};
-    const STEP: usize = 26;
+    const STEP: usize = 40;
     const LEFT: usize = 150;
-    const SLOT: usize = 16;
+    const SLOT: usize = 28;
     // Lanes: the application (enqueues) first if it logged any, the relays in order of first
     // appearance, then the maintenance jobs.
     let mut lanes: Vec<String> = Vec::new();
@@ -585,13 +585,13 @@ pub fn trace_html(
     let mut y = 40;
     for s in &slots {
         lane_top.push(y);
-        y += 20 + s * SLOT;
+        y += 24 + s * SLOT;
     }
     let width = LEFT + (events.len() + 1) * STEP + 20;
     let height = y + 10;
     let x_of = |x: usize| LEFT + x * STEP + STEP / 2;
     let mut svg = String::new();
-    let _ = writeln!(svg, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="the history drawn">"#);
+    let _ = writeln!(svg, r#"<svg width="{width}" height="{height}" role="img" aria-label="the history drawn">"#);
     // The divergences' columns first, under everything.
     for (line, x) in &line_x {
         if divergent.contains(line) {
@@ -600,7 +600,7 @@ pub fn trace_html(
     }
     for (l, name) in lanes.iter().enumerate() {
         let top = lane_top[l];
-        let h = 20 + slots[l] * SLOT;
+        let h = 24 + slots[l] * SLOT;
         let _ = writeln!(
             svg,
             r#"<g class="lane" data-lane="{n}"><rect class="lane-bg" x="0" y="{top}" width="{width}" height="{h}"/><text class="lane-name" x="8" y="{ty}">{n}</text></g>"#,
@@ -614,7 +614,7 @@ pub fn trace_html(
     }
     let last = events.len();
     for b in &bars {
-        let top = lane_top[b.lane] + 8 + b.slot * SLOT;
+        let top = lane_top[b.lane] + 26 + b.slot * SLOT;
         let (x0, x1) = (x_of(b.start), x_of(b.end.unwrap_or(last)));
         let token = b.token.as_ref().map(|t| format!(" · token {t}")).unwrap_or_default();
         let open = if b.end.is_none() { " open" } else { "" };
@@ -625,11 +625,11 @@ pub fn trace_html(
             t = html_text(&token),
             w = (x1 - x0).max(4),
             tx = x0 + 4,
-            ty = top + 10
+            ty = top - 3
         );
     }
     for (x, lane, slot, class, title) in &marks {
-        let (cx, cy) = (x_of(*x), lane_top[*lane] + 14 + slot * SLOT);
+        let (cx, cy) = (x_of(*x), lane_top[*lane] + 32 + slot * SLOT);
         let line = line_x[*x].0;
         let hit = if divergent.contains(&line) { " divergent" } else { "" };
         let shape = match *class {

@@ -236,3 +236,50 @@ fn the_explorer_steps_through_a_counterexample_in_chromium() {
         std::fs::write(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/explorer-legacy-v1-S1.png"), &png).unwrap();
     }
 }
+
+/// `trace --html` in a real browser: the page a history draws shows a lane per relay, a bar
+/// per lease, the divergence highlighted with its sentence — and needs no network.
+#[test]
+fn the_history_page_shows_lanes_leases_and_the_divergence_in_chromium() {
+    let (Some(chromium), Some(chromedriver)) = (which("chromium"), which("chromedriver")) else {
+        assert!(
+            std::env::var("OUTBOX_CHECK_REQUIRE_BROWSER").as_deref() != Ok("1"),
+            "OUTBOX_CHECK_REQUIRE_BROWSER=1 but chromium or chromedriver is not installed"
+        );
+        common::not_run("the browser test needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)");
+        return;
+    };
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fixture = root.join("tests/traces/invalid-s1-stale-write-applied.jsonl");
+    let page = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("trace-invalid-s1-stale-write-applied.html");
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(["trace", "--all", "--html"]).arg(&page).arg(&fixture).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(!html.contains("src=") && !html.contains("href=") && !html.contains("url(") && !html.contains("<script"), "the page is self-contained");
+
+    let browser = Browser::start(&chromium, &chromedriver);
+    browser.open(&format!("file://{}", page.display()));
+    let text = browser.wait_text(&["Divergences", "S1 no stale terminal write succeeds"]);
+    assert!(text.contains("line 9"), "the divergence's line: {text}");
+    let count = |selector: &str| {
+        browser
+            .call("POST", "/execute/sync", Some(&json!({ "script": format!("return document.querySelectorAll('{selector}').length"), "args": [] })))
+            .as_u64()
+            .unwrap_or(0)
+    };
+    // The fixture: relay-a and relay-b, one lease each of m1, relay-a's late write applied.
+    let lanes: Value = browser.call("POST", "/execute/sync", Some(&json!({ "script": "return [...document.querySelectorAll('g.lane')].map(g => g.dataset.lane)", "args": [] })));
+    assert_eq!(lanes, json!(["application", "relay-a", "relay-b"]));
+    assert_eq!(count("g.lease"), 2);
+    assert_eq!(count("g.mark.divergent"), 1);
+    assert_eq!(count("rect.divergent-column"), 1);
+    let marked: Value = browser.call("POST", "/execute/sync", Some(&json!({ "script": "return document.querySelector('g.mark.divergent title').textContent", "args": [] })));
+    assert!(marked.as_str().unwrap_or_default().contains("mark_published m1"), "{marked}");
+
+    let png = browser.screenshot();
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG screenshot");
+    std::fs::write(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("trace-invalid-s1-stale-write-applied.png"), &png).unwrap();
+    if std::env::var("OUTBOX_CHECK_WRITE_REPORTS").as_deref() == Ok("1") {
+        std::fs::write(root.join("reports/trace-invalid-s1-stale-write-applied.png"), &png).unwrap();
+    }
+}

@@ -227,3 +227,50 @@ fn the_auditor_stamps_the_latest_claim_and_catches_a_superseded_write() {
     let violations = auditor.take_violations();
     assert_eq!(violations.iter().map(|v| v.property).collect::<Vec<_>>(), [Property::S1, Property::S5]);
 }
+
+#[test]
+fn a_release_ends_a_lease_where_its_fence_matches_and_keeps_the_count() {
+    let reference = Design::Variant(Variant::Reference).policy();
+    let release = |lease: Lease, fence: ReleaseFence, to: Status, retry_at: Option<u64>, now: u64| ReleaseRequest {
+        lease,
+        fence,
+        to,
+        retry_at: retry_at.map(Instant),
+        now: Instant(now),
+    };
+    // Token fence: the lease it read, while the row still holds it.
+    let mut outbox = table(1);
+    let first = outbox.claim(&reference, &claim(0, 1, 100)).unwrap()[0];
+    let applied = outbox.release(&release(first, ReleaseFence::Token, Status::Pending, Some(150), 120)).unwrap();
+    assert_eq!(applied, WriteResult::Applied { status: Status::Pending });
+    let row = *outbox.row(MessageId(0)).unwrap();
+    assert_eq!((row.attempts, row.lease_owner, row.lease_expires_at, row.next_attempt_at), (1, None, None, Some(Instant(150))));
+    assert_eq!(row.lease_token, first.token, "a release keeps the token");
+    // ... and not once the row is no longer IN_FLIGHT, nor for a lease the row no longer holds.
+    assert_eq!(outbox.release(&release(first, ReleaseFence::Token, Status::Pending, None, 121)).unwrap(), WriteResult::Stale { reason: StaleReason::NotInFlight });
+    let second = outbox.claim(&reference, &claim(1, 1, 200)).unwrap()[0];
+    assert_eq!(outbox.release(&release(first, ReleaseFence::Token, Status::Pending, None, 201)).unwrap(), WriteResult::Stale { reason: StaleReason::WrongToken });
+    // Expiry fence: any expired lease, and only an expired one (this lease runs to 210).
+    assert!(matches!(outbox.release(&release(second, ReleaseFence::Expired, Status::Exhausted, Some(5), 209)).unwrap(), WriteResult::Stale { .. }));
+    assert_eq!(outbox.release(&release(first, ReleaseFence::Expired, Status::Exhausted, Some(5), 210)).unwrap(), WriteResult::Applied { status: Status::Exhausted });
+    let row = *outbox.row(MessageId(0)).unwrap();
+    assert_eq!((row.next_attempt_at, row.last_failure_code), (None, Some(FailureCode::BudgetSpent)), "a terminal release sets no retry time");
+    // Id fence: anything, even a terminal row (the auditor calls that S4).
+    let mut auditor = Auditor::new(MAX);
+    assert_eq!(auditor.release(&mut outbox, &release(first, ReleaseFence::Id, Status::Failed, None, 300)).unwrap(), WriteResult::Applied { status: Status::Failed });
+    assert_eq!(auditor.take_violations().iter().map(|v| v.property).collect::<Vec<_>>(), [Property::S4]);
+}
+
+#[test]
+fn the_auditor_catches_a_release_that_ends_a_lease_claimed_after_it_read_the_row() {
+    let reference = Design::Variant(Variant::Reference).policy();
+    let mut outbox = table(1);
+    let mut auditor = Auditor::new(MAX);
+    let read = auditor.claim(&mut outbox, &reference, &claim(0, 1, 100), Instant(100)).unwrap()[0];
+    let taken = auditor.claim(&mut outbox, &reference, &claim(1, 1, 200), Instant(200)).unwrap()[0];
+    let by_id = |lease: Lease| ReleaseRequest { lease, fence: ReleaseFence::Id, to: Status::Pending, retry_at: None, now: Instant(205) };
+    auditor.release(&mut outbox.clone(), &by_id(taken)).unwrap();
+    assert!(auditor.take_violations().is_empty(), "ending the latest lease is no violation");
+    auditor.release(&mut outbox, &by_id(read)).unwrap();
+    assert_eq!(auditor.take_violations().iter().map(|v| v.property).collect::<Vec<_>>(), [Property::S1]);
+}

@@ -69,6 +69,7 @@ fn unknown_outcomes_are_checked_under_both_resolutions() {
 #[test]
 fn bad_input_is_one_error_with_line_and_column_and_exit_2() {
     let header = r#"{"format":"outbox-check-trace","version":1,"max_attempts":3}"#;
+    let v2 = r#"{"format":"outbox-check-trace","version":2,"max_attempts":3,"statuses":{"available":"PENDING"}}"#;
     let cases = [
         ("truncated", format!("{header}\n{{\"event\":\"clock\",\"now\":"), "2:"),
         ("wrong type", format!("{header}\n{{\"event\":\"clock\",\"now\":\"soon\"}}"), "2:"),
@@ -82,6 +83,27 @@ fn bad_input_is_one_error_with_line_and_column_and_exit_2() {
         ("version", r#"{"format":"outbox-check-trace","version":9,"max_attempts":3}"#.to_string(), "1:1: unsupported trace version 9"),
         ("not a trace", r#"{"format":"csv","version":1,"max_attempts":3}"#.to_string(), "1:1: not an outbox-check trace"),
         ("empty", String::new(), "1:1: empty trace"),
+        // Version 2: a status the header does not map, a design switch it does not know.
+        (
+            "unknown status",
+            format!("{v2}\n{{\"event\":\"release\",\"message\":\"m\",\"now\":1,\"to\":\"availible\",\"fence\":\"id\",\"result\":\"applied\"}}"),
+            "2:42: unknown status 'availible' in `to`, expected one of available, PENDING",
+        ),
+        (
+            "unknown switch",
+            r#"{"format":"outbox-check-trace","version":2,"max_attempts":3,"design":{"write_fense":"token"}}"#.to_string(),
+            "1:",
+        ),
+        (
+            "bad status map",
+            r#"{"format":"outbox-check-trace","version":2,"max_attempts":3,"statuses":{"done":"FINISHED"}}"#.to_string(),
+            "1:1: statuses: 'done' maps to 'FINISHED', which is not one of PENDING",
+        ),
+        (
+            "version-1 design",
+            r#"{"format":"outbox-check-trace","version":1,"max_attempts":3,"design":{"budget":true}}"#.to_string(),
+            "1:1: `design` and `statuses` need version 2",
+        ),
     ];
     let dir = std::env::temp_dir().join(format!("outbox-check-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -329,4 +351,88 @@ fn the_fixtures_and_the_verdicts_match_their_json_schemas() {
         let errors: Vec<String> = verdict.iter_errors(&value).map(|e| format!("{} at {}", e, e.instance_path())).collect();
         assert!(errors.is_empty(), "{}: {errors:?}\n{value}", file.display());
     }
+}
+
+/// Runs `outbox-check trace` on a history; exit code and JSON verdict.
+fn trace_cli(name: &str, text: &str, args: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let file = std::env::temp_dir().join(format!("outbox-check-{name}-{}.jsonl", std::process::id()));
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).arg("trace").arg("--json").args(args).arg(&file).output().unwrap();
+    std::fs::remove_file(&file).ok();
+    (out.status.code(), serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{name}: {e}: {}", String::from_utf8_lossy(&out.stderr))))
+}
+
+/// `--all` lists every divergence, going on from what the implementation reported; without it
+/// the first ends the check; `--safety-only` exits 0 when only conformance findings remain.
+#[test]
+fn all_goes_on_after_a_divergence_and_safety_only_passes_conformance_findings() {
+    let head = r#"{"format":"outbox-check-trace","version":2,"max_attempts":3}"#;
+    let enqueue = r#"{"event":"enqueue","tenant":"t","aggregate":"a","expected_version":0,"message":"m1","now":0,"result":"applied"}"#;
+    // attempts counted wrong (C2) — then a stale write reported applied (S1) after a takeover.
+    let events = [
+        enqueue,
+        r#"{"event":"claim","relay":"r1","tenant":"t","batch":1,"lease_ms":100,"now":10,"leases":[{"message":"m1","token":"1","attempts":2}]}"#,
+        r#"{"event":"claim","relay":"r2","tenant":"t","batch":1,"lease_ms":100,"now":200,"leases":[{"message":"m1","token":"2","attempts":3}]}"#,
+        r#"{"event":"publish","relay":"r2","message":"m1","key":"m1","answer":"ack","token":"2"}"#,
+        r#"{"event":"write","relay":"r1","write":"mark_published","message":"m1","tenant":"t","token":"1","now":210,"result":"applied"}"#,
+    ];
+    let text = format!("{head}\n{}\n", events.join("\n"));
+    let ids = |v: &serde_json::Value| -> Vec<String> {
+        v["files"][0]["divergences"].as_array().unwrap().iter().map(|d| format!("{}@{}", d["property"].as_str().or(d["conformance"].as_str()).unwrap(), d["line"])).collect()
+    };
+    let (code, first) = trace_cli("first", &text, &[]);
+    assert_eq!((code, ids(&first)), (Some(1), vec!["C2@3".to_string()]));
+    // From the implementation's attempts on: its second claim's attempts (3) follow its own
+    // count (2 + 1: no second C2), and the superseded write is S1.
+    let (code, all) = trace_cli("all", &text, &["--all"]);
+    assert_eq!((code, ids(&all)), (Some(1), vec!["C2@3".to_string(), "S1@6".to_string()]));
+    let (code, safety) = trace_cli("safety", &text, &["--safety-only"]);
+    assert_eq!((code, ids(&safety)), (Some(1), vec!["C2@3".to_string(), "S1@6".to_string()]));
+    assert_eq!(safety["files"][0]["verdict"], "diverges");
+    // Without the stale write only the conformance finding is left: exit 0, verdict "safe".
+    let text = format!("{head}\n{}\n", events[..4].join("\n"));
+    let (code, safe) = trace_cli("safe", &text, &["--safety-only"]);
+    assert_eq!((code, ids(&safe)), (Some(0), vec!["C2@3".to_string()]));
+    assert_eq!(safe["files"][0]["verdict"], "safe");
+    let (code, _) = trace_cli("strict", &text, &[]);
+    assert_eq!(code, Some(1));
+}
+
+/// Version 1 reads claims as skip-locked, version 2 as serial: a claim that passes over a row
+/// another relay's claim (logged after it, begun before it committed) held is consistent
+/// under skip-locked and C1 under serial.
+#[test]
+fn version_1_defaults_to_skip_locked_and_version_2_to_serial() {
+    let fixture = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/traces/valid-skip-locked-claim-passes-over-a-row-another-claim-held.jsonl")).unwrap();
+    let body: String = fixture.lines().skip(1).map(|l| format!("{l}\n")).collect();
+    let v1 = format!("{}\n{body}", r#"{"format":"outbox-check-trace","version":1,"max_attempts":3}"#);
+    let v2 = format!("{}\n{body}", r#"{"format":"outbox-check-trace","version":2,"max_attempts":3}"#);
+    assert!(verdict("v1", &v1).is_ok());
+    assert_eq!(verdict("v2", &v2), Err((Some("C1".to_string()), 4)));
+    // Under skip-locked the evidence matters: without relay-b's claim of m1, m1 was free.
+    let without: String = v1.lines().filter(|l| !l.contains("relay-b")).map(|l| format!("{l}\n")).collect();
+    assert_eq!(verdict("without", &without).map_err(|(p, _)| p), Err(Some("C1".to_string())));
+}
+
+/// The header's status names are the history's own: a write's `status` and a release's `to`
+/// use them, and the rows of a divergence speak them.
+#[test]
+fn status_names_and_switches_come_from_the_header() {
+    let head = r#"{"format":"outbox-check-trace","version":2,"max_attempts":3,"design":{"attempts_counted":"claim","write_fence":"token"},"statuses":{"available":"PENDING","running":"IN_FLIGHT","completed":"PUBLISHED"}}"#;
+    let claim = r#"{"event":"claim","relay":"w1","tenant":"d","batch":1,"lease_ms":100,"now":10,"leases":[{"message":"j1","token":7,"attempts":1}]}"#;
+    let wrong = r#"{"event":"write","relay":"w1","write":"mark_published","message":"j1","tenant":"d","token":7,"now":20,"result":"applied","status":"available"}"#;
+    let (code, v) = trace_cli("statuses", &format!("{head}\n{claim}\n{wrong}\n"), &[]);
+    assert_eq!(code, Some(1));
+    let d = &v["files"][0]["divergence"];
+    assert_eq!((d["conformance"].as_str(), d["expected"].as_str()), (Some("C4"), Some("status completed")));
+    assert_eq!(d["rows"][0]["status"], "running");
+    // The token fence alone: w1's own write applies with the status the header calls completed.
+    let right = wrong.replace("available", "completed");
+    let (code, v) = trace_cli("token-fence", &format!("{head}\n{claim}\n{right}\n"), &[]);
+    assert_eq!((code, v["files"][0]["verdict"].as_str()), (Some(0), Some("consistent")), "{v}");
+    // A relay that never claimed the job, presenting w1's token, answers no lease of its own:
+    // its write applying is a stale write (S1).
+    let other = right.replace("\"w1\"", "\"w2\"");
+    let (code, v) = trace_cli("other-relay", &format!("{head}\n{claim}\n{other}\n"), &[]);
+    assert_eq!((code, v["files"][0]["divergence"]["property"].as_str()), (Some(1), Some("S1")), "{v}");
 }
