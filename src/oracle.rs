@@ -1611,6 +1611,16 @@ impl Oracle {
     /// handed it out).
     fn in_your_names(&self, mut d: Divergence, b: &Branch) -> Divergence {
         let instant = |t: Option<Instant>| t.map(|t| t.0);
+        // The model's status names, in the history's own where its header maps them.
+        if self.header.statuses.is_some() {
+            for status in Status::ALL {
+                let theirs = self.header.status_name(status);
+                if theirs != status.as_str() {
+                    d.expected = d.expected.replace(status.as_str(), &theirs);
+                    d.got = d.got.replace(status.as_str(), &theirs);
+                }
+            }
+        }
         d.rows = std::mem::take(&mut d.model_rows)
             .iter()
             .map(|row| {
