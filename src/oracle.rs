@@ -1087,6 +1087,11 @@ impl Oracle {
                     let mut said = self.words(&v.detail);
                     // A superseded write, in the history's words: who wrote, and which claim
                     // had superseded the lease it wrote for.
+                    // The design's claim kept a row's token (the model's own tokens, not yours).
+                    if let (Property::S2, Event::Claim { relay: name, .. }) = (v.property, event) {
+                        let row = said.split_whitespace().nth(4).unwrap_or_default().to_string();
+                        said = format!("the claim by {name} left {row} with the token it already had: this design's claim does not move the token");
+                    }
                     if let (Property::S1, Some(&id), Some(doer)) = (v.property, messages.first(), doer(event)) {
                         if said.contains("latest") {
                             said = format!("{doer} applied to {}, for a lease that was no longer the latest", self.name_of(0, id.0));
