@@ -295,8 +295,11 @@ struct Branch {
     /// claim's expected rows are looked for, instead of the whole table.
     open: Vec<MessageId>,
     /// Rows a skip-locked claim passed over while they were claimable, with no evidence yet that
-    /// another transaction held them (see [`Oracle::excused`]).
+    /// another transaction held them (see [`Oracle::judge_skips`]).
     skips: Vec<Skip>,
+    /// A safety property this resolution broke (a claim of unknown outcome that, committed, broke
+    /// one by the design's own rule): reported if no resolution without one survives.
+    broke: Option<Box<Divergence>>,
 }
 
 /// A claimable row a skip-locked claim did not return: excused once the history shows another
@@ -479,6 +482,7 @@ impl Oracle {
                 deferred: Vec::new(),
                 open: Vec::new(),
                 skips: Vec::new(),
+                broke: None,
             }],
             events: 0,
             dropped: false,
@@ -647,8 +651,12 @@ impl Oracle {
                     }
                 }
                 Err(divergence) => {
-                    if first_error.is_none() {
-                        first_error = Some(self.in_your_names(skipped.err().unwrap_or(divergence), b));
+                    // Where resolutions fail differently, a safety property one of them breaks
+                    // says more than a departure from the design in another.
+                    let d = skipped.err().unwrap_or(divergence);
+                    let better = first_error.as_ref().is_none_or(|f: &Divergence| f.property.is_none() && d.property.is_some());
+                    if better {
+                        first_error = Some(self.in_your_names(d, b));
                     }
                     if let Some(mut saved) = saved {
                         self.adopt(&mut saved, line, event, &plan);
@@ -660,6 +668,19 @@ impl Oracle {
             }
         });
         branches.append(&mut twins);
+        // Only resolutions that broke a property are left: the history breaks it.
+        let clean = branches.iter().any(|b| b.broke.is_none());
+        if !branches.is_empty() && !clean && token_divergence.is_none() {
+            let d = branches.iter().find_map(|b| b.broke.as_deref().cloned());
+            if let Some(d) = d {
+                for b in &mut branches {
+                    b.broke = None;
+                }
+                self.record_locks(actor, line, event, &plan);
+                self.finish_step(branches, before);
+                return Err(d);
+            }
+        }
         any_ok |= !branches.is_empty();
         self.record_locks(actor, line, event, &plan);
         let mut next = branches;
@@ -829,6 +850,7 @@ impl Oracle {
                             && b.held == branch.held
                             && b.deferred == branch.deferred
                             && b.skips == branch.skips
+                            && b.broke.is_some() == branch.broke.is_some()
                     })
                 });
                 if !same {
@@ -867,6 +889,11 @@ impl Oracle {
     /// excused); the accepted part describes the resolution kept.
     pub fn finish_all(mut self) -> (Accepted, Vec<Divergence>) {
         let mut divergences = Vec::new();
+        if !self.branches.is_empty() && self.branches.iter().all(|b| b.broke.is_some()) {
+            divergences.extend(self.branches[0].broke.as_deref().cloned());
+            self.branches.iter_mut().for_each(|b| b.broke = None);
+        }
+        self.branches.retain(|b| b.broke.is_none());
         if !self.branches.iter().any(|b| b.skips.is_empty()) {
             if let Some(b) = self.branches.first() {
                 divergences = b.skips.iter().map(|skip| self.in_your_names(self.skip_divergence(b, skip), b)).collect();
@@ -1139,6 +1166,15 @@ impl Oracle {
                     let mut committed = b.clone();
                     let _ = committed.auditor.claim(&mut committed.outbox, &self.policy, &req, Instant(*now));
                     committed.resolutions.push(format!("line {line}: claim committed"));
+                    // Committed, the design's own claim may break a property (legacy-v1's keeps
+                    // the token): that resolution lives on, carrying the finding, in case it is
+                    // the only one the rest of the history allows.
+                    let before: SmallVec<[Row; 1]> = SmallVec::new();
+                    if let Err(d) = audited(&mut committed, &before) {
+                        let mut d = d;
+                        d.got = format!("{} (if the claim of unknown outcome committed: the only resolution the rest of the history allows)", d.got);
+                        committed.broke = Some(Box::new(self.in_your_names(d, &committed)));
+                    }
                     b.resolutions.push(format!("line {line}: claim not committed"));
                     return Ok(Some(committed));
                 }
