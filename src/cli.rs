@@ -671,11 +671,11 @@ fn replay(file: &std::path::Path, json: bool) -> ExitCode {
 fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) {
     let c = &report.config;
     println!(
-        "outbox-check check — {} ({} relays, {} messages, {} tenants, budget {}, faults: {})",
+        "outbox-check check — {} ({}, {}, {}, budget {}, faults: {})",
         report.fleet.join(", "),
-        c.relays.len(),
-        c.messages,
-        c.tenants,
+        crate::report::count(c.relays.len() as u64, "relay"),
+        crate::report::count(c.messages, "message"),
+        crate::report::count(c.tenants, "tenant"),
         c.max_attempts,
         c.faults.names().join(", ")
     );
@@ -701,7 +701,7 @@ fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) 
             Verdict::Unknown => "unknown",
             Verdict::NotExercised => "–",
         };
-        let depth = p.counterexample.as_ref().map(|c| format!(" ({} steps)", c.len())).unwrap_or_default();
+        let depth = p.counterexample.as_ref().map(|c| format!(" ({})", crate::report::count(c.len() as u64, "step"))).unwrap_or_default();
         println!("  {:<9} {:<7} {}{depth}", status, p.id, p.name);
         if let Some(note) = &p.note {
             println!("  {:<17} {note}", "");

@@ -308,6 +308,8 @@ struct Branch {
 struct Skip {
     /// The claim's line (its commit, in the history's order).
     line: usize,
+    /// Every relay known has logged since: only a relay not seen yet could still excuse it.
+    settled: bool,
     message: MessageId,
     /// The row as it was, and the claim, for the report.
     row: Row,
@@ -316,7 +318,7 @@ struct Skip {
 
 impl PartialEq for Skip {
     fn eq(&self, other: &Skip) -> bool {
-        self.line == other.line && self.message == other.message
+        self.line == other.line && self.message == other.message && self.settled == other.settled
     }
 }
 
@@ -409,6 +411,8 @@ pub struct Oracle {
     /// its actor's previous event committed.
     actor_last: Vec<usize>,
     actor_claims: Vec<bool>,
+    /// The actors the header lists (`relays`): every one that may run.
+    declared: Option<Vec<u16>>,
     actor_open: Vec<Option<Open>>,
     /// Per message (by id): its locks as the history shows them.
     locks: Vec<RowLock>,
@@ -443,6 +447,10 @@ impl Oracle {
         }
         oracle.serial = header.claims() == crate::trace::Concurrency::Serial;
         oracle.header = header.clone();
+        if let Some(relays) = &header.relays {
+            let ids = relays.iter().map(|r| oracle.relay(r).0).collect();
+            oracle.declared = Some(ids);
+        }
         oracle
     }
 
@@ -495,6 +503,7 @@ impl Oracle {
             header: Header::new(design.name(), max_attempts),
             actor_last: Vec::new(),
             actor_claims: Vec::new(),
+            declared: None,
             actor_open: Vec::new(),
             locks: Vec::new(),
             any_end: 0,
@@ -599,7 +608,14 @@ impl Oracle {
         let begin = actor.map_or(0, |a| self.enter(a, line, matches!(event, Event::Claim { .. })));
         // The line every relay that claims has logged an event after: a skip older than that can
         // be excused by no later statement.
-        let settled = self.actor_last.iter().zip(&self.actor_claims).filter(|(_, c)| **c).map(|(l, _)| *l).min().unwrap_or(0);
+        // Every relay the header lists, or else every relay seen claiming so far (one that first
+        // appears later may have begun its first statement at any time: a skip settled that way
+        // is only given up where another resolution needs no excuse).
+        let seen = self.actor_last.iter().zip(&self.actor_claims).filter(|(_, c)| **c).map(|(l, _)| *l).min().unwrap_or(0);
+        let declared = self.declared.as_ref().map_or(0, |actors| {
+            actors.iter().map(|a| self.actor_last.get(*a as usize).copied().unwrap_or(0)).min().unwrap_or(0)
+        });
+        let settled = (seen, declared);
         let locked = locked_by(event, &plan);
         let mut token_divergence = None;
         if let Err(d) = self.check_tokens(line, event, &plan) {
@@ -668,6 +684,11 @@ impl Oracle {
             }
         });
         branches.append(&mut twins);
+        // A resolution whose skip only a relay not seen yet could excuse gives way to one that
+        // needs no such excuse (an unknown write that committed, say).
+        if branches.len() > 1 && branches.iter().any(|b| b.skips.iter().any(|s| s.settled)) && branches.iter().any(|b| b.skips.iter().all(|s| !s.settled)) {
+            branches.retain(|b| b.skips.iter().all(|s| !s.settled));
+        }
         // Only resolutions that broke a property are left: the history breaks it.
         let clean = branches.iter().any(|b| b.broke.is_none());
         if !branches.is_empty() && !clean && token_divergence.is_none() {
@@ -779,12 +800,13 @@ impl Oracle {
     /// it is the row's next lock, so none can come later: the skip stands. So does a skip
     /// older than `settled`, the line after which every claiming relay has logged. Unexcused
     /// skips are removed and the first returned.
-    fn judge_skips(&self, b: &mut Branch, begin: usize, settled: usize, locked: &Locked) -> Result<(), Divergence> {
+    fn judge_skips(&self, b: &mut Branch, begin: usize, settled: (usize, usize), locked: &Locked) -> Result<(), Divergence> {
+        let (seen, declared) = settled;
         if b.skips.is_empty() {
             return Ok(());
         }
         let mut unexcused: Option<Skip> = None;
-        b.skips.retain(|skip| {
+        b.skips.retain_mut(|skip| {
             let (touched, certain) = match locked {
                 Locked::Nothing => (false, false),
                 Locked::Any => (true, false),
@@ -793,11 +815,21 @@ impl Oracle {
             if touched && begin < skip.line {
                 return false;
             }
-            if (touched && certain) || skip.line < settled {
+            if touched && certain {
                 if unexcused.is_none() {
                     unexcused = Some(skip.clone());
                 }
                 return false;
+            }
+            if skip.line < declared {
+                // Every relay that may run has logged since: nothing can excuse it now.
+                if unexcused.is_none() {
+                    unexcused = Some(skip.clone());
+                }
+                return false;
+            }
+            if skip.line < seen {
+                skip.settled = true;
             }
             true
         });
@@ -1069,13 +1101,13 @@ impl Oracle {
             }
             Event::Reap { messages, .. } => Plan::Ids {
                 tenant: TenantId(0),
-                relay: self.relay("(reaper)"),
+                relay: self.relay("reaper"),
                 messages: messages.iter().map(|m| self.message(m)).collect(),
                 aggregate: AggregateId(0),
             },
             Event::Requeue { message, .. } => Plan::Ids {
                 tenant: TenantId(0),
-                relay: self.relay("(operator)"),
+                relay: self.relay("operator"),
                 messages: smallvec![self.message(message)],
                 aggregate: AggregateId(0),
             },
@@ -1280,7 +1312,7 @@ impl Oracle {
                         for (id, row) in skipped {
                             if !self.held_elsewhere(id, begin) {
                                 let claim = claim.get_or_insert_with(|| std::sync::Arc::new(event.clone())).clone();
-                                b.skips.push(Skip { line, message: id, row, claim });
+                                b.skips.push(Skip { line, settled: false, message: id, row, claim });
                             }
                         }
                         audited(b, &before)?;

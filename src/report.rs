@@ -7,6 +7,16 @@ use crate::world::{DbFate, Event};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+/// "1 step", "2 steps": a count and its noun, in the right number.
+pub fn count(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// A file-system friendly name for a fleet: `reference-x2`, `seed-v2+legacy-v1`.
 pub fn fleet_slug(fleet: &[String]) -> String {
     if !fleet.is_empty() && fleet.iter().all(|d| *d == fleet[0]) {
@@ -101,23 +111,42 @@ impl CounterexampleFile {
     }
 }
 
-/// The Mermaid sequence diagram of a path: a lane per relay, the database and the broker.
-pub fn mermaid(steps: &[ReplayStep], relays: usize, cycle_from: Option<usize>) -> String {
+/// The Mermaid sequence diagram of a path: a lane per relay, the database and the broker. Only
+/// the notes of `property` (id, name) are drawn on the steps; other properties the path also
+/// breaks are listed once at the end. A lasso's cycle is drawn as a `loop`.
+pub fn mermaid(steps: &[ReplayStep], relays: usize, cycle_from: Option<usize>, property: Option<(&str, &str)>) -> String {
     let mut out = String::from("sequenceDiagram\n");
     for r in 0..relays {
         let _ = writeln!(out, "    participant r{r}");
     }
     out.push_str("    participant DB\n    participant Broker\n");
+    let mut others: Vec<&'static str> = Vec::new();
+    let mut looping = false;
     for step in steps {
         if cycle_from == Some(step.index) {
-            let _ = writeln!(out, "    Note over DB: — the cycle below repeats forever —");
+            let _ = writeln!(out, "    loop forever, with no fault");
+            looping = true;
         }
         for event in &step.events {
             out.push_str(&mermaid_event(event));
         }
         for v in &step.violations {
-            let _ = writeln!(out, "    Note over DB: ✗ {} {}", v.property.id(), mermaid_text(&v.detail));
+            if property.is_none_or(|(id, _)| v.property.id() == id) {
+                let _ = writeln!(out, "    Note over DB: ✗ {} {}", v.property.id(), mermaid_text(&v.detail));
+            } else if !others.contains(&v.property.id()) {
+                others.push(v.property.id());
+            }
         }
+    }
+    if looping {
+        out.push_str("    end\n");
+        if let Some((id, name)) = property {
+            let _ = writeln!(out, "    Note over DB: ✗ {id} {} — never, however long the loop runs", mermaid_text(name));
+        }
+    }
+    if !others.is_empty() {
+        others.sort_unstable();
+        let _ = writeln!(out, "    Note over DB: this path also breaks {} (see the steps)", others.join(", "));
     }
     out
 }
@@ -184,6 +213,27 @@ fn mermaid_event(event: &Event) -> String {
     }
 }
 
+/// The one sentence of what goes wrong on a counterexample: the violation's own words for a
+/// safety property, the property that never comes true for a lasso.
+pub fn what_goes_wrong(property: &PropertyResult) -> Option<String> {
+    let steps = property.counterexample.as_ref()?;
+    match property.kind {
+        Kind::Liveness => Some(format!(
+            "{} {} never comes true: after step {} the same fault-free steps repeat forever without it.",
+            property.id,
+            property.name,
+            property.cycle_from.map(|c| c.to_string()).unwrap_or_default()
+        )),
+        Kind::Reachability => None,
+        _ => steps
+            .iter()
+            .rev()
+            .flat_map(|s| s.violations.iter())
+            .find(|v| v.property.id() == property.id)
+            .map(|v| format!("{}.", v.detail)),
+    }
+}
+
 /// A counterexample in words and as a diagram, with the command that reproduces it.
 pub fn counterexample_markdown(report: &CheckReport, property: &PropertyResult, command: &str) -> String {
     let mut out = String::new();
@@ -193,11 +243,14 @@ pub fn counterexample_markdown(report: &CheckReport, property: &PropertyResult, 
         _ => "counterexample",
     };
     let _ = writeln!(out, "# {} {} — {what} for {fleet}\n", property.id, property.name);
+    if let Some(sentence) = what_goes_wrong(property) {
+        let _ = writeln!(out, "**What goes wrong:** {sentence}\n");
+    }
     let _ = writeln!(
         out,
-        "Fleet: {fleet} ({} relays, {} messages, budget {}, faults: {}). Reproduce:\n\n```sh\n{command}\n```\n",
-        report.config.relays.len(),
-        report.config.messages,
+        "Fleet: {fleet} ({}, {}, budget {}, faults: {}). Reproduce:\n\n```sh\n{command}\n```\n",
+        count(report.config.relays.len() as u64, "relay"),
+        count(report.config.messages, "message"),
         report.config.max_attempts,
         report.config.faults.names().join(", ")
     );
@@ -215,7 +268,7 @@ pub fn counterexample_markdown(report: &CheckReport, property: &PropertyResult, 
             property.cycle_from.map(|c| c.to_string()).unwrap_or_default()
         );
     } else {
-        let _ = writeln!(out, "The shortest path ({} steps):\n", steps.len());
+        let _ = writeln!(out, "The shortest path ({}):\n", count(steps.len() as u64, "step"));
     }
     for step in steps {
         if property.cycle_from == Some(step.index) {
@@ -226,7 +279,7 @@ pub fn counterexample_markdown(report: &CheckReport, property: &PropertyResult, 
             let _ = writeln!(out, "   - **✗ {}**", v);
         }
     }
-    let _ = writeln!(out, "\n```mermaid\n{}```", mermaid(steps, report.config.relays.len(), property.cycle_from));
+    let _ = writeln!(out, "\n```mermaid\n{}```", mermaid(steps, report.config.relays.len(), property.cycle_from, Some((&property.id, &property.name))));
     out
 }
 
@@ -310,7 +363,8 @@ pub fn write_index(dir: &Path, fleets: &[(&str, &[CheckReport], &[String])], mes
     let examples = dir.join("counterexamples");
     let ids: Vec<&str> = Property::SAFETY.iter().chain(Property::LIVENESS.iter()).map(|p| p.id()).collect();
     let mut out = format!(
-        "# outbox-check — findings\n\nGenerated by `outbox-check verify --report reports` (model checking: two relays, {messages} message(s), every fault of SPEC §6, budget 3; and two tenants with the application's enqueues, for S9 and S10). ✓ holds: exercised, and true in every reachable state; ✗ violated — the link opens the shortest counterexample, replayed in the plain world; ✗s violated in simulation only (the first failing seed is in the table below); – not exercised (the reason is below the matrix); ? undecided.\n\n"
+        "# outbox-check — findings\n\nGenerated by `outbox-check verify --report reports` (model checking: two relays, {}, every fault of SPEC §6, budget 3; and two tenants with the application's enqueues, for S9 and S10). ✓ holds: exercised, and true in every reachable state; ✗ violated — the link opens the shortest counterexample, replayed in the plain world; ✗s violated in simulation only (the first failing seed is in the table below); – not exercised (the reason is below the matrix); ? undecided.\n\n",
+        count(messages, "message")
     );
     out.push_str("| fleet |");
     for id in &ids {
@@ -372,7 +426,7 @@ pub fn write_index(dir: &Path, fleets: &[(&str, &[CheckReport], &[String])], mes
                     }
                     let _ = writeln!(out, "{}. {}", step.index, step.text.join("; "));
                 }
-                let _ = writeln!(out, "\n```mermaid\n{}```", mermaid(steps, report.config.relays.len(), property.cycle_from));
+                let _ = writeln!(out, "\n```mermaid\n{}```", mermaid(steps, report.config.relays.len(), property.cycle_from, Some((&property.id, &property.name))));
             }
         }
     }

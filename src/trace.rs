@@ -44,6 +44,11 @@ pub struct Header {
     /// (version 2): `{"available": "PENDING", "running": "IN_FLIGHT", "completed": "PUBLISHED"}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub statuses: Option<std::collections::BTreeMap<String, String>>,
+    /// Every relay (and maintenance job) that may appear (version 2, optional): under
+    /// skip-locked, once each has logged an event after a claim, nothing later can excuse a row
+    /// the claim passed over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relays: Option<Vec<String>>,
 }
 
 impl Header {
@@ -61,6 +66,7 @@ impl Header {
             concurrency: None,
             design: None,
             statuses: None,
+            relays: None,
         }
     }
 
@@ -789,8 +795,8 @@ pub fn stream_reader<T>(
     if header.version != 1 && header.version != VERSION {
         return Err(error(first, 1, format!("unsupported trace version {} (this build reads versions 1 and {VERSION})", header.version)));
     }
-    if header.version == 1 && (header.design.is_some() || header.statuses.is_some()) {
-        return Err(error(first, 1, "`design` and `statuses` need version 2".into()));
+    if header.version == 1 && (header.design.is_some() || header.statuses.is_some() || header.relays.is_some()) {
+        return Err(error(first, 1, "`design`, `statuses` and `relays` need version 2".into()));
     }
     if let Some((name, model)) = header.statuses.iter().flatten().find(|(_, model)| Status::parse(model).is_none()) {
         let six: Vec<&str> = Status::ALL.iter().map(|s| s.as_str()).collect();

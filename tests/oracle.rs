@@ -102,7 +102,7 @@ fn bad_input_is_one_error_with_line_and_column_and_exit_2() {
         (
             "version-1 design",
             r#"{"format":"outbox-check-trace","version":1,"max_attempts":3,"design":{"budget":true}}"#.to_string(),
-            "1:1: `design` and `statuses` need version 2",
+            "1:1: `design`, `statuses` and `relays` need version 2",
         ),
     ];
     let dir = std::env::temp_dir().join(format!("outbox-check-bad-{}", std::process::id()));
@@ -435,4 +435,25 @@ fn status_names_and_switches_come_from_the_header() {
     let other = right.replace("\"w1\"", "\"w2\"");
     let (code, v) = trace_cli("other-relay", &format!("{head}\n{claim}\n{other}\n"), &[]);
     assert_eq!((code, v["files"][0]["divergence"]["property"].as_str()), (Some(1), Some("S1")), "{v}");
+}
+
+/// The header's `relays`: once every relay it lists has logged after a skip-locked claim,
+/// nothing can excuse a row the claim passed over — not even a relay it does not list. Without
+/// the list, a relay seen for the first time may have begun its first statement at any time.
+#[test]
+fn declared_relays_settle_a_skip_that_an_unlisted_relay_would_excuse() {
+    let body = [
+        r#"{"event":"enqueue","tenant":"acme","aggregate":"o1","expected_version":0,"message":"m1","now":0,"result":"applied"}"#,
+        r#"{"event":"enqueue","tenant":"acme","aggregate":"o2","expected_version":0,"message":"m2","now":10,"result":"applied"}"#,
+        r#"{"event":"claim","relay":"relay-b","tenant":"other","batch":1,"lease_ms":30000,"now":900,"leases":[]}"#,
+        r#"{"event":"claim","relay":"relay-a","tenant":"acme","batch":1,"lease_ms":30000,"now":1000,"leases":[{"message":"m2","token":"1","attempts":1}]}"#,
+        r#"{"event":"publish","relay":"relay-a","message":"m2","key":"m2","answer":"ack","token":"1"}"#,
+        r#"{"event":"claim","relay":"relay-b","tenant":"other","batch":1,"lease_ms":30000,"now":1100,"leases":[]}"#,
+        r#"{"event":"claim","relay":"relay-c","tenant":"acme","batch":1,"lease_ms":30000,"now":1000,"leases":[{"message":"m1","token":"1","attempts":1}]}"#,
+    ]
+    .join("\n");
+    let open = format!("{}\n{body}\n", r#"{"format":"outbox-check-trace","version":2,"max_attempts":3,"concurrency":"skip-locked"}"#);
+    assert!(verdict("open", &open).is_ok(), "relay-c's first claim may have held m1 during relay-a's");
+    let listed = format!("{}\n{body}\n", r#"{"format":"outbox-check-trace","version":2,"max_attempts":3,"concurrency":"skip-locked","relays":["relay-a","relay-b"]}"#);
+    assert_eq!(verdict("listed", &listed), Err((Some("C1".to_string()), 5)));
 }

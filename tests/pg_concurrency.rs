@@ -404,6 +404,8 @@ fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_wr
         source: Some("tests/pg_concurrency.rs: 4 relays on PostgreSQL".into()),
         // Four relays' claims ran at once, each skipping rows the others held.
         concurrency: Some(outbox_check::trace::Concurrency::SkipLocked),
+        // Every actor that may hold a row: the relays and the reaper.
+        relays: Some((0..RELAYS).map(|r| format!("r{r:04}")).chain(["reaper".to_string()]).collect()),
         ..Header::new("reference", 3)
     };
     let events: Vec<Event> = events.into_iter().map(|(_, e)| e).collect();

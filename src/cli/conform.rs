@@ -139,7 +139,7 @@ fn print(args: &ConformArgs, report: &Report) {
     match &report.divergence {
         None => println!("  agrees: every result and the whole table matched the model after every step"),
         Some(d) => {
-            println!("  DIVERGED (shrunk to {} steps):", d.ops.len());
+            println!("  DIVERGED (shrunk to {}):", crate::report::count(d.ops.len() as u64, "step"));
             for line in d.to_string().lines() {
                 println!("  {line}");
             }

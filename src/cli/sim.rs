@@ -50,7 +50,7 @@ fn one(args: &SimArgs, seed: u64) -> ExitCode {
         println!("{}", serde_json::to_string_pretty(&value).expect("JSON of plain values"));
     } else {
         let s = &result.stats;
-        println!("seed {seed}: {} × {} messages, faults: {}", result.fleet, args.config.messages, kinds(&result.profile.kinds()));
+        println!("seed {seed}: {} × {}, faults: {}", result.fleet, crate::report::count(args.config.messages, "message"), kinds(&result.profile.kinds()));
         println!(
             "  {} events, {} simulated ms, {} stale writes refused, {} unknown outcomes, {} duplicates delivered ({} deduplicated)",
             s.events, s.ended_ms, s.stale_refused, s.unknown_outcomes, s.duplicates_delivered, s.deduplicated

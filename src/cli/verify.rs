@@ -357,8 +357,8 @@ impl SimLike for NoSim {
 fn print_matrix<S: SimLike>(rows: &[Row<'_, S>], args: &VerifyArgs, seconds: f64) {
     let ids = ids();
     println!(
-        "outbox-check verify — model checking (2 relays, {} message(s), budget 3, every fault; and two tenants with enqueues, for S9 and S10), simulation ({} seeds of 3 relays × 20 messages), SQL conformance\n",
-        args.messages, args.sim_seeds
+        "outbox-check verify — model checking (2 relays, {}, budget 3, every fault; and two tenants with enqueues, for S9 and S10), simulation ({} seeds of 3 relays × 20 messages), SQL conformance\n",
+        crate::report::count(args.messages, "message"), args.sim_seeds
     );
     let sql_of = |found: &Found| {
         let sql: Vec<String> = found.sql.iter().map(|(e, v)| format!("{e} {v}")).collect();

@@ -88,7 +88,7 @@ impl std::fmt::Display for Op {
 impl std::fmt::Display for Divergence {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "step {} ({}) diverged:\n  model: {}\n  store: {}", self.step, self.op, self.expected, self.got)?;
-        writeln!(f, "sequence ({} steps):", self.ops.len())?;
+        writeln!(f, "sequence ({}):", crate::report::count(self.ops.len() as u64, "step"))?;
         for (i, op) in self.ops.iter().enumerate() {
             writeln!(f, "  {:>2}. {op}", i + 1)?;
         }
