@@ -46,7 +46,7 @@ enum Command {
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
         threads: u64,
         /// Simulated seeds per fleet.
-        #[arg(long, default_value_t = verify::DEFAULT_SIM_SEEDS, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = verify::DEFAULT_SIM_SEEDS, value_parser = at_least_one)]
         sim_seeds: u64,
         /// Also run SQL conformance on this PostgreSQL server (default: OUTBOX_CHECK_PG_URL).
         #[arg(long)]
@@ -58,12 +58,24 @@ enum Command {
         /// counterexample under DIR/counterexamples/.
         #[arg(long, value_name = "DIR")]
         report: Option<std::path::PathBuf>,
+        /// Also write a JUnit XML report for CI test reporters: one test case per fleet and
+        /// property, failing exactly where verify fails (a verdict that moved, or reference
+        /// broken); an expected violation passes with its sentence and counterexample.
+        #[arg(long, value_name = "FILE")]
+        junit: Option<std::path::PathBuf>,
         /// Print one JSON object instead of the table.
         #[arg(long)]
         json: bool,
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
+    },
+    /// Print a shell completion script: `outbox-check completions bash > /etc/bash_completion.d/outbox-check`.
+    #[command(after_help = "Examples:\n  outbox-check completions bash > ~/.local/share/bash-completion/completions/outbox-check\n  \
+        outbox-check completions zsh > \"${fpath[1]}/_outbox-check\"\n  outbox-check completions fish > ~/.config/fish/completions/outbox-check.fish")]
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
     },
     /// List every variant and mutant with its switches, or one of them.
     #[command(after_help = "Examples:\n  outbox-check variants\n  outbox-check variants seed-v2\n  outbox-check variants --json | jq '.[].name'")]
@@ -91,7 +103,7 @@ enum Command {
         threads: u64,
         /// Stop the whole check (every phase, liveness included) after this many seconds; what
         /// is undecided then is reported as unknown and the check as incomplete (exit 1).
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, value_parser = at_least_one)]
         timeout: Option<u64>,
         /// Stop the same way when the check holds more than this many GB of memory, instead of
         /// being killed by the system [default: 80% of the machine's memory].
@@ -108,7 +120,7 @@ enum Command {
         #[arg(long, hide = true, conflicts_with = "out")]
         no_write: bool,
         /// The port printed in explorer links (1–65535).
-        #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u16).range(1..))]
+        #[arg(long, default_value_t = 3000, value_parser = port)]
         explorer_port: u16,
         /// Print one JSON object instead of the table.
         #[arg(long)]
@@ -140,7 +152,7 @@ enum Command {
         #[command(flatten)]
         fleet: FleetArgs,
         /// Port on 127.0.0.1 (1–65535).
-        #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u16).range(1..))]
+        #[arg(long, default_value_t = 3000, value_parser = port)]
         port: u16,
     },
     /// Check every mutant of MUTANTS.md and say which property kills it, at what depth.
@@ -189,7 +201,7 @@ enum Command {
         #[arg(long, conflicts_with_all = ["seeds", "from", "shard"])]
         seed: Option<u64>,
         /// Sweep this many seeds.
-        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = 100, value_parser = at_least_one)]
         seeds: u64,
         /// The sweep's first seed.
         #[arg(long, default_value_t = 0)]
@@ -240,7 +252,7 @@ enum Command {
         #[arg(long, value_parser = parse_design)]
         against: Option<Design>,
         /// Random sequences to run.
-        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, default_value_t = 256, value_parser = at_least_one_u32)]
         cases: u32,
         /// The generator's seed.
         #[arg(long, default_value_t = 0)]
@@ -367,7 +379,39 @@ fn parse_shard(text: &str) -> Result<(u64, u64), String> {
 
 /// Parses a variant or mutant name.
 pub fn parse_design(text: &str) -> Result<Design, String> {
-    Design::parse(text).ok_or_else(|| format!("unknown design '{text}'; valid: {}", Design::all_names().join(", ")))
+    Design::parse(text).ok_or_else(|| {
+        let names = Design::all_names();
+        // A near miss (a typo, a letter swapped) gets the name it most likely meant.
+        let near = names
+            .iter()
+            .map(|name| (strsim::damerau_levenshtein(text, name), *name))
+            .min()
+            .filter(|(distance, name)| *distance <= (name.len() / 4).max(2));
+        let hint = near.map(|(_, name)| format!(" (did you mean '{name}'?)")).unwrap_or_default();
+        format!("unknown design '{text}'{hint}; valid: {}", names.join(", "))
+    })
+}
+
+/// A count that must be at least 1: zero gets one plain sentence, not a range up to 2⁶⁴.
+fn at_least_one(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(0) => Err("must be at least 1".to_string()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("'{text}' is not a whole number")),
+    }
+}
+
+fn at_least_one_u32(text: &str) -> Result<u32, String> {
+    at_least_one(text).and_then(|n| u32::try_from(n).map_err(|_| format!("{n} is too large (at most {})", u32::MAX)))
+}
+
+/// A TCP port to listen on.
+fn port(text: &str) -> Result<u16, String> {
+    match text.parse::<u16>() {
+        Ok(0) => Err("0 is not a port: give one of 1-65535".to_string()),
+        Ok(p) => Ok(p),
+        Err(_) => Err(format!("'{text}' is not a port: give one of 1-65535")),
+    }
 }
 
 /// Runs the command line; returns the process's exit code.
@@ -389,9 +433,10 @@ pub fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Verify { messages, threads, sim_seeds, database_url, expectations, report, json, quiet } => {
+        Command::Verify { messages, threads, sim_seeds, database_url, expectations, report, junit, json, quiet } => {
             verify::verify(&verify::VerifyArgs {
                 expectations,
+                junit,
                 messages,
                 threads: threads as usize,
                 sim_seeds,
@@ -402,6 +447,11 @@ pub fn main() -> ExitCode {
             })
         }
         Command::Variants { design, json } => variants(design, json),
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "outbox-check", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
         Command::Check { fleet, threads, timeout, max_memory, no_liveness, out, no_write: _, explorer_port, json, quiet } => {
             let options = CheckOptions {
                 threads: threads as usize,

@@ -12,7 +12,7 @@
 //! use outbox_check::oracle::Oracle;
 //! use outbox_check::trace::{parse, Event};
 //!
-//! let text = r#"{"format":"outbox-check-trace","version":1,"max_attempts":3}
+//! let text = r#"{"format":"outbox-check-trace","version":2,"max_attempts":3}
 //! {"event":"enqueue","tenant":"t","aggregate":"a","expected_version":0,"message":"m1","now":0,"result":"applied"}
 //! {"event":"claim","relay":"r1","tenant":"t","batch":1,"lease_ms":30000,"now":10,"leases":[{"message":"m1","token":"1","attempts":1}]}
 //! {"event":"publish","relay":"r1","message":"m1","key":"m1","answer":"ack"}
@@ -22,7 +22,7 @@
 //! for (line, event) in &events {
 //!     oracle.feed(*line, event).unwrap();
 //! }
-//! assert!(oracle.finish().resolutions.is_empty());
+//! assert!(oracle.finish().unwrap().resolutions.is_empty());
 //! ```
 
 use crate::core::{

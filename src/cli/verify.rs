@@ -19,6 +19,7 @@ pub struct VerifyArgs {
     pub threads: usize,
     pub sim_seeds: u64,
     pub report: Option<std::path::PathBuf>,
+    pub junit: Option<std::path::PathBuf>,
     pub database_url: Option<String>,
     pub json: bool,
     pub quiet: bool,
@@ -141,6 +142,8 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
 
     let defaults = args.messages == 1 && args.sim_seeds == DEFAULT_SIM_SEEDS;
     let mut changed = Vec::new();
+    // (fleet, property or "SQL on <engine>") whose verdict moved from the pinned one.
+    let mut moved: std::collections::BTreeSet<(String, String)> = std::collections::BTreeSet::new();
     for (fleet, _, _, found) in &rows {
         let Some(pinned) = expected.get(&fleet.name) else {
             changed.push(format!("{}: no expectation pinned", fleet.name));
@@ -156,12 +159,16 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
         ] {
             if got != want {
                 changed.push(format!("{}: {what} found [{}], expected [{}]", fleet.name, got.join(" "), want.join(" ")));
+                for id in got.iter().filter(|id| !want.contains(id)).chain(want.iter().filter(|id| !got.contains(id))) {
+                    moved.insert((fleet.name.clone(), id.clone()));
+                }
             }
         }
         for (engine, verdict) in &found.sql {
             let want = pinned.sql.get(engine).cloned().unwrap_or_else(|| "agrees".into());
             if *verdict != want && !verdict.starts_with("error") {
                 changed.push(format!("{}: SQL on {engine} {verdict}, expected {want}", fleet.name));
+                moved.insert((fleet.name.clone(), format!("SQL on {engine}")));
             }
         }
     }
@@ -182,6 +189,12 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
     let seconds = started.elapsed().as_secs_f64();
     let verdicts = verdicts_json(&rows, args, seconds, &changed, defaults, &expectations_name(args));
     let mut report_failed = None;
+    if let Some(file) = &args.junit {
+        let xml = junit(&verdicts, &moved, defaults, args.report.is_some());
+        if let Err(error) = std::fs::write(file, xml) {
+            report_failed = Some(format!("cannot write {}: {error}", file.display()));
+        }
+    }
     if let Some(dir) = &args.report {
         // The JSON behind the matrix, beside it (without the run's duration, so an unchanged
         // verdict regenerates an unchanged file).
@@ -242,6 +255,80 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
     } else {
         ExitCode::from(1)
     }
+}
+
+fn xml_text(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// verify's verdicts as JUnit XML (the schema CI test reporters read: testsuites > testsuite >
+/// testcase, with failure): a suite per fleet, a case per property and per SQL engine. A case
+/// fails exactly where verify fails — its verdict moved from the pinned one, or it is
+/// `reference`'s and not ✓ — so the report and the exit code agree; an expected violation passes,
+/// its sentence and counterexample in the case's output.
+pub fn junit(verdicts: &serde_json::Value, moved: &std::collections::BTreeSet<(String, String)>, compared: bool, written: bool) -> String {
+    let mut suites = String::new();
+    let (mut total, mut failed) = (0, 0);
+    for fleet in verdicts["fleets"].as_array().into_iter().flatten() {
+        let name = fleet["fleet"].as_str().unwrap_or_default();
+        let mut cases = String::new();
+        let (mut tests, mut failures) = (0, 0);
+        let mut case = |id: &str, title: &str, status: &str, out: String, broken: bool| {
+            let moved_here = compared && moved.contains(&(name.to_string(), id.to_string()));
+            let failure = if moved_here {
+                Some(format!("{id} is {status}: not the verdict pinned in the expectations"))
+            } else if broken {
+                Some(format!("reference: {id} is {status}"))
+            } else {
+                None
+            };
+            tests += 1;
+            cases += &format!("    <testcase classname=\"{}\" name=\"{}\" time=\"0\">\n", xml_text(name), xml_text(title));
+            if let Some(message) = &failure {
+                failures += 1;
+                cases += &format!("      <failure message=\"{}\" type=\"verdict\">{}</failure>\n", xml_text(message), xml_text(&out));
+            }
+            cases += &format!("      <system-out>{}</system-out>\n    </testcase>\n", xml_text(&out));
+        };
+        for p in fleet["properties"].as_array().into_iter().flatten() {
+            let id = p["id"].as_str().unwrap_or_default();
+            let status = p["status"].as_str().unwrap_or_default();
+            let mut out = format!("{id} {status}");
+            if let Some(t) = p["technique"].as_str() {
+                out += &format!(" ({t})");
+            }
+            if let Some(sentence) = p["what_goes_wrong"].as_str() {
+                out += &format!(": {sentence}");
+            }
+            if let (Some(path), true) = (p["counterexample"].as_str(), written) {
+                out += &format!("\ncounterexample: {path}");
+            }
+            if let Some(replay) = p["replay"].as_str() {
+                out += &format!("\nreplay: {replay}");
+            }
+            if let Some(note) = p["note"].as_str() {
+                out += &format!("\n{note}");
+            }
+            let broken = name == "reference" && !matches!(status, "holds" | "not_exercised");
+            let title = format!("{id} {}", p["name"].as_str().unwrap_or_default());
+            case(id, &title, status, out, broken);
+        }
+        for (engine, verdict) in fleet["sql"].as_object().into_iter().flatten() {
+            let id = format!("SQL on {engine}");
+            let verdict = verdict.as_str().unwrap_or_default();
+            let broken = name == "reference" && verdict != "agrees";
+            case(&id, &id, verdict, format!("{id}: {verdict}"), broken);
+        }
+        total += tests;
+        failed += failures;
+        suites += &format!(
+            "  <testsuite name=\"{}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"0\" skipped=\"0\">\n{cases}  </testsuite>\n",
+            xml_text(name)
+        );
+    }
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"outbox-check verify\" tests=\"{total}\" failures=\"{failed}\" errors=\"0\">\n{suites}</testsuites>\n"
+    )
 }
 
 /// The file the verdicts are compared with, as a person named it.
@@ -434,9 +521,10 @@ fn verdicts_json<S: SimLike>(
                         "model": p.map(|p| p.status.clone()),
                         "note": p.and_then(|p| p.note.clone()),
                         "steps": p.and_then(|p| p.counterexample.as_ref().map(|c| c.len())),
-                        // Where `verify --report reports` writes it (Markdown, JSON, trace, ITF).
-                        "counterexample": p.filter(|p| p.status == Verdict::Violated && p.counterexample.is_some()).zip(decider).map(|(p, r)| {
-                            format!("reports/counterexamples/{}/{}.md", crate::report::config_slug(&r.config), p.id)
+                        "what_goes_wrong": p.filter(|p| p.status == Verdict::Violated).and_then(crate::report::what_goes_wrong),
+                        // Where `--report DIR` wrote it (Markdown, JSON, trace, ITF); null without.
+                        "counterexample": p.filter(|p| p.status == Verdict::Violated && p.counterexample.is_some()).zip(decider).zip(args.report.as_ref()).map(|((p, r), dir)| {
+                            dir.join("counterexamples").join(crate::report::config_slug(&r.config)).join(format!("{}.md", p.id)).display().to_string()
                         }),
                         "simulation_seed": sim.as_ref().and_then(|s| s.first_failing(id)).map(|(seed, _)| seed),
                         "replay": sim.as_ref().and_then(|s| s.first_failing(id)).map(|(_, r)| r),
