@@ -78,7 +78,7 @@ enum Command {
         shell: clap_complete::Shell,
     },
     /// List every variant and mutant with its switches, or one of them.
-    #[command(after_help = "Examples:\n  outbox-check variants\n  outbox-check variants seed-v2\n  outbox-check variants --json | jq '.[].name'")]
+    #[command(after_help = "Examples:\n  outbox-check variants\n  outbox-check variants seed-v2\n  outbox-check variants --json | jq '.designs[].name'")]
     Variants {
         /// Show only this variant or mutant.
         #[arg(value_parser = parse_design)]
@@ -554,7 +554,8 @@ fn variants(only: Option<Design>, json: bool) -> ExitCode {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&list).expect("JSON of plain values"));
+        let out = serde_json::json!({ "schema": "outbox-check/variants/v1", "designs": list });
+        println!("{}", serde_json::to_string_pretty(&out).expect("JSON of plain values"));
         return ExitCode::SUCCESS;
     }
     let reference = crate::core::Policy::reference().switches();
@@ -641,6 +642,7 @@ fn check_command(
     }
     if json {
         let mut value = serde_json::to_value(&report).expect("JSON of plain values");
+        value["schema"] = "outbox-check/check/v1".into();
         value["variant"] = match fleet.variant {
             Some(d) => serde_json::Value::String(d.name().to_string()),
             None => serde_json::Value::Null,
@@ -691,6 +693,7 @@ fn replay(file: &std::path::Path, json: bool) -> ExitCode {
     };
     if json {
         let value = serde_json::json!({
+            "schema": "outbox-check/replay/v1",
             "file": file.display().to_string(), "property": cx.id, "replays": confirmed.is_none(),
             "problem": confirmed, "steps": steps,
         });
@@ -854,7 +857,7 @@ fn mutants(threads: usize, json: bool, quiet: bool) -> ExitCode {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "mutants": list, "survivors": survivors })).expect("JSON"));
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "schema": "outbox-check/mutants/v1", "mutants": list, "survivors": survivors })).expect("JSON"));
     } else {
         println!("outbox-check mutants — each mutant's fleet: 3 relays on one message (the third reusing the first's id), 2 tenants, budget 3, every fault, 1 requeue\n");
         println!("  {:<24} {:<8} {:>6} {:>10}  expected by MUTANTS.md", "mutant", "killed by", "depth", "states");

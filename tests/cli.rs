@@ -36,7 +36,8 @@ fn variants_lists_every_variant_and_mutant() {
         assert!(listing.contains(name), "variants does not list {name}");
     }
     let json: serde_json::Value = serde_json::from_slice(&run(&["variants", "--json"]).stdout).expect("valid JSON");
-    let listed: Vec<&str> = json.as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
+    assert_eq!(json["schema"], "outbox-check/variants/v1");
+    let listed: Vec<&str> = json["designs"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
     assert_eq!(listed, names);
 }
 
@@ -181,13 +182,30 @@ fn verify_fails_when_a_verdict_differs_from_the_pinned_expectations() {
     changed["seed-v2"]["model"] = serde_json::json!(["S3", "S7", "S9"]);
     let file = std::env::temp_dir().join(format!("outbox-check-expect-{}.json", std::process::id()));
     std::fs::write(&file, serde_json::to_string(&changed).unwrap()).unwrap();
-    let out = run(&["verify", "--quiet", "--expectations", file.to_str().unwrap()]);
+    let junit = std::env::temp_dir().join(format!("outbox-check-junit-{}.xml", std::process::id()));
+    let out = run(&["verify", "--quiet", "--expectations", file.to_str().unwrap(), "--junit", junit.to_str().unwrap()]);
     std::fs::remove_file(&file).ok();
     assert_eq!(out.status.code(), Some(1));
     let text = text(&out.stdout);
     assert!(text.contains("seed-v2: model checking found [S3 S6 S7 S9], expected [S3 S7 S9]"), "{text}");
     // And it names the file it compared with, not the built-in one.
     assert!(text.contains("outbox-check-expect-"), "{text}");
+    // The JUnit report fails exactly the case that moved: seed-v2's S6, with its sentence.
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    std::fs::remove_file(&junit).ok();
+    assert!(xml.starts_with("<?xml") && xml.contains("<testsuites name=\"outbox-check verify\""), "{xml}");
+    let cases = xml.matches("<testcase ").count();
+    assert_eq!(cases, 5 * 13 + 4, "a case per fleet and property, and one per design's SQL engine:\n{xml}");
+    assert_eq!(xml.matches("<failure ").count(), 1, "{xml}");
+    let failed = xml.split("<testcase ").find(|c| c.contains("<failure ")).unwrap();
+    assert!(failed.contains("classname=\"seed-v2\"") && failed.contains("name=\"S6 "), "{failed}");
+    assert!(failed.contains("S6 violated (model checking): "), "the case carries the sentence: {failed}");
+    // With the pinned expectations nothing fails, though legacy-v1 breaks most properties.
+    let out = run(&["verify", "--quiet", "--junit", junit.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    std::fs::remove_file(&junit).ok();
+    assert!(xml.contains("failures=\"0\"") && !xml.contains("<failure "), "{xml}");
 }
 
 #[test]

@@ -117,6 +117,7 @@ fn print(args: &ConformArgs, report: &Report) {
             "store": engine,
             "variant": args.design.name(),
             "model": args.against.name(),
+            "schema": "outbox-check/conform/v1",
             "cases": report.cases,
             "operations": report.operations,
             "seconds": report.seconds,

@@ -45,6 +45,7 @@ fn one(args: &SimArgs, seed: u64) -> ExitCode {
         print!("{}", result.history);
     } else if args.json {
         let mut value = serde_json::to_value(&result).expect("JSON of plain values");
+        value["schema"] = "outbox-check/sim-run/v1".into();
         value["replay"] = replay_command(&args.config, seed).into();
         value["history_file"] = written.as_ref().map(|p| p.display().to_string()).into();
         println!("{}", serde_json::to_string_pretty(&value).expect("JSON of plain values"));
@@ -140,6 +141,7 @@ fn many(args: &SimArgs) -> ExitCode {
     written.sort();
     if args.json {
         let mut value = serde_json::to_value(&summary).expect("JSON of plain values");
+        value["schema"] = "outbox-check/sim-sweep/v1".into();
         value["histories_written"] = written.clone().into();
         println!("{}", serde_json::to_string_pretty(&value).expect("JSON of plain values"));
     } else {

@@ -543,6 +543,7 @@ fn verdicts_json<S: SimLike>(
         })
         .collect();
     serde_json::json!({
+        "schema": "outbox-check/verify/v1",
         "messages": args.messages,
         "sim_seeds": args.sim_seeds,
         "techniques": ["model checking", "simulation", "sql conformance"],

@@ -1,0 +1,46 @@
+//! Machine output is a contract: every command's `--json` names its schema
+//! (`"schema": "outbox-check/<command>/v1"`), and what it prints validates against the JSON
+//! Schema of that name under docs/json/ (trace's: docs/trace-verdict.schema.json, tested in
+//! tests/oracle.rs).
+
+use std::path::Path;
+use std::process::Command;
+
+fn validate(schema_name: &str, args: &[&str]) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join(format!("docs/json/{schema_name}.schema.json"))).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(args).current_dir(root).output().unwrap();
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: not JSON: {e}"));
+    assert_eq!(value["schema"], format!("outbox-check/{schema_name}/v1"), "{args:?}");
+    let errors: Vec<String> = validator.iter_errors(&value).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "{args:?}: {errors:?}");
+}
+
+#[test]
+fn every_json_output_names_its_schema_and_matches_it() {
+    validate("check", &["check", "--variant", "seed-v2", "--json", "--quiet", "--no-liveness"]);
+    validate("check", &["check", "--fleet", "seed-v2,legacy-v1", "--json", "--quiet"]);
+    validate("sim-run", &["sim", "--variant", "legacy-v1", "--seed", "5", "--json", "--quiet", "--no-write"]);
+    validate("sim-sweep", &["sim", "--variant", "seed-v2", "--seeds", "20", "--json", "--quiet", "--no-write"]);
+    validate("conform", &["conform", "--store", "sqlite", "--variant", "seed-v2", "--cases", "10", "--json"]);
+    validate("conform", &["conform", "--store", "sqlite", "--variant", "write-id-only", "--against", "reference", "--cases", "50", "--json"]);
+    validate("replay", &["replay", "reports/counterexamples/seed-v2-x2/S3.json", "--json"]);
+    validate("variants", &["variants", "--json"]);
+    validate("variants", &["variants", "legacy-v1", "--json"]);
+    validate("mutants", &["mutants", "--json", "--quiet"]);
+    validate("verify", &["verify", "--json", "--quiet", "--sim-seeds", "20"]);
+}
+
+/// The verdicts `verify --report reports` commits beside the matrix follow the same schema.
+#[test]
+fn the_committed_verdicts_match_the_verify_schema() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |p: &str| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(root.join(p)).unwrap()).unwrap() };
+    let validator = jsonschema::validator_for(&read("docs/json/verify.schema.json")).unwrap();
+    let verdicts = read("reports/verdicts.json");
+    let errors: Vec<String> = validator.iter_errors(&verdicts).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "{errors:?}");
+}
