@@ -753,6 +753,6 @@ li.divergence.conformance {{ border-color: #e69b2e; background: #fffaf0; }}
             crate::trace::Concurrency::Serial => "serial",
             crate::trace::Concurrency::SkipLocked => "skip-locked",
         },
-        none = if divergences.is_empty() { "<p>None: every event is one the model allows.</p>" } else { "" },
+        none = if divergences.is_empty() { "<p>No divergence: every event is one the model allows.</p>" } else { "" },
     )
 }
