@@ -155,7 +155,7 @@ enum Command {
         #[arg(long, default_value_t = 3000, value_parser = port)]
         port: u16,
     },
-    /// Check every mutant of MUTANTS.md and say which property kills it, at what depth.
+    /// Check every mutant (docs/designs.md) and say which property kills it, at what depth.
     #[command(after_help = "Example: outbox-check mutants --json\n\nExit: 0 every mutant is killed, 1 one survives.")]
     Mutants {
         /// Checker threads.
@@ -550,7 +550,7 @@ fn variants(only: Option<Design>, json: bool) -> ExitCode {
                     d.policy().switches().into_iter().map(|(k, v)| (k.to_string(), v.into())).collect();
                 serde_json::json!({
                     "name": d.name(), "kind": kind, "about": about,
-                    "mutants_md_expects": breaks, "switches": switches,
+                    "expected_to_break": breaks, "switches": switches,
                 })
             })
             .collect();
@@ -572,7 +572,7 @@ fn variants(only: Option<Design>, json: bool) -> ExitCode {
         }
     }
     if Mutant::ALL.iter().any(|m| chosen(Design::Mutant(*m))) {
-        println!("\nMutants (MUTANTS.md): reference with one switch flipped\n");
+        println!("\nMutants (docs/designs.md): reference with one switch flipped\n");
     }
     for m in Mutant::ALL.into_iter().filter(|m| chosen(Design::Mutant(*m))) {
         println!("  {:<24} {:<38} {}  (should break {})", m.name(), m.switch(), m.mistake(), m.expected_kills().join(" or "));
@@ -853,14 +853,14 @@ fn mutants(threads: usize, json: bool, quiet: bool) -> ExitCode {
                 serde_json::json!({
                     "mutant": m.name(), "mistake": m.mistake(), "killed": !killers.is_empty(),
                     "killed_by": killers.first().map(|k| &k.0), "depth": killers.first().map(|k| k.1),
-                    "mutants_md_expects": m.expected_kills(), "unique_states": states, "seconds": seconds,
+                    "expected_to_break": m.expected_kills(), "unique_states": states, "seconds": seconds,
                 })
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "schema": "outbox-check/mutants/v1", "mutants": list, "survivors": survivors })).expect("JSON"));
     } else {
         println!("outbox-check mutants — each mutant's fleet: 3 relays on one message (the third reusing the first's id), 2 tenants, budget 3, every fault, 1 requeue\n");
-        println!("  {:<24} {:<8} {:>6} {:>10}  expected by MUTANTS.md", "mutant", "killed by", "depth", "states");
+        println!("  {:<24} {:<8} {:>6} {:>10}  expected (docs/designs.md)", "mutant", "killed by", "depth", "states");
         for (m, killers, states, _) in &rows {
             match killers.first() {
                 Some((id, depth)) => println!("  {:<24} {:<8} {:>6} {:>10}  {}", m.name(), id, depth, states, m.expected_kills().join(" or ")),

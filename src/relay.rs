@@ -6,7 +6,7 @@
 //! [`Input`], with the clock readings of that moment. It imports only the core.
 //!
 //! What it must never do: invent a confirmation, republish inside the same cycle, or retry a
-//! write whose outcome it could not learn (the mutants of MUTANTS.md aside, which are switches in
+//! write whose outcome it could not learn (the mutants of docs/designs.md aside, which are switches in
 //! the [`Policy`]).
 
 use crate::core::policy::{ClockSource, IdempotencyKeyPolicy, RejectionWrite};

@@ -178,7 +178,7 @@ fn core_search_kills_the_core_mutants() {
         }
         let killed_as_listed = found.iter().any(|(p, _)| mutant.expected_kills().contains(&p.id()));
         if !found.is_empty() && !killed_as_listed {
-            failures.push(format!("{mutant}: broke {:?}, none of which MUTANTS.md lists", ids(&found)));
+            failures.push(format!("{mutant}: broke {:?}, none of which docs/designs.md lists", ids(&found)));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -274,7 +274,7 @@ fn every_mutant_is_killed_by_a_property_mutants_md_lists() {
             .map(|(name, actions, _)| (OutboxModel::spec_property(name).unwrap().id().to_string(), actions.len()))
             .collect();
         assert!(killers.contains(&(property.to_string(), depth)), "{mutant}: killed by {killers:?}, pinned {property} at {depth}");
-        assert!(mutant.expected_kills().contains(&property), "{mutant}: {property} is not what MUTANTS.md lists");
+        assert!(mutant.expected_kills().contains(&property), "{mutant}: {property} is not what docs/designs.md lists");
     }
 }
 

@@ -78,3 +78,65 @@ fn every_readme_command_works_and_leaves_git_status_as_it_was() {
     }
     assert!(ran >= 3, "{ran} README commands ran");
 }
+
+/// The README's CLI synopsis agrees with `--help`: for every command it lists, the long options
+/// it names are exactly those the command's `--help` lists.
+#[test]
+fn the_readme_synopsis_lists_exactly_the_options_of_each_help() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let block = readme.split("## CLI\n\n```\n").nth(1).and_then(|b| b.split("```").next()).expect("a CLI block");
+    let mut synopsis: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = Default::default();
+    let mut current = String::new();
+    let options = |text: &str| -> Vec<String> {
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .filter(|w| w.starts_with("--") && w.len() > 2)
+            .map(str::to_string)
+            .collect()
+    };
+    for line in block.lines() {
+        if let Some(rest) = line.strip_prefix("outbox-check ") {
+            current = rest.split_whitespace().next().unwrap().to_string();
+        }
+        synopsis.entry(current.clone()).or_default().extend(options(line));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).arg("--help").output().unwrap();
+    let commands: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|c| c != "help")
+        .collect();
+    assert!(commands.len() >= 9, "{commands:?}");
+    for command in &commands {
+        let help = Command::new(env!("CARGO_BIN_EXE_outbox-check")).args([command, "--help"]).output().unwrap();
+        let help = String::from_utf8_lossy(&help.stdout);
+        let listed: std::collections::BTreeSet<String> = help
+            .lines()
+            .filter(|l| l.trim_start().starts_with('-'))
+            .flat_map(|l| options(l.split("  ").find(|p| !p.trim().is_empty()).unwrap_or_default()))
+            .filter(|o| o != "--help")
+            .collect();
+        let readme_has = synopsis.get(command).unwrap_or_else(|| panic!("the README's synopsis has no `{command}`"));
+        assert_eq!(readme_has, &listed, "`outbox-check {command}`: the README's synopsis against --help");
+    }
+}
+
+/// docs/designs.md, the catalogue of the designs, names every variant and every mutant with the
+/// mistake and the properties the code says it should break.
+#[test]
+fn the_design_catalogue_lists_every_variant_and_mutant() {
+    use outbox_check::core::{Mutant, Variant};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/designs.md")).unwrap();
+    for v in Variant::ALL {
+        assert!(doc.contains(&format!("`{}`", v.name())) || doc.contains(&format!("**{}**", v.name())), "{} missing", v.name());
+    }
+    for m in Mutant::ALL {
+        let kills: Vec<&str> = m.expected_kills().to_vec();
+        let row = format!("| `{}` | {} | {} |", m.name(), m.mistake(), kills.join(", "));
+        assert!(doc.contains(&row), "docs/designs.md lacks the row {row}");
+    }
+}

@@ -87,7 +87,7 @@ fn world_search_pins_what_each_design_breaks() {
         }
         if let Design::Mutant(m) = design {
             if !found.is_empty() && !found.iter().any(|f| m.expected_kills().contains(&f.property.id())) {
-                failures.push(format!("{name}: broke {:?}, none listed in MUTANTS.md", ids(&found)));
+                failures.push(format!("{name}: broke {:?}, none listed in docs/designs.md", ids(&found)));
             }
         }
     }

@@ -1,6 +1,6 @@
 //! Designs as data: a [`Policy`] is a set of switches over the one core.
 //!
-//! Every variant of SPEC §5 and every mutant of MUTANTS.md is a `Policy` value; no rule of the
+//! Every variant of SPEC §5 and every mutant of docs/designs.md is a `Policy` value; no rule of the
 //! outbox is written twice. A policy belongs to a relay, so a fleet can mix generations over one
 //! table (a rolling upgrade). The switches that concern the database statements are read by
 //! [`Outbox`](super::outbox::Outbox); the ones under [`RelayPolicy`] by the relay cycle.
@@ -267,7 +267,7 @@ impl fmt::Display for Variant {
     }
 }
 
-/// The mistakes of MUTANTS.md, each one switch flipped on `reference`.
+/// The mistakes of docs/designs.md's catalogue, each one switch flipped on `reference`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mutant {
@@ -324,7 +324,7 @@ impl Mutant {
         }
     }
 
-    /// The mistake, in MUTANTS.md's words.
+    /// The mistake, in the catalogue's words (docs/designs.md).
     pub fn mistake(self) -> &'static str {
         match self {
             Mutant::ClaimNoTokenBump => "claim leaves lease_token unchanged",
@@ -364,7 +364,7 @@ impl Mutant {
         }
     }
 
-    /// The properties MUTANTS.md expects it to break (the tools must find one of them).
+    /// The properties the catalogue expects it to break (the tools must find one of them).
     pub fn expected_kills(self) -> &'static [&'static str] {
         match self {
             Mutant::ClaimNoTokenBump => &["S1", "S2"],
@@ -497,7 +497,7 @@ impl Policy {
     }
 }
 
-/// A design a relay can run: a variant of SPEC §5 or a mutant of MUTANTS.md.
+/// A design a relay can run: a variant of SPEC §5 or a mutant of docs/designs.md.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Design {
