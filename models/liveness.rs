@@ -325,7 +325,8 @@ impl Graph {
 
 /// A step that is a fault of SPEC §6. Under a permanent outage the broker's refusal is the
 /// environment, not a fault that stops.
-fn is_fault(action: Action, outage: bool) -> bool {
+/// Whether a step is a fault (a fair run's cycle has none; L3's run begins after the last one).
+pub fn is_fault(action: Action, outage: bool) -> bool {
     match action {
         Action::Poll { db, .. } | Action::Write { db, .. } => db != DbFate::Ok,
         Action::MisroutedWrite { .. } => true,

@@ -218,6 +218,16 @@ fn mermaid_event(event: &Event) -> String {
 pub fn what_goes_wrong(property: &PropertyResult) -> Option<String> {
     let steps = property.counterexample.as_ref()?;
     match property.kind {
+        Kind::Liveness if property.id == "L3" => {
+            // The run L3 speaks of begins after the path's last fault: from there nothing goes
+            // wrong, and the message is still never published.
+            let last_fault = steps.iter().rev().find(|s| crate::liveness::is_fault(s.action, false)).map(|s| s.index);
+            let from = last_fault.map_or("from the start".to_string(), |i| format!("after the last fault (step {i})"));
+            Some(format!(
+                "{from} no fault happens, yet the message is never PUBLISHED: it was still deliverable then, and the fault-free steps that follow lose it — the cycle from step {} repeats forever without publishing it.",
+                property.cycle_from.map(|c| c.to_string()).unwrap_or_default()
+            ))
+        }
         Kind::Liveness => Some(format!(
             "{} {} never comes true: after step {} the same fault-free steps repeat forever without it.",
             property.id,

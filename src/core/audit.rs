@@ -82,7 +82,7 @@ impl Property {
             Property::S10 => "atomic enqueue",
             Property::L1 => "every message eventually reaches a terminal status",
             Property::L2 => "under a permanent outage every message is EXHAUSTED after at most max publications",
-            Property::L3 => "once faults stop, every message not FAILED or EXHAUSTED is eventually PUBLISHED",
+            Property::L3 => "once faults stop, every message still deliverable is eventually PUBLISHED",
         }
     }
 
