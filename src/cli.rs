@@ -238,8 +238,8 @@ enum Command {
         comes from --database-url or OUTBOX_CHECK_PG_URL, and a non-loopback host is refused\n\
         without --i-understand-this-database-is-disposable. SIGINT and SIGTERM drop the scratch\n\
         schemas before exiting; ones a killed run left are dropped by the next run or --clean-up.\n\
-        Bound: reference, seed-v2,\n\
-        legacy-v1 and the counter-token mutants (seed-tenant's table has no binding yet).\n\
+        Bound: every variant and mutant — reference, seed-v2, legacy-v1 and the counter-token\n\
+        mutants on messaging_outbox, seed-tenant on seed 003's outbox_events (random tokens).\n\
         Exit: 0 agrees, 1 diverged, 2 bad input or no server.")]
     Conform {
         /// The engine: sqlite (embedded, in memory) or postgres.
