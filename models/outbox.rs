@@ -186,6 +186,161 @@ impl Model for OutboxModel {
         text.extend(report.violations.iter().map(|v| format!("VIOLATION {v}")));
         Some(text.join("\n"))
     }
+
+    /// The explorer's view of a state: the path replayed in the plain world (true times, the
+    /// fleet's own relays), its table as a table with what the last step changed highlighted,
+    /// each relay's clock and what it waits on, the broker, and what the path has broken so far.
+    fn as_svg(&self, path: stateright::Path<World, Action>) -> Option<String> {
+        Some(state_svg(&self.config, &path.into_actions(), self.safety))
+    }
+}
+
+/// The SVG of [`OutboxModel::as_svg`] for the state a path of model actions reaches.
+pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<u16>) -> String {
+    use std::fmt::Write as _;
+    // Replay in the plain world, as `replay_with` does, keeping the last two worlds.
+    let mut canonical = World::new(config);
+    let mut real_of = canonical.normalise_with(config, safety);
+    let mut real = World::new(config);
+    let mut before = real.clone();
+    let mut last_violations = Vec::new();
+    let mut broken: Vec<&'static str> = Vec::new();
+    let mut last_text = Vec::new();
+    for &action in actions {
+        let real_action = rename_relay(action, &real_of);
+        before = real.clone();
+        let report = real.apply(config, real_action);
+        canonical.advance(config, action);
+        let perm = canonical.normalise_with(config, safety);
+        real_of = perm.iter().map(|&old| real_of[old]).collect();
+        for v in &report.violations {
+            if !broken.contains(&v.property.id()) {
+                broken.push(v.property.id());
+            }
+        }
+        last_text = report.events.iter().map(|e| describe_at(config, real.now, e)).collect();
+        last_violations = report.violations;
+    }
+    let esc = |t: &str| t.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    let instant = |t: Option<crate::core::Instant>| t.map_or("–".to_string(), |t| format!("t={}", t.0));
+    let mut out = String::new();
+    let columns = ["message", "tenant", "status", "attempts", "owner", "token", "lease until", "retry at"];
+    let widths = [80, 70, 100, 70, 60, 60, 100, 90];
+    let width: usize = widths.iter().sum::<usize>() + 20;
+    let rows = real.outbox.rows().len();
+    let height = 130 + 22 * (rows + 1) + 20 * config.relays.len() + 20 * (2 + last_text.len()) + 52 * last_violations.len().max(1);
+    let _ = writeln!(out, "<svg width='{width}' height='{height}' viewBox='0 0 {width} {height}' class='outbox-state'>");
+    let _ = writeln!(out, "<style>.h{{font:bold 13px sans-serif}} .c{{font:12px monospace}} .changed{{fill:#ffe27a}} .bad{{fill:#c00;font:bold 12px sans-serif}} .ok{{fill:#262;font:12px sans-serif}}</style>");
+    let mut y = 18;
+    let _ = writeln!(out, "<text x='4' y='{y}' class='h'>true time t={} · after {} step{}</text>", real.now.0, actions.len(), if actions.len() == 1 { "" } else { "s" });
+    y += 24;
+    let _ = writeln!(out, "<text x='4' y='{y}' class='h'>the table</text>");
+    y += 18;
+    let mut x = 4;
+    for (c, w) in columns.iter().zip(widths) {
+        let _ = writeln!(out, "<text x='{x}' y='{y}' class='h'>{c}</text>");
+        x += w;
+    }
+    for row in real.outbox.rows() {
+        y += 22;
+        let was = before.outbox.row(row.message_id);
+        let cells = [
+            row.message_id.to_string(),
+            row.tenant_id.to_string(),
+            row.status.to_string(),
+            row.attempts.to_string(),
+            row.lease_owner.map_or("–".to_string(), |o| o.to_string()),
+            row.lease_token.0.to_string(),
+            instant(row.lease_expires_at),
+            instant(row.next_attempt_at),
+        ];
+        let old = was.map(|w| {
+            [
+                w.message_id.to_string(),
+                w.tenant_id.to_string(),
+                w.status.to_string(),
+                w.attempts.to_string(),
+                w.lease_owner.map_or("–".to_string(), |o| o.to_string()),
+                w.lease_token.0.to_string(),
+                instant(w.lease_expires_at),
+                instant(w.next_attempt_at),
+            ]
+        });
+        let mut x = 4;
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            let changed = old.as_ref().is_none_or(|o| o[i] != *cell);
+            if changed {
+                let _ = writeln!(out, "<rect x='{}' y='{}' width='{}' height='18' class='changed' data-field='{}'/>", x - 2, y - 14, w - 4, columns[i]);
+            }
+            let _ = writeln!(out, "<text x='{x}' y='{y}' class='c'>{}</text>", esc(cell));
+            x += w;
+        }
+    }
+    y += 30;
+    let _ = writeln!(out, "<text x='4' y='{y}' class='h'>the relays (clock: the relay's own, beside true time)</text>");
+    for (r, spec) in config.relays.iter().enumerate() {
+        y += 20;
+        let waits = match real.relays.get(r).and_then(|c| c.as_ref()) {
+            None => "idle".to_string(),
+            Some((_, effect)) => match effect {
+                crate::relay::Effect::Claim { request } => format!("about to claim (now={})", request.now.0),
+                crate::relay::Effect::Publish { lease, .. } => format!("holds {} token {}: about to publish", lease.message_id, lease.token.0),
+                crate::relay::Effect::Write { request } => {
+                    format!("about to write {}({} token {})", request.kind.name(), request.lease.message_id, request.lease.token.0)
+                }
+                crate::relay::Effect::Done => "done".to_string(),
+            },
+        };
+        let clock = if spec.skew == 0 {
+            format!("clock t={}", real.now.0)
+        } else {
+            format!("clock t={} ({:+} ms against true time)", real.now.0 as i64 + spec.skew, spec.skew)
+        };
+        let _ = writeln!(out, "<text x='4' y='{y}' class='c'>r{r} ({}, {}): {clock}; {}</text>", spec.design.name(), spec.owner, esc(&waits));
+    }
+    y += 24;
+    let stored: Vec<String> = real
+        .auditor
+        .ghosts()
+        .iter()
+        .map(|g| format!("m{}: published {} time{}{}", g.message_id, g.publications_total, if g.publications_total == 1 { "" } else { "s" }, if g.stored { ", stored" } else { "" }))
+        .collect();
+    let _ = writeln!(out, "<text x='4' y='{y}' class='c'>broker: {}</text>", esc(&if stored.is_empty() { "nothing published".to_string() } else { stored.join("; ") }));
+    y += 24;
+    let _ = writeln!(out, "<text x='4' y='{y}' class='h'>the last step</text>");
+    for t in &last_text {
+        y += 20;
+        let _ = writeln!(out, "<text x='4' y='{y}' class='c'>{}</text>", esc(t));
+    }
+    y += 20;
+    if last_violations.is_empty() {
+        let so_far = if broken.is_empty() { "none".to_string() } else { broken.join(", ") };
+        let _ = writeln!(out, "<text x='4' y='{y}' class='ok' data-broken='{so_far}'>no property broken by this step (broken on this path so far: {so_far})</text>");
+    }
+    for v in &last_violations {
+        // Long sentences wrap, so the view's width holds them.
+        let text = format!("✗ {v} — broken at this state");
+        let mut lines = Vec::new();
+        let mut line = String::new();
+        for word in text.split(' ') {
+            if line.len() + word.len() > 100 && !line.is_empty() {
+                lines.push(std::mem::take(&mut line));
+            }
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+        lines.push(line);
+        let _ = write!(out, "<text x='4' y='{y}' class='bad' data-violated='{}'>", v.property.id());
+        for (i, l) in lines.iter().enumerate() {
+            let _ = write!(out, "<tspan x='4' dy='{}'>{}</tspan>", if i == 0 { 0 } else { 16 }, esc(l));
+        }
+        out.push_str("</text>\n");
+        y += 20 + 16 * (lines.len() - 1);
+    }
+    out.push_str("</svg>\n");
+    out
 }
 
 /// [`describe`], and where a relay's own skewed clock gave the statement its `now`, the true

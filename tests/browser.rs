@@ -227,6 +227,19 @@ fn the_explorer_steps_through_a_counterexample_in_chromium() {
     // At the end of the path the explorer shows the broken property.
     let text = browser.wait_text(&["VIOLATION S1 no stale terminal write succeeds"]);
     assert!(text.contains("S1 no stale terminal write succeeds"), "{text}");
+    // Our state view: the table as a table, what the last step changed highlighted, the step in
+    // true time as `check` tells it, and the property broken at this state.
+    let script = |js: &str| browser.call("POST", "/execute/sync", Some(&json!({ "script": js, "args": [] })));
+    let view = script("const s = document.querySelector('svg.outbox-state'); return s ? s.textContent : ''");
+    let view = view.as_str().unwrap_or_default().to_string();
+    assert!(view.contains("the table") && view.contains("status") && view.contains("lease until"), "{view}");
+    let last = steps.last().unwrap()["text"][0].as_str().unwrap_or_default();
+    assert!(view.contains(last), "the explorer's last step agrees with check's: {last}\n{view}");
+    assert!(view.contains("S1 no stale terminal write succeeds") && view.contains("broken at this state"), "{view}");
+    let changed = script("return [...document.querySelectorAll('svg.outbox-state rect.changed')].map(r => r.dataset.field)");
+    assert!(changed.as_array().is_some_and(|c| c.iter().any(|f| f == "status")), "the write's status change is highlighted: {changed}");
+    let violated = script("const t = document.querySelector('svg.outbox-state [data-violated]'); return t ? t.dataset.violated : ''");
+    assert_eq!(violated, json!("S1"));
 
     let png = browser.screenshot();
     assert!(png.starts_with(b"\x89PNG"), "not a PNG screenshot");
