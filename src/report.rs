@@ -128,7 +128,7 @@ pub fn mermaid(steps: &[ReplayStep], relays: usize, cycle_from: Option<usize>, p
             looping = true;
         }
         for event in &step.events {
-            out.push_str(&mermaid_event(event));
+            out.push_str(&mermaid_event(event, step.now));
         }
         for v in &step.violations {
             if property.is_none_or(|(id, _)| v.property.id() == id) {
@@ -155,7 +155,9 @@ fn mermaid_text(text: &str) -> String {
     text.replace([';', '#'], " ").replace("  ", " ")
 }
 
-fn mermaid_event(event: &Event) -> String {
+fn mermaid_event(event: &Event, true_now: u64) -> String {
+    // A relay's skewed clock gave the statement its now: say the true time beside it.
+    let at = |now: u64| if now == true_now { format!("now={now}") } else { format!("now={now} (true time t={true_now})") };
     let lost = |db: &DbFate| match db {
         DbFate::Ok => "",
         DbFate::LostBefore => " (connection lost before it ran)",
@@ -168,7 +170,7 @@ fn mermaid_event(event: &Event) -> String {
         Event::Claimed { relay, request, leases, db } => {
             let got: Vec<String> =
                 leases.iter().map(|l| format!("{} token {} attempts {}", l.message_id, l.token.0, l.attempts)).collect();
-            let mut s = format!("    r{relay}->>DB: claim at now={}\n", request.now.0);
+            let mut s = format!("    r{relay}->>DB: claim at {}\n", at(request.now.0));
             if *db == DbFate::Ok {
                 let _ = writeln!(s, "    DB-->>r{relay}: {}", if got.is_empty() { "nothing".into() } else { got.join(", ") });
             } else {
@@ -182,11 +184,11 @@ fn mermaid_event(event: &Event) -> String {
         }
         Event::Wrote { relay, request, result, db } => {
             let mut s = format!(
-                "    r{relay}->>DB: {}({} token {}) at now={}\n",
+                "    r{relay}->>DB: {}({} token {}) at {}\n",
                 request.kind.name(),
                 request.lease.message_id,
                 request.lease.token.0,
-                request.now.0
+                at(request.now.0)
             );
             let answer = match result {
                 Some(result) => result.to_string(),
