@@ -244,28 +244,20 @@ pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<u16>) 
     for row in real.outbox.rows() {
         y += 22;
         let was = before.outbox.row(row.message_id);
-        let cells = [
-            row.message_id.to_string(),
-            row.tenant_id.to_string(),
-            row.status.to_string(),
-            row.attempts.to_string(),
-            row.lease_owner.map_or("–".to_string(), |o| o.to_string()),
-            row.lease_token.0.to_string(),
-            instant(row.lease_expires_at),
-            instant(row.next_attempt_at),
-        ];
-        let old = was.map(|w| {
+        let cells_of = |row: &crate::core::Row| {
             [
-                w.message_id.to_string(),
-                w.tenant_id.to_string(),
-                w.status.to_string(),
-                w.attempts.to_string(),
-                w.lease_owner.map_or("–".to_string(), |o| o.to_string()),
-                w.lease_token.0.to_string(),
-                instant(w.lease_expires_at),
-                instant(w.next_attempt_at),
+                row.message_id.to_string(),
+                row.tenant_id.to_string(),
+                row.status.to_string(),
+                row.attempts.to_string(),
+                row.lease_owner.map_or("–".to_string(), |o| o.to_string()),
+                row.lease_token.0.to_string(),
+                instant(row.lease_expires_at),
+                instant(row.next_attempt_at),
             ]
-        });
+        };
+        let cells = cells_of(row);
+        let old = was.map(cells_of);
         let mut x = 4;
         for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
             let changed = old.as_ref().is_none_or(|o| o[i] != *cell);

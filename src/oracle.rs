@@ -1215,15 +1215,7 @@ impl Oracle {
                     // model knows, when a claim first returns it — as a job of its own.
                     let unseen: SmallVec<[MessageId; 2]> = messages.iter().copied().filter(|id| b.outbox.row(*id).is_none()).collect();
                     for id in unseen {
-                        let req = EnqueueRequest {
-                            tenant_id: tenant,
-                            aggregate_id: AggregateId(IMPLICIT_AGGREGATE | id.0),
-                            expected_version: 0,
-                            message_id: id,
-                            now: Instant(*now),
-                        };
-                        let _ = b.auditor.enqueue(&mut b.outbox, &req);
-                        b.open.push(id);
+                        implicit_enqueue(b, tenant, id, Instant(*now));
                     }
                 }
                 let before = rows_of(b, &messages);
@@ -1564,14 +1556,7 @@ impl Oracle {
             Event::Claim { batch, lease_ms, now, leases, outcome: Outcome::Ok, .. } => {
                 for (got, &id) in leases.iter().zip(messages) {
                     if b.outbox.row(id).is_none() {
-                        let req = EnqueueRequest {
-                            tenant_id: tenant,
-                            aggregate_id: AggregateId(IMPLICIT_AGGREGATE | id.0),
-                            expected_version: 0,
-                            message_id: id,
-                            now: Instant(*now),
-                        };
-                        let _ = b.auditor.enqueue(&mut b.outbox, &req);
+                        implicit_enqueue(b, tenant, id, Instant(*now));
                     }
                     let req = ClaimRequest { tenant_id: tenant, owner: relay, batch: (*batch).max(1), lease: Duration((*lease_ms).max(1)), now: Instant(*now), max_attempts };
                     if let Ok(Ok(mut claimed)) = b.auditor.claim_exactly(&mut b.outbox, &lax, &req, &[id], Instant(*now)) {
@@ -1730,6 +1715,14 @@ impl Oracle {
 enum Plan {
     Ids { tenant: TenantId, relay: RelayId, messages: SmallVec<[MessageId; 2]>, aggregate: AggregateId },
     Nothing,
+}
+
+/// A row a history without enqueues brings in with its first claim: a job of its own, with an
+/// aggregate apart from every one the history names.
+fn implicit_enqueue(b: &mut Branch, tenant: TenantId, id: MessageId, now: Instant) {
+    let req = EnqueueRequest { tenant_id: tenant, aggregate_id: AggregateId(IMPLICIT_AGGREGATE | id.0), expected_version: 0, message_id: id, now };
+    let _ = b.auditor.enqueue(&mut b.outbox, &req);
+    b.open.push(id);
 }
 
 /// The rows an event's transaction held locked, as reported: the rows a claim returned (any row,

@@ -178,16 +178,23 @@ fn base64_decode(text: &str) -> Vec<u8> {
         .collect()
 }
 
-#[test]
-fn the_explorer_steps_through_a_counterexample_in_chromium() {
+/// Chromium and chromedriver, or None after saying visibly that the test did not run (and failing
+/// under OUTBOX_CHECK_REQUIRE_BROWSER=1).
+fn browser_tools() -> Option<(String, String)> {
     let (Some(chromium), Some(chromedriver)) = (which("chromium"), which("chromedriver")) else {
         assert!(
             std::env::var("OUTBOX_CHECK_REQUIRE_BROWSER").as_deref() != Ok("1"),
             "OUTBOX_CHECK_REQUIRE_BROWSER=1 but chromium or chromedriver is not installed"
         );
         common::not_run("the browser test needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)");
-        return;
+        return None;
     };
+    Some((chromium, chromedriver))
+}
+
+#[test]
+fn the_explorer_steps_through_a_counterexample_in_chromium() {
+    let Some((chromium, chromedriver)) = browser_tools() else { return };
     // The shortest S1 counterexample of legacy-v1, as `check` reports it.
     let out = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
         .args(["check", "--variant", "legacy-v1", "--json", "--quiet", "--no-liveness"])
@@ -254,14 +261,7 @@ fn the_explorer_steps_through_a_counterexample_in_chromium() {
 /// per lease, the divergence highlighted with its sentence — and needs no network.
 #[test]
 fn the_history_page_shows_lanes_leases_and_the_divergence_in_chromium() {
-    let (Some(chromium), Some(chromedriver)) = (which("chromium"), which("chromedriver")) else {
-        assert!(
-            std::env::var("OUTBOX_CHECK_REQUIRE_BROWSER").as_deref() != Ok("1"),
-            "OUTBOX_CHECK_REQUIRE_BROWSER=1 but chromium or chromedriver is not installed"
-        );
-        common::not_run("the browser test needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)");
-        return;
-    };
+    let Some((chromium, chromedriver)) = browser_tools() else { return };
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let fixture = root.join("tests/traces/invalid-s1-stale-write-applied.jsonl");
     let page = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("trace-invalid-s1-stale-write-applied.html");
