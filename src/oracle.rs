@@ -192,6 +192,19 @@ struct Held {
 const TOKENLESS: &str = "(claim at line ";
 
 impl Held {
+    /// Whether this is the lease a write by `relay` of `id` presents: the one its token names;
+    /// without one, the one whose attempt it names, else the relay's latest (searched from the
+    /// end).
+    fn presented_by(&self, relay: RelayId, id: MessageId, token: Option<&str>, attempt: Option<u32>) -> bool {
+        self.relay == relay
+            && self.lease.message_id == id
+            && match (token, attempt) {
+                (Some(t), _) => self.token.is(t),
+                (None, Some(a)) => self.lease.attempts == a,
+                (None, None) => true,
+            }
+    }
+
     /// The token as the history wrote it (none for a claim without one).
     fn token_text(&self) -> Option<String> {
         match &self.token {
@@ -1345,15 +1358,7 @@ impl Oracle {
                 let kind = write_kind(write, *code).ok_or_else(|| diverge(conformance(Conformance::C8), "a known write".into(), write.clone(), &[]))?;
                 // The lease the write presents: by its token; without one, by the attempt its
                 // claim handed out, else the writer's latest claim of the row.
-                let held = b.held.iter_mut().rev().find(|h| {
-                    h.relay == relay
-                        && h.lease.message_id == id
-                        && match (token, attempt) {
-                            (Some(t), _) => h.token.is(t),
-                            (None, Some(a)) => h.lease.attempts == *a,
-                            (None, None) => true,
-                        }
-                });
+                let held = b.held.iter_mut().rev().find(|h| h.presented_by(relay, id, token.as_deref(), *attempt));
                 // Whatever the write reports, the relay is done with this lease.
                 let mut lease = held
                     .map(|h| {
@@ -1572,15 +1577,7 @@ impl Oracle {
             }
             Event::Write { write, token, attempt, now, code, result, next_attempt_at, .. } => {
                 let id = messages[0];
-                let held = b.held.iter_mut().rev().find(|h| {
-                    h.relay == relay
-                        && h.lease.message_id == id
-                        && match (token, attempt) {
-                            (Some(t), _) => h.token.is(t),
-                            (None, Some(a)) => h.lease.attempts == *a,
-                            (None, None) => true,
-                        }
-                });
+                let held = b.held.iter_mut().rev().find(|h| h.presented_by(relay, id, token.as_deref(), *attempt));
                 let lease = held.map(|h| {
                     h.ended = true;
                     h.lease
