@@ -182,7 +182,9 @@ impl Model for OutboxModel {
     fn format_step(&self, last: &World, action: Action) -> Option<String> {
         let mut next = last.clone();
         let report = next.apply(&self.config, action);
-        let mut text: Vec<String> = report.events.iter().map(describe).collect();
+        // The explorer's states keep time relative to now, so their "now=…" is not the true time
+        // `check` reports; the state view (as_svg) gives true times, and this text none.
+        let mut text: Vec<String> = report.events.iter().map(|e| without_times(&describe(e))).collect();
         text.extend(report.violations.iter().map(|v| format!("VIOLATION {v}")));
         Some(text.join("\n"))
     }
@@ -193,6 +195,20 @@ impl Model for OutboxModel {
     fn as_svg(&self, path: stateright::Path<World, Action>) -> Option<String> {
         Some(state_svg(&self.config, &path.into_actions(), self.safety))
     }
+}
+
+/// A step's words without its " at now=N" (a normalised state's clock is not the true one).
+fn without_times(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(" at now=") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + " at now=".len()..];
+        let digits = after.find(|c: char| !c.is_ascii_digit()).unwrap_or(after.len());
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The SVG of [`OutboxModel::as_svg`] for the state a path of model actions reaches.

@@ -462,8 +462,10 @@ impl StepReport {
 /// held.
 pub type Permutation = SmallVec<[usize; 4]>;
 
-/// The whole world: small and hashable, so the model checker can keep it as its state.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// The whole world: small and hashable, so the model checker can keep it as its state. Its
+/// `Debug` is written for a person (the explorer's "Complete State" shows it): the table, the
+/// relays, and the properties the last step broke.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct World {
     /// The true clock.
     pub now: Instant,
@@ -474,6 +476,47 @@ pub struct World {
     pub enqueued: u32,
     pub requeues_left: u8,
     pub step: StepFlags,
+}
+
+impl std::fmt::Debug for World {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let at = |t: Option<Instant>| t.map_or("–".to_string(), |t| format!("t={}", t.0));
+        writeln!(f, "time t={} (relative: the model keeps time relative to now)", self.now.0)?;
+        writeln!(f, "table:")?;
+        for row in self.outbox.rows() {
+            writeln!(
+                f,
+                "  {} of {}: {}, attempts {}, owner {}, token {}, lease until {}, retry at {}",
+                row.message_id,
+                row.tenant_id,
+                row.status,
+                row.attempts,
+                row.lease_owner.map_or("–".to_string(), |o| o.to_string()),
+                row.lease_token.0,
+                at(row.lease_expires_at),
+                at(row.next_attempt_at)
+            )?;
+        }
+        writeln!(f, "relays:")?;
+        for (r, relay) in self.relays.iter().enumerate() {
+            let waits = match relay {
+                None => "idle".to_string(),
+                Some((_, crate::relay::Effect::Claim { .. })) => "about to claim".to_string(),
+                Some((_, crate::relay::Effect::Publish { lease, .. })) => format!("holds {} token {}: about to publish", lease.message_id, lease.token.0),
+                Some((_, crate::relay::Effect::Write { request })) => {
+                    format!("about to write {}({} token {})", request.kind.name(), request.lease.message_id, request.lease.token.0)
+                }
+                Some((_, crate::relay::Effect::Done)) => "done".to_string(),
+            };
+            writeln!(f, "  r{r}: {waits}")?;
+        }
+        let broken: Vec<&str> = Property::SAFETY.iter().filter(|p| self.step.violated(**p)).map(|p| p.id()).collect();
+        if broken.is_empty() {
+            write!(f, "the last step broke no property")
+        } else {
+            write!(f, "VIOLATED by the last step: {}", broken.join(", "))
+        }
+    }
 }
 
 impl World {

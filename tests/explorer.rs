@@ -75,6 +75,13 @@ fn the_explorer_serves_the_model_and_steps_through_a_counterexample() {
     let step = &before[index];
     let outcome = step["outcome"].as_str().unwrap_or_default();
     assert!(outcome.contains("VIOLATION S1"), "{step}");
+    // The stock page's text carries no clock (its states keep time relative to now, which is not
+    // the true time check reports); the state behind "Complete State?" is written for a person
+    // and says what the last step broke.
+    assert!(!outcome.contains("now="), "{outcome}");
+    let state = step["state"].as_str().unwrap_or_default();
+    assert!(state.contains("VIOLATED by the last step: S1") && state.contains("table:"), "{state}");
+    assert!(!state.contains("violations: []") && !state.contains("Some("), "{state}");
 }
 
 #[test]
