@@ -42,6 +42,20 @@ pub struct OutboxModel {
     /// Set to stop a search: the model then offers no more steps, so the checker drains its
     /// queue and finishes (stateright's own checkers cannot be stopped from outside).
     pub stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// L1–L3 for the explorer's state view, once a background check has decided them: each
+    /// property's id, name, verdict and, for a lasso, its steps in words and where the cycle
+    /// starts.
+    pub liveness: std::sync::Arc<std::sync::OnceLock<Vec<LivenessView>>>,
+}
+
+/// A liveness verdict as the explorer shows it.
+#[derive(Clone, Debug)]
+pub struct LivenessView {
+    pub id: String,
+    pub name: String,
+    pub status: String,
+    pub lasso: Vec<String>,
+    pub cycle_from: Option<usize>,
 }
 
 /// A `sometimes` property: a situation worth reaching and the safety property it exercises. The
@@ -108,18 +122,18 @@ macro_rules! safety {
 
 impl OutboxModel {
     pub fn new(config: WorldConfig) -> OutboxModel {
-        OutboxModel { facts: FleetFacts::of(&config), config, normalise: true, safety: None, stop: Default::default() }
+        OutboxModel { facts: FleetFacts::of(&config), config, normalise: true, safety: None, stop: Default::default(), liveness: Default::default() }
     }
 
     /// The model of the complete safety check: the normalised world with the safety
     /// abstractions, tracking only the reachability flags in the bit mask `tracked`.
     pub fn for_safety(config: WorldConfig, tracked: u16) -> OutboxModel {
-        OutboxModel { facts: FleetFacts::of(&config), config, normalise: true, safety: Some(tracked), stop: Default::default() }
+        OutboxModel { facts: FleetFacts::of(&config), config, normalise: true, safety: Some(tracked), stop: Default::default(), liveness: Default::default() }
     }
 
     /// The plain world, without reductions; needs a `time_max` to be finite.
     pub fn unreduced(config: WorldConfig) -> OutboxModel {
-        OutboxModel { facts: FleetFacts::of(&config), config, normalise: false, safety: None, stop: Default::default() }
+        OutboxModel { facts: FleetFacts::of(&config), config, normalise: false, safety: None, stop: Default::default(), liveness: Default::default() }
     }
 
     /// The safety property a name belongs to.
@@ -193,7 +207,39 @@ impl Model for OutboxModel {
     /// fleet's own relays), its table as a table with what the last step changed highlighted,
     /// each relay's clock and what it waits on, the broker, and what the path has broken so far.
     fn as_svg(&self, path: stateright::Path<World, Action>) -> Option<String> {
-        Some(state_svg(&self.config, &path.into_actions(), self.safety))
+        let mut svg = state_svg(&self.config, &path.into_actions(), self.safety);
+        // L1–L3, decided once in the background, with each lasso told step by step.
+        let mut lines: Vec<(String, &'static str)> = Vec::new();
+        match self.liveness.get() {
+            None => lines.push(("L1–L3: being checked in the background (reload to see them)".into(), "c")),
+            Some(views) => {
+                for v in views {
+                    lines.push((format!("{} {}: {}", v.id, v.name, v.status), if v.status == "violated" { "bad" } else { "ok" }));
+                    for (i, step) in v.lasso.iter().enumerate() {
+                        let mark = if v.cycle_from == Some(i + 1) { "↻ the cycle from here repeats forever, with no fault: " } else { "" };
+                        lines.push((format!("    {}. {mark}{step}", i + 1), "c"));
+                    }
+                }
+            }
+        }
+        let extra = 24 + 18 * lines.len();
+        let esc = |t: &str| t.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+        if let Some(end) = svg.rfind("</svg>") {
+            let height_at = svg.find("height='").map(|i| i + "height='".len());
+            let mut body = String::new();
+            let base: usize = height_at.and_then(|i| svg[i..].split('\'').next()).and_then(|h| h.parse().ok()).unwrap_or(400);
+            let mut y = base;
+            body.push_str(&format!("<text x='4' y='{y}' class='h'>liveness (L1–L3, checked under fairness)</text>\n"));
+            for (text, class) in &lines {
+                y += 18;
+                body.push_str(&format!("<text x='4' y='{y}' class='{class}' data-liveness='1'>{}</text>\n", esc(text)));
+            }
+            svg.replace_range(end..end, &body);
+            let new_height = base + extra;
+            svg = svg.replacen(&format!("height='{base}'"), &format!("height='{new_height}'"), 1);
+            svg = svg.replacen(&format!(" {base}' class='outbox-state'"), &format!(" {new_height}' class='outbox-state'"), 1);
+        }
+        Some(svg)
     }
 }
 

@@ -813,6 +813,32 @@ fn explore(fleet: &FleetArgs, port: u16) -> ExitCode {
     }
     let model = crate::model::OutboxModel::new(fleet.config());
     println!("outbox-check explore — {} on http://{address}/ (Ctrl-C to stop)", model.config.relays.iter().map(|r| r.design.name()).collect::<Vec<_>>().join(", "));
+    // L1–L3 are no stateright property: check them once in the background (bounded) and show
+    // each verdict, with its lasso, in the state view.
+    let liveness = model.liveness.clone();
+    let config = model.config.clone();
+    std::thread::spawn(move || {
+        let options = crate::check::CheckOptions { threads: 1, timeout: Some(std::time::Duration::from_secs(120)), ..Default::default() };
+        let report = crate::check::check(&config, &options, &|_, _| {});
+        let views = report
+            .properties
+            .iter()
+            .filter(|p| p.kind == crate::check::Kind::Liveness)
+            .map(|p| crate::model::LivenessView {
+                id: p.id.clone(),
+                name: p.name.clone(),
+                status: match p.status {
+                    crate::check::Verdict::Holds => "holds",
+                    crate::check::Verdict::Violated => "violated",
+                    _ => "unknown (not decided within the explorer's two minutes)",
+                }
+                .to_string(),
+                lasso: p.counterexample.iter().flatten().map(|s| s.text.join("; ")).collect(),
+                cycle_from: p.cycle_from,
+            })
+            .collect();
+        let _ = liveness.set(views);
+    });
     model.checker().serve(address);
     ExitCode::SUCCESS
 }

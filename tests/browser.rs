@@ -247,6 +247,23 @@ fn the_explorer_steps_through_a_counterexample_in_chromium() {
     assert!(changed.as_array().is_some_and(|c| c.iter().any(|f| f == "status")), "the write's status change is highlighted: {changed}");
     let violated = script("const t = document.querySelector('svg.outbox-state [data-violated]'); return t ? t.dataset.violated : ''");
     assert_eq!(violated, json!("S1"));
+    // L1–L3, decided in the background: legacy-v1 breaks L2 and L3 (as check finds), each shown
+    // with its lasso and the step its cycle starts from.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let liveness = loop {
+        // A fresh page load: the explorer's page caches the states it fetched.
+        script("location.reload(); return 0");
+        std::thread::sleep(Duration::from_millis(800));
+        let lines = script("return [...document.querySelectorAll('svg.outbox-state [data-liveness]')].map(t => t.textContent).join('\\n')");
+        let lines = lines.as_str().unwrap_or_default().to_string();
+        if !lines.contains("being checked") && !lines.is_empty() || Instant::now() > deadline {
+            break lines;
+        }
+    };
+    for (id, verdict) in [("L1", "holds"), ("L2", "violated"), ("L3", "violated")] {
+        assert!(liveness.lines().any(|l| l.starts_with(id) && l.ends_with(verdict)), "{id} {verdict}:\n{liveness}");
+    }
+    assert!(liveness.contains("↻ the cycle from here repeats forever"), "{liveness}");
 
     let png = browser.screenshot();
     assert!(png.starts_with(b"\x89PNG"), "not a PNG screenshot");
