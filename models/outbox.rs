@@ -189,8 +189,14 @@ impl Model for OutboxModel {
         properties
     }
 
+    /// What the action does, where the state it is taken from is known: stateright's explorer
+    /// formats each next step (`format_step`, which sees the state) just before naming its
+    /// action here, so the words of that step are kept for it ("r0 mark_published(m0, token #1,
+    /// attempts 1): applied → PUBLISHED"). Elsewhere, the action's own name.
     fn format_action(&self, action: &Action) -> String {
-        action.to_string()
+        STEP_WORDS
+            .with(|words| words.borrow().iter().rev().find(|(a, _)| a == action).map(|(_, w)| w.clone()))
+            .unwrap_or_else(|| action.to_string())
     }
 
     fn format_step(&self, last: &World, action: Action) -> Option<String> {
@@ -199,6 +205,14 @@ impl Model for OutboxModel {
         // The explorer's states keep time relative to now, so their "now=…" is not the true time
         // `check` reports; the state view (as_svg) gives true times, and this text none.
         let mut text: Vec<String> = report.events.iter().map(|e| without_times(&describe(e))).collect();
+        let label = text.first().cloned().unwrap_or_else(|| action.to_string());
+        STEP_WORDS.with(|words| {
+            let mut words = words.borrow_mut();
+            if words.len() >= 64 {
+                words.remove(0);
+            }
+            words.push((action, label));
+        });
         text.extend(report.violations.iter().map(|v| format!("VIOLATION {v}")));
         Some(text.join("\n"))
     }
@@ -243,13 +257,19 @@ impl Model for OutboxModel {
     }
 }
 
+thread_local! {
+    /// The words of the steps `format_step` described last on this thread, by action, for
+    /// `format_action` (see there).
+    static STEP_WORDS: std::cell::RefCell<Vec<(Action, String)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// A step's words without its " at now=N" (a normalised state's clock is not the true one).
 fn without_times(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    while let Some(i) = rest.find(" at now=") {
+    while let Some((i, cue)) = [" at now=", " to t="].iter().filter_map(|c| rest.find(c).map(|i| (i, *c))).min() {
         out.push_str(&rest[..i]);
-        let after = &rest[i + " at now=".len()..];
+        let after = &rest[i + cue.len()..];
         let digits = after.find(|c: char| !c.is_ascii_digit()).unwrap_or(after.len());
         rest = &after[digits..];
     }

@@ -227,9 +227,20 @@ fn the_explorer_steps_through_a_counterexample_in_chromium() {
         // The explorer prints our format_step — the events of the step in words — as the
         // current state, and the path so far: pre-init, init, then one line per step.
         let first_words: String = described.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
-        let text = browser.wait_text(&[&first_words, "Path of Actions"]);
-        let path_shown = text.split("Path of Actions").nth(1).and_then(|t| t.split("Next Action Choices").next()).unwrap_or_default();
-        assert_eq!(path_shown.lines().filter(|l| !l.trim().is_empty()).count(), i + 2, "step {i}: the path shown is\n{path_shown}");
+        // The path so far: pre-init, init, one line per step, the last one named by what it did.
+        let path_of = |text: &str| -> Vec<String> {
+            let shown = text.split("Path of Actions").nth(1).and_then(|t| t.split("Next Action Choices").next()).unwrap_or_default();
+            shown.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect()
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut text = browser.wait_text(&[&first_words, "Path of Actions"]);
+        while path_of(&text).len() != i + 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            text = browser.text();
+        }
+        let shown = path_of(&text);
+        assert_eq!(shown.len(), i + 2, "step {i}: the path shown is\n{}", shown.join("\n"));
+        assert!(shown.last().is_some_and(|l| l.contains(&first_words)), "step {i}: {shown:?} against check's {described}");
     }
     // At the end of the path the explorer shows the broken property.
     let text = browser.wait_text(&["VIOLATION S1 no stale terminal write succeeds"]);

@@ -79,6 +79,9 @@ fn the_explorer_serves_the_model_and_steps_through_a_counterexample() {
     // the true time check reports); the state behind "Complete State?" is written for a person
     // and says what the last step broke.
     assert!(!outcome.contains("now="), "{outcome}");
+    // Each next step is named by what it does, not by stateright's action name.
+    let action = step["action"].as_str().unwrap_or_default();
+    assert!(action.starts_with("r0 mark_published(m0") || action.contains("mark_published(m0"), "{action}");
     let state = step["state"].as_str().unwrap_or_default();
     assert!(state.contains("VIOLATED by the last step: S1") && state.contains("table:"), "{state}");
     assert!(!state.contains("violations: []") && !state.contains("Some("), "{state}");
