@@ -55,7 +55,8 @@ fn the_explorer_serves_the_model_and_steps_through_a_counterexample() {
     assert_eq!(status, 200, "{body}");
     let steps: serde_json::Value = serde_json::from_str(&body).expect("JSON states");
     let actions: Vec<String> = steps.as_array().unwrap().iter().map(|s| s["action"].as_str().unwrap_or_default().to_string()).collect();
-    assert!(actions.iter().any(|a| a == "r0 claims"), "{actions:?}");
+    // Each named by what it does from this state.
+    assert!(actions.iter().any(|a| a == "r0 claims for tenant0: m0 token #0 attempts 0"), "{actions:?}");
 
     // legacy-v1's S1 counterexample, by the path `check` prints: claim, publish, the other relay
     // claims, the first relay's write applies. The last state says which property broke.
