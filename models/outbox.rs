@@ -221,39 +221,21 @@ impl Model for OutboxModel {
     /// fleet's own relays), its table as a table with what the last step changed highlighted,
     /// each relay's clock and what it waits on, the broker, and what the path has broken so far.
     fn as_svg(&self, path: stateright::Path<World, Action>) -> Option<String> {
-        let mut svg = state_svg(&self.config, &path.into_actions(), self.safety);
         // L1–L3, decided once in the background, with each lasso told step by step.
-        let mut lines: Vec<(String, &'static str)> = Vec::new();
+        let mut liveness: Vec<(String, &'static str)> = Vec::new();
         match self.liveness.get() {
-            None => lines.push(("L1–L3: being checked in the background (reload to see them)".into(), "c")),
+            None => liveness.push(("L1–L3: being checked in the background (reload to see them)".into(), "c")),
             Some(views) => {
                 for v in views {
-                    lines.push((format!("{} {}: {}", v.id, v.name, v.status), if v.status == "violated" { "bad" } else { "ok" }));
+                    liveness.push((format!("{} {}: {}", v.id, v.name, v.status), if v.status == "violated" { "bad" } else { "ok" }));
                     for (i, step) in v.lasso.iter().enumerate() {
                         let mark = if v.cycle_from == Some(i + 1) { "↻ the cycle from here repeats forever, with no fault: " } else { "" };
-                        lines.push((format!("    {}. {mark}{step}", i + 1), "c"));
+                        liveness.push((format!("    {}. {mark}{step}", i + 1), "c"));
                     }
                 }
             }
         }
-        let extra = 24 + 18 * lines.len();
-        let esc = |t: &str| t.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
-        if let Some(end) = svg.rfind("</svg>") {
-            let height_at = svg.find("height='").map(|i| i + "height='".len());
-            let mut body = String::new();
-            let base: usize = height_at.and_then(|i| svg[i..].split('\'').next()).and_then(|h| h.parse().ok()).unwrap_or(400);
-            let mut y = base;
-            body.push_str(&format!("<text x='4' y='{y}' class='h'>liveness (L1–L3, checked under fairness)</text>\n"));
-            for (text, class) in &lines {
-                y += 18;
-                body.push_str(&format!("<text x='4' y='{y}' class='{class}' data-liveness='1'>{}</text>\n", esc(text)));
-            }
-            svg.replace_range(end..end, &body);
-            let new_height = base + extra;
-            svg = svg.replacen(&format!("height='{base}'"), &format!("height='{new_height}'"), 1);
-            svg = svg.replacen(&format!(" {base}' class='outbox-state'"), &format!(" {new_height}' class='outbox-state'"), 1);
-        }
-        Some(svg)
+        Some(state_svg(&self.config, &path.into_actions(), self.safety, &liveness))
     }
 }
 
@@ -278,31 +260,25 @@ fn without_times(text: &str) -> String {
 }
 
 /// The SVG of [`OutboxModel::as_svg`] for the state a path of model actions reaches.
-pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<u16>) -> String {
+pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<u16>, liveness: &[(String, &'static str)]) -> String {
     use std::fmt::Write as _;
-    // Replay in the plain world, as `replay_with` does, keeping the last two worlds.
-    let mut canonical = World::new(config);
-    let mut real_of = canonical.normalise_with(config, safety);
+    // The path in the plain world, keeping the last two worlds.
     let mut real = World::new(config);
     let mut before = real.clone();
     let mut last_violations = Vec::new();
     let mut broken: Vec<&'static str> = Vec::new();
     let mut last_text = Vec::new();
-    for &action in actions {
-        let real_action = rename_relay(action, &real_of);
-        before = real.clone();
-        let report = real.apply(config, real_action);
-        canonical.advance(config, action);
-        let perm = canonical.normalise_with(config, safety);
-        real_of = perm.iter().map(|&old| real_of[old]).collect();
+    replay_worlds(config, actions, safety, |_, _, was, now, report| {
         for v in &report.violations {
             if !broken.contains(&v.property.id()) {
                 broken.push(v.property.id());
             }
         }
-        last_text = report.events.iter().map(|e| describe_at(config, real.now, e)).collect();
+        last_text = report.events.iter().map(|e| describe_at(config, now.now, e)).collect();
         last_violations = report.violations;
-    }
+        before = was.clone();
+        real = now.clone();
+    });
     let esc = |t: &str| t.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
     let instant = |t: Option<crate::core::Instant>| t.map_or("–".to_string(), |t| format!("t={}", t.0));
     let mut out = String::new();
@@ -310,7 +286,7 @@ pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<u16>) 
     let widths = [80, 70, 100, 70, 60, 60, 100, 90];
     let width: usize = widths.iter().sum::<usize>() + 20;
     let rows = real.outbox.rows().len();
-    let height = 130 + 22 * (rows + 1) + 20 * config.relays.len() + 20 * (2 + last_text.len()) + 52 * last_violations.len().max(1);
+    let height = 130 + 22 * (rows + 1) + 20 * config.relays.len() + 20 * (2 + last_text.len()) + 52 * last_violations.len().max(1) + 24 + 18 * liveness.len();
     let _ = writeln!(out, "<svg width='{width}' height='{height}' viewBox='0 0 {width} {height}' class='outbox-state'>");
     let _ = writeln!(out, "<style>.h{{font:bold 13px sans-serif}} .c{{font:12px monospace}} .changed{{fill:#ffe27a}} .bad{{fill:#c00;font:bold 12px sans-serif}} .ok{{fill:#262;font:12px sans-serif}}</style>");
     let mut y = 18;
@@ -354,17 +330,7 @@ pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<u16>) 
     let _ = writeln!(out, "<text x='4' y='{y}' class='h'>the relays (clock: the relay's own, beside true time)</text>");
     for (r, spec) in config.relays.iter().enumerate() {
         y += 20;
-        let waits = match real.relays.get(r).and_then(|c| c.as_ref()) {
-            None => "idle".to_string(),
-            Some((_, effect)) => match effect {
-                crate::relay::Effect::Claim { request } => format!("about to claim (now={})", request.now.0),
-                crate::relay::Effect::Publish { lease, .. } => format!("holds {} token {}: about to publish", lease.message_id, lease.token.0),
-                crate::relay::Effect::Write { request } => {
-                    format!("about to write {}({} token {})", request.kind.name(), request.lease.message_id, request.lease.token.0)
-                }
-                crate::relay::Effect::Done => "done".to_string(),
-            },
-        };
+        let waits = real.waits(r);
         let clock = if spec.skew == 0 {
             format!("clock t={}", real.now.0)
         } else {
@@ -412,6 +378,14 @@ pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<u16>) 
         }
         out.push_str("</text>\n");
         y += 20 + 16 * (lines.len() - 1);
+    }
+    if !liveness.is_empty() {
+        y += 24;
+        let _ = writeln!(out, "<text x='4' y='{y}' class='h'>liveness (L1–L3, checked under fairness)</text>");
+        for (text, class) in liveness {
+            y += 18;
+            let _ = writeln!(out, "<text x='4' y='{y}' class='{class}' data-liveness='1'>{}</text>", esc(text));
+        }
     }
     out.push_str("</svg>\n");
     out
@@ -511,26 +485,40 @@ pub fn replay(config: &WorldConfig, actions: &[Action]) -> Vec<ReplayStep> {
 /// [`replay`] of a path found under [`World::normalise_with`]`(config, safety)` (whose relay
 /// order may differ where the abstractions merged ghost state).
 pub fn replay_with(config: &WorldConfig, actions: &[Action], safety: Option<u16>) -> Vec<ReplayStep> {
-    let mut canonical = World::new(config);
-    let mut real_of = canonical.normalise_with(config, safety);
-    let mut real = World::new(config);
     let mut steps = Vec::with_capacity(actions.len());
-    for (index, &action) in actions.iter().enumerate() {
-        let real_action = rename_relay(action, &real_of);
-        let report = real.apply(config, real_action);
-        canonical.advance(config, action);
-        let perm = canonical.normalise_with(config, safety);
-        real_of = perm.iter().map(|&old| real_of[old]).collect();
+    replay_worlds(config, actions, safety, |index, action, _, real, report| {
         steps.push(ReplayStep {
-            index: index + 1,
-            action: real_action,
+            index,
+            action,
             now: real.now.0,
             text: report.events.iter().map(|e| describe_at(config, real.now, e)).collect(),
             events: report.events,
             violations: report.violations,
         });
-    }
+    });
     steps
+}
+
+/// The plain world along a path of model actions: `each` gets every step's number (from 1), the
+/// action with the fleet's own relay, the world before and after it, and what it did.
+fn replay_worlds(
+    config: &WorldConfig,
+    actions: &[Action],
+    safety: Option<u16>,
+    mut each: impl FnMut(usize, Action, &World, &World, crate::world::StepReport),
+) {
+    let mut canonical = World::new(config);
+    let mut real_of = canonical.normalise_with(config, safety);
+    let mut real = World::new(config);
+    for (index, &action) in actions.iter().enumerate() {
+        let real_action = rename_relay(action, &real_of);
+        let before = real.clone();
+        let report = real.apply(config, real_action);
+        canonical.advance(config, action);
+        let perm = canonical.normalise_with(config, safety);
+        real_of = perm.iter().map(|&old| real_of[old]).collect();
+        each(index + 1, real_action, &before, &real, report);
+    }
 }
 
 fn rename_relay(action: Action, real_of: &[usize]) -> Action {

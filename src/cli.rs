@@ -914,6 +914,13 @@ struct TraceMode {
     safety_only: bool,
 }
 
+impl TraceMode {
+    /// Whether a divergence fails the run (a conformance finding does not, with --safety-only).
+    fn fails(&self, d: &crate::oracle::Divergence) -> bool {
+        d.kind == "safety" || !self.safety_only
+    }
+}
+
 fn trace(files: &[std::path::PathBuf], variant: Option<Design>, mode: TraceMode, html: Option<&std::path::Path>) -> ExitCode {
     use crate::oracle::Oracle;
     let stdin = |f: &std::path::Path| f.as_os_str() == "-";
@@ -989,7 +996,7 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, mode: TraceMode,
                     Ok(()) => true,
                     Err(d) => {
                         // Without --all: stop at the first divergence that fails the run.
-                        let fails = d.kind == "safety" || !mode.safety_only;
+                        let fails = mode.fails(&d);
                         divergences.push(d);
                         mode.all || !fails
                     }
@@ -1014,12 +1021,13 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, mode: TraceMode,
             eprintln!("outbox-check: {name}: no header");
             return ExitCode::from(2);
         };
-        let stopped = divergences.iter().any(|d| d.kind == "safety" || !mode.safety_only) && !mode.all;
+        // Without --all the check stopped at the first divergence that fails the run.
+        let stopped = !mode.all && divergences.iter().any(|d| mode.fails(d));
         let (accepted, at_end) = oracle.finish_all();
         if !stopped {
             divergences.extend(at_end);
         }
-        let fails = divergences.iter().any(|d| d.kind == "safety" || !mode.safety_only);
+        let fails = divergences.iter().any(|d| mode.fails(d));
         failed |= fails;
         if !mode.json {
             bar.suspend(|| {
@@ -1040,7 +1048,7 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, mode: TraceMode,
                             println!("    row before: {}", crate::oracle::row_words(row));
                         }
                     }
-                    if stopped && !mode.all {
+                    if stopped {
                         println!("  (stopped at the first divergence: --all lists every one)");
                     }
                 }

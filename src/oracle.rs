@@ -710,13 +710,13 @@ impl Oracle {
                 for b in &mut branches {
                     b.broke = None;
                 }
-                self.record_locks(actor, line, event, &plan);
+                self.record_locks(actor, line, event, &locked);
                 self.finish_step(branches, before);
                 return Err(d);
             }
         }
         any_ok |= !branches.is_empty();
-        self.record_locks(actor, line, event, &plan);
+        self.record_locks(actor, line, event, &locked);
         let mut next = branches;
         let divergence = match (token_divergence, any_ok) {
             (Some(d), _) => Some(d),
@@ -768,9 +768,9 @@ impl Oracle {
     }
 
     /// Notes the rows this event's transaction held (as the implementation reported them).
-    fn record_locks(&mut self, actor: Option<u16>, line: usize, event: &Event, plan: &Plan) {
+    fn record_locks(&mut self, actor: Option<u16>, line: usize, event: &Event, locked: &Locked) {
         let open = matches!(event, Event::Claim { outcome: Outcome::Unknown, .. } | Event::Write { result: WriteReport::Unknown, .. });
-        match locked_by(event, plan) {
+        match locked {
             Locked::Nothing => {}
             Locked::Any => {
                 if let Some(a) = actor {
@@ -779,7 +779,7 @@ impl Oracle {
                 }
             }
             Locked::Rows(ids) => {
-                for id in ids {
+                for &id in ids {
                     let i = id.0 as usize;
                     if self.locks.len() <= i {
                         self.locks.resize_with(i + 1, RowLock::default);
@@ -848,14 +848,13 @@ impl Oracle {
         });
         match unexcused {
             None => Ok(()),
-            Some(skip) => Err(self.skip_divergence(b, &skip)),
+            Some(skip) => Err(self.skip_divergence(&skip)),
         }
     }
 
     /// A skip no transaction of the history explains, as a divergence at its claim.
-    fn skip_divergence(&self, b: &Branch, skip: &Skip) -> Divergence {
+    fn skip_divergence(&self, skip: &Skip) -> Divergence {
         let name = self.name_of(0, skip.message.0);
-        let _ = b;
         let hint = self
             .locks
             .get(skip.message.0 as usize)
@@ -941,7 +940,7 @@ impl Oracle {
         self.branches.retain(|b| b.broke.is_none());
         if !self.branches.iter().any(|b| b.skips.is_empty()) {
             if let Some(b) = self.branches.first() {
-                divergences = b.skips.iter().map(|skip| self.in_your_names(self.skip_divergence(b, skip), b)).collect();
+                divergences = b.skips.iter().map(|skip| self.in_your_names(self.skip_divergence(skip), b)).collect();
             }
         } else {
             self.branches.retain(|b| b.skips.is_empty());

@@ -586,7 +586,7 @@ pub fn trace_html(
         let Some(actor) = who(e) else { continue };
         let lane = lane_of(&mut lanes, &actor);
         let free_slot = |bars: &[Bar], lane: usize| (0..).find(|s| !bars.iter().any(|b| b.lane == lane && b.end.is_none() && b.slot == *s)).unwrap_or(0);
-        let open_bar = |bars: &mut [Bar], message: &str, token: Option<&String>| -> Option<usize> {
+        let open_bar = |bars: &[Bar], message: &str, token: Option<&String>| -> Option<usize> {
             bars.iter().rposition(|b| {
                 b.lane == lane && b.end.is_none() && b.message == message && (token.is_none() || b.token.as_ref() == token)
             })
@@ -605,29 +605,22 @@ pub fn trace_html(
                 }
             }
             T::Publish { message, answer, token, .. } => {
-                let slot = open_bar(&mut bars, message, token.as_ref()).map_or(0, |i| bars[i].slot);
+                let slot = open_bar(&bars, message, token.as_ref()).map_or(0, |i| bars[i].slot);
                 let class = match answer {
                     PublishAnswer::Ack => "ack",
                     PublishAnswer::Timeout => "timeout",
                     PublishAnswer::Unavailable | PublishAnswer::Rejected => "nack",
                 };
-                let answer = match answer {
-                    PublishAnswer::Ack => "ack",
-                    PublishAnswer::Timeout => "timeout",
-                    PublishAnswer::Unavailable => "unavailable",
-                    PublishAnswer::Rejected => "rejected",
-                };
-                marks.push((x, lane, slot, class, format!("line {line}: publishes {message}: {answer}")));
+                marks.push((x, lane, slot, class, format!("line {line}: publishes {message}: {}", answer.as_str())));
             }
             T::Write { write, message, token, now, result, .. } => {
-                let (slot, found) = match open_bar(&mut bars, message, token.as_ref()) {
+                let slot = match open_bar(&bars, message, token.as_ref()) {
                     Some(i) => {
                         bars[i].end = Some(x);
-                        (bars[i].slot, true)
+                        bars[i].slot
                     }
-                    None => (0, false),
+                    None => 0,
                 };
-                let _ = found;
                 let class = match result {
                     WriteReport::Applied => "applied",
                     WriteReport::Stale => "stale",

@@ -294,6 +294,18 @@ fn requeue_result<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<S
     one_of(deserializer, &["applied", "not_requeueable"])
 }
 
+impl PublishAnswer {
+    /// As the format writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PublishAnswer::Ack => "ack",
+            PublishAnswer::Timeout => "timeout",
+            PublishAnswer::Unavailable => "unavailable",
+            PublishAnswer::Rejected => "rejected",
+        }
+    }
+}
+
 impl WriteReport {
     /// As the format writes it.
     pub fn as_str(self) -> &'static str {

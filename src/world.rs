@@ -498,17 +498,8 @@ impl std::fmt::Debug for World {
             )?;
         }
         writeln!(f, "relays:")?;
-        for (r, relay) in self.relays.iter().enumerate() {
-            let waits = match relay {
-                None => "idle".to_string(),
-                Some((_, crate::relay::Effect::Claim { .. })) => "about to claim".to_string(),
-                Some((_, crate::relay::Effect::Publish { lease, .. })) => format!("holds {} token {}: about to publish", lease.message_id, lease.token.0),
-                Some((_, crate::relay::Effect::Write { request })) => {
-                    format!("about to write {}({} token {})", request.kind.name(), request.lease.message_id, request.lease.token.0)
-                }
-                Some((_, crate::relay::Effect::Done)) => "done".to_string(),
-            };
-            writeln!(f, "  r{r}: {waits}")?;
+        for r in 0..self.relays.len() {
+            writeln!(f, "  r{r}: {}", self.waits(r))?;
         }
         let broken: Vec<&str> = Property::SAFETY.iter().filter(|p| self.step.violated(**p)).map(|p| p.id()).collect();
         if broken.is_empty() {
@@ -520,6 +511,20 @@ impl std::fmt::Debug for World {
 }
 
 impl World {
+    /// What relay slot `r` waits on, in words: "idle", "about to claim (now=3)", "holds m0
+    /// token 1: about to publish", "about to write mark_published(m0 token 1)".
+    pub fn waits(&self, r: usize) -> String {
+        match self.relays.get(r).and_then(|c| c.as_ref()) {
+            None => "idle".to_string(),
+            Some((_, crate::relay::Effect::Claim { request })) => format!("about to claim (now={})", request.now.0),
+            Some((_, crate::relay::Effect::Publish { lease, .. })) => format!("holds {} token {}: about to publish", lease.message_id, lease.token.0),
+            Some((_, crate::relay::Effect::Write { request })) => {
+                format!("about to write {}({} token {})", request.kind.name(), request.lease.message_id, request.lease.token.0)
+            }
+            Some((_, crate::relay::Effect::Done)) => "done".to_string(),
+        }
+    }
+
     pub fn new(config: &WorldConfig) -> World {
         World::new_with_events(config).0
     }
