@@ -670,6 +670,16 @@ pub fn writable_dir(dir: &std::path::Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether a file can be written at `path` (its folder made if missing), checked before the work
+/// that produces it; nothing is left behind.
+pub fn writable_file(path: &std::path::Path) -> Result<(), String> {
+    if path.is_dir() {
+        return Err("is a folder".into());
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    writable_dir(parent)
+}
+
 fn replay(file: &std::path::Path, json: bool) -> ExitCode {
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
@@ -941,8 +951,8 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, mode: TraceMode,
         }
     }
     if let Some(out) = html {
-        if let Err(error) = std::fs::OpenOptions::new().create(true).append(true).open(out) {
-            eprintln!("outbox-check: cannot write {}: {error}", out.display());
+        if let Err(problem) = writable_file(out) {
+            eprintln!("outbox-check: --html {}: {problem}", out.display());
             return ExitCode::from(2);
         }
     }

@@ -331,3 +331,23 @@ fn verify_exercises_tenant_isolation_and_atomic_enqueue() {
     let s9 = seed_v2["properties"].as_array().unwrap().iter().find(|p| p["id"] == "S9").unwrap();
     assert_eq!(s9["status"], "violated", "seed-v2's claim is not scoped to a tenant: {s9}");
 }
+
+/// A report file that cannot be written is bad input, found before the work: `verify --junit`
+/// and `trace --html` under a path whose folder is a file, or at a folder.
+#[test]
+fn an_unwritable_report_file_is_exit_2_before_the_work() {
+    let blocker = std::env::temp_dir().join(format!("outbox-check-blocker-{}", std::process::id()));
+    std::fs::write(&blocker, b"").unwrap();
+    let under = blocker.join("report.xml");
+    let started = std::time::Instant::now();
+    let out = run(&["verify", "--quiet", "--junit", under.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(started.elapsed() < std::time::Duration::from_secs(2), "found before the work");
+    let err = text(&out.stderr);
+    assert!(err.trim_end().lines().count() == 1 && err.contains("--junit"), "{err}");
+    let dir = std::env::temp_dir();
+    let out = run(&["trace", "--html", dir.to_str().unwrap(), "tests/traces/valid-published.jsonl"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("is a folder"), "{}", text(&out.stderr));
+    std::fs::remove_file(&blocker).ok();
+}

@@ -83,6 +83,9 @@ fn environment(args: &VerifyArgs) -> Result<(BTreeMap<String, Found>, Option<Str
     if let Some(dir) = &args.report {
         crate::cli::writable_dir(dir).map_err(|problem| format!("--report {}: {problem}", dir.display()))?;
     }
+    if let Some(file) = &args.junit {
+        crate::cli::writable_file(file).map_err(|problem| format!("--junit {}: {problem}", file.display()))?;
+    }
     let pg_url = args.database_url.clone().or_else(|| std::env::var("OUTBOX_CHECK_PG_URL").ok().filter(|u| !u.is_empty()));
     if let Some(url) = &pg_url {
         // Connect once now (a scratch schema, dropped at once): a bad URL or a server that does
