@@ -456,6 +456,29 @@ pub fn bfs_paths(
     (paths, seen)
 }
 
+/// The explorer's encoded path (`0/3/1/…`, or `outage/0/…` in L2's world) of a path of
+/// plain-world actions: at each step, the model action whose replay is that step. `None` where
+/// the model has no such step.
+pub fn explorer_path_of(config: &WorldConfig, real: &[Action]) -> Option<String> {
+    let model = OutboxModel::new(config.clone());
+    let mut state = model.init_states().remove(0);
+    let (mut chosen, mut indices, mut next) = (Vec::new(), Vec::new(), Vec::new());
+    for (k, target) in real.iter().enumerate() {
+        next.clear();
+        model.actions(&state, &mut next);
+        let i = next.iter().position(|&a| {
+            let mut trial = chosen.clone();
+            trial.push(a);
+            replay(config, &trial).get(k).is_some_and(|s| s.action == *target)
+        })?;
+        chosen.push(next[i]);
+        indices.push(i.to_string());
+        state = model.next_state(&state, next[i])?;
+    }
+    let root = if config.permanent_outage { "outage/0" } else { "0" };
+    Some(std::iter::once(root.to_string()).chain(indices).collect::<Vec<_>>().join("/"))
+}
+
 /// A hasher for keys that are fingerprints already: passes the `u64` through.
 #[derive(Default)]
 struct Fingerprints(u64);
@@ -503,6 +526,7 @@ fn liveness(config: &WorldConfig, states_max: usize, budget: &Budget) -> (Vec<Pr
     use crate::core::Property as P;
     let result = |p: P, verdict: Option<LassoVerdict>, world: &WorldConfig, note: Option<String>| {
         let (mut status, mut counterexample, mut cycle_from, mut note, mut message) = (Verdict::Unknown, None, None, note, None);
+        let mut explorer_path = None;
         match verdict {
             None => {}
             Some(LassoVerdict { lasso: None, .. }) => status = Verdict::Holds,
@@ -514,6 +538,7 @@ fn liveness(config: &WorldConfig, states_max: usize, budget: &Budget) -> (Vec<Pr
                 let from = lasso.prefix.len() + 1;
                 match crate::replay::confirm(world, p.id(), &real, Some(from), m.map(|m| m.0)) {
                     Ok(_) => {
+                        explorer_path = explorer_path_of(world, &real);
                         (status, counterexample, cycle_from, message) = (Verdict::Violated, Some(steps), Some(from), m.map(|m| m.0));
                     }
                     Err(e) => {
@@ -529,7 +554,7 @@ fn liveness(config: &WorldConfig, states_max: usize, budget: &Budget) -> (Vec<Pr
             status,
             counterexample,
             cycle_from,
-            explorer_path: None,
+            explorer_path,
             note,
             message,
         }

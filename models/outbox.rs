@@ -42,20 +42,6 @@ pub struct OutboxModel {
     /// Set to stop a search: the model then offers no more steps, so the checker drains its
     /// queue and finishes (stateright's own checkers cannot be stopped from outside).
     pub stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    /// L1–L3 for the explorer's state view, once a background check has decided them: each
-    /// property's id, name, verdict and, for a lasso, its steps in words and where the cycle
-    /// starts.
-    pub liveness: std::sync::Arc<std::sync::OnceLock<Vec<LivenessView>>>,
-}
-
-/// A liveness verdict as the explorer shows it.
-#[derive(Clone, Debug)]
-pub struct LivenessView {
-    pub id: String,
-    pub name: String,
-    pub status: String,
-    pub lasso: Vec<String>,
-    pub cycle_from: Option<usize>,
 }
 
 /// A `sometimes` property: a situation worth reaching and the safety property it exercises. The
@@ -122,18 +108,18 @@ macro_rules! safety {
 
 impl OutboxModel {
     pub fn new(config: WorldConfig) -> OutboxModel {
-        OutboxModel { facts: FleetFacts::of(&config), config, normalise: true, safety: None, stop: Default::default(), liveness: Default::default() }
+        OutboxModel { facts: FleetFacts::of(&config), config, normalise: true, safety: None, stop: Default::default() }
     }
 
     /// The model of the complete safety check: the normalised world with the safety
     /// abstractions, tracking only the reachability flags in the bit mask `tracked`.
     pub fn for_safety(config: WorldConfig, tracked: u16) -> OutboxModel {
-        OutboxModel { facts: FleetFacts::of(&config), config, normalise: true, safety: Some(tracked), stop: Default::default(), liveness: Default::default() }
+        OutboxModel { facts: FleetFacts::of(&config), config, normalise: true, safety: Some(tracked), stop: Default::default() }
     }
 
     /// The plain world, without reductions; needs a `time_max` to be finite.
     pub fn unreduced(config: WorldConfig) -> OutboxModel {
-        OutboxModel { facts: FleetFacts::of(&config), config, normalise: false, safety: None, stop: Default::default(), liveness: Default::default() }
+        OutboxModel { facts: FleetFacts::of(&config), config, normalise: false, safety: None, stop: Default::default() }
     }
 
     /// The safety property a name belongs to.
@@ -188,79 +174,13 @@ impl Model for OutboxModel {
         }
         properties
     }
-
-    /// What the action does, where the state it is taken from is known: stateright's explorer
-    /// formats each next step (`format_step`, which sees the state) just before naming its
-    /// action here, so the words of that step are kept for it ("r0 mark_published(m0, token #1,
-    /// attempts 1): applied → PUBLISHED"). Elsewhere, the action's own name.
-    fn format_action(&self, action: &Action) -> String {
-        STEP_WORDS
-            .with(|words| words.borrow().iter().rev().find(|(a, _)| a == action).map(|(_, w)| w.clone()))
-            .unwrap_or_else(|| action.to_string())
-    }
-
-    fn format_step(&self, last: &World, action: Action) -> Option<String> {
-        let mut next = last.clone();
-        let report = next.apply(&self.config, action);
-        // The explorer's states keep time relative to now, so their "now=…" is not the true time
-        // `check` reports; the state view (as_svg) gives true times, and this text none.
-        let mut text: Vec<String> = report.events.iter().map(|e| without_times(&describe(e))).collect();
-        let label = text.first().cloned().unwrap_or_else(|| action.to_string());
-        STEP_WORDS.with(|words| {
-            let mut words = words.borrow_mut();
-            if words.len() >= 64 {
-                words.remove(0);
-            }
-            words.push((action, label));
-        });
-        text.extend(report.violations.iter().map(|v| format!("VIOLATION {v}")));
-        Some(text.join("\n"))
-    }
-
-    /// The explorer's view of a state: the path replayed in the plain world (true times, the
-    /// fleet's own relays), its table as a table with what the last step changed highlighted,
-    /// each relay's clock and what it waits on, the broker, and what the path has broken so far.
-    fn as_svg(&self, path: stateright::Path<World, Action>) -> Option<String> {
-        // L1–L3, decided once in the background, with each lasso told step by step.
-        let mut liveness: Vec<(String, &'static str)> = Vec::new();
-        match self.liveness.get() {
-            None => liveness.push(("L1–L3: being checked in the background (reload to see them)".into(), "c")),
-            Some(views) => {
-                for v in views {
-                    liveness.push((format!("{} {}: {}", v.id, v.name, v.status), if v.status == "violated" { "bad" } else { "ok" }));
-                    for (i, step) in v.lasso.iter().enumerate() {
-                        let mark = if v.cycle_from == Some(i + 1) { "↻ the cycle from here repeats forever, with no fault: " } else { "" };
-                        liveness.push((format!("    {}. {mark}{step}", i + 1), "c"));
-                    }
-                }
-            }
-        }
-        Some(state_svg(&self.config, &path.into_actions(), self.safety, &liveness))
-    }
 }
 
-thread_local! {
-    /// The words of the steps `format_step` described last on this thread, by action, for
-    /// `format_action` (see there).
-    static STEP_WORDS: std::cell::RefCell<Vec<(Action, String)>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// A step's words without its " at now=N" (a normalised state's clock is not the true one).
-fn without_times(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some((i, cue)) = [" at now=", " to t="].iter().filter_map(|c| rest.find(c).map(|i| (i, *c))).min() {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + cue.len()..];
-        let digits = after.find(|c: char| !c.is_ascii_digit()).unwrap_or(after.len());
-        rest = &after[digits..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// The SVG of [`OutboxModel::as_svg`] for the state a path of model actions reaches.
-pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<u16>, liveness: &[(String, &'static str)]) -> String {
+/// The explorer's view of the state a path of model actions reaches: the path replayed in the
+/// plain world (true times, the fleet's own relays), its table as a table with what the last step
+/// changed highlighted, each relay's clock and what it waits on, the broker and the consumer, and
+/// what the last step broke.
+pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<u16>) -> String {
     use std::fmt::Write as _;
     // The path in the plain world, keeping the last two worlds.
     let mut real = World::new(config);
@@ -284,9 +204,24 @@ pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<u16>, 
     let mut out = String::new();
     let columns = ["message", "tenant", "status", "attempts", "owner", "token", "lease until", "retry at"];
     let widths = [80, 70, 100, 70, 60, 60, 100, 90];
-    let width: usize = widths.iter().sum::<usize>() + 20;
+    let relay_lines: Vec<String> = config
+        .relays
+        .iter()
+        .enumerate()
+        .map(|(r, spec)| {
+            let clock = if spec.skew == 0 {
+                format!("clock t={}", real.now.0)
+            } else {
+                format!("clock t={} ({:+} ms against true time)", real.now.0 as i64 + spec.skew, spec.skew)
+            };
+            format!("r{r} ({}, {}): {clock}; {}", spec.design.name(), spec.owner, real.waits(r))
+        })
+        .collect();
+    // Monospace lines as long as they are (about 7.3 px a character at 12 px).
+    let longest = relay_lines.iter().chain(&last_text).map(|l| l.chars().count()).max().unwrap_or(0);
+    let width: usize = (widths.iter().sum::<usize>() + 20).max(longest * 73 / 10 + 12);
     let rows = real.outbox.rows().len();
-    let height = 130 + 22 * (rows + 1) + 20 * config.relays.len() + 20 * (2 + last_text.len()) + 52 * last_violations.len().max(1) + 24 + 18 * liveness.len();
+    let height = 130 + 22 * (rows + 1) + 20 * config.relays.len() + 20 * (2 + last_text.len()) + 52 * last_violations.len().max(1) + 44;
     let _ = writeln!(out, "<svg width='{width}' height='{height}' viewBox='0 0 {width} {height}' class='outbox-state'>");
     let _ = writeln!(out, "<style>.h{{font:bold 13px sans-serif}} .c{{font:12px monospace}} .changed{{fill:#ffe27a}} .bad{{fill:#c00;font:bold 12px sans-serif}} .ok{{fill:#262;font:12px sans-serif}}</style>");
     let mut y = 18;
@@ -328,15 +263,9 @@ pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<u16>, 
     }
     y += 30;
     let _ = writeln!(out, "<text x='4' y='{y}' class='h'>the relays (clock: the relay's own, beside true time)</text>");
-    for (r, spec) in config.relays.iter().enumerate() {
+    for line in &relay_lines {
         y += 20;
-        let waits = real.waits(r);
-        let clock = if spec.skew == 0 {
-            format!("clock t={}", real.now.0)
-        } else {
-            format!("clock t={} ({:+} ms against true time)", real.now.0 as i64 + spec.skew, spec.skew)
-        };
-        let _ = writeln!(out, "<text x='4' y='{y}' class='c'>r{r} ({}, {}): {clock}; {}</text>", spec.design.name(), spec.owner, esc(&waits));
+        let _ = writeln!(out, "<text x='4' y='{y}' class='c'>{}</text>", esc(line));
     }
     y += 24;
     let stored: Vec<String> = real
@@ -346,6 +275,11 @@ pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<u16>, 
         .map(|g| format!("m{}: published {} time{}{}", g.message_id, g.publications_total, if g.publications_total == 1 { "" } else { "s" }, if g.stored { ", stored" } else { "" }))
         .collect();
     let _ = writeln!(out, "<text x='4' y='{y}' class='c'>broker: {}</text>", esc(&if stored.is_empty() { "nothing published".to_string() } else { stored.join("; ") }));
+    y += 20;
+    // The consumer deduplicates by idempotency key: one effect per message stored under its id.
+    let seen: Vec<String> = real.auditor.ghosts().iter().filter(|g| g.stored).map(|g| format!("m{}", g.message_id)).collect();
+    let consumer = if seen.is_empty() { "nothing delivered".to_string() } else { format!("has applied {} (one effect per idempotency key)", seen.join(", ")) };
+    let _ = writeln!(out, "<text x='4' y='{y}' class='c'>consumer: {}</text>", esc(&consumer));
     y += 24;
     let _ = writeln!(out, "<text x='4' y='{y}' class='h'>the last step</text>");
     for t in &last_text {
@@ -378,14 +312,6 @@ pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<u16>, 
         }
         out.push_str("</text>\n");
         y += 20 + 16 * (lines.len() - 1);
-    }
-    if !liveness.is_empty() {
-        y += 24;
-        let _ = writeln!(out, "<text x='4' y='{y}' class='h'>liveness (L1–L3, checked under fairness)</text>");
-        for (text, class) in liveness {
-            y += 18;
-            let _ = writeln!(out, "<text x='4' y='{y}' class='{class}' data-liveness='1'>{}</text>", esc(text));
-        }
     }
     out.push_str("</svg>\n");
     out

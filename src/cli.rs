@@ -146,7 +146,8 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
-    /// Open stateright's explorer on a variant or fleet, to step through states in a browser.
+    /// Open the explorer on a variant or fleet: step through its states in a browser, with the
+    /// table, each relay's clock and every property's status at the state shown.
     #[command(after_help = "Example: outbox-check explore --variant legacy-v1 --port 3000\n  then open http://127.0.0.1:3000/ (a counterexample's link from `check` opens at its path)")]
     Explore {
         #[command(flatten)]
@@ -811,45 +812,28 @@ fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) 
 }
 
 fn explore(fleet: &FleetArgs, port: u16) -> ExitCode {
-    use stateright::Model;
     let address = format!("127.0.0.1:{port}");
-    // tiny_http panics on a port it cannot bind; find out first and say so on one line.
-    match std::net::TcpListener::bind(&address) {
-        Ok(listener) => drop(listener),
+    let server = match tiny_http::Server::http(&address) {
+        Ok(server) => server,
         Err(error) => {
             eprintln!("outbox-check: cannot listen on {address}: {error}");
             return ExitCode::from(2);
         }
-    }
-    let model = crate::model::OutboxModel::new(fleet.config());
-    println!("outbox-check explore — {} on http://{address}/ (Ctrl-C to stop)", model.config.relays.iter().map(|r| r.design.name()).collect::<Vec<_>>().join(", "));
-    // L1–L3 are no stateright property: check them once in the background (bounded) and show
-    // each verdict, with its lasso, in the state view.
-    let liveness = model.liveness.clone();
-    let config = model.config.clone();
+    };
+    let explorer = crate::explorer::Explorer::new(fleet.config());
+    println!(
+        "outbox-check explore — {} on http://{address}/ (Ctrl-C to stop)",
+        explorer.config().relays.iter().map(|r| r.design.name()).collect::<Vec<_>>().join(", ")
+    );
+    // The whole-model verdicts, L1–L3 with their lassos included, from one check in the
+    // background (bounded); the page shows them as they arrive.
+    let checked = explorer.checked.clone();
+    let config = explorer.config().clone();
     std::thread::spawn(move || {
         let options = crate::check::CheckOptions { threads: 1, timeout: Some(std::time::Duration::from_secs(120)), ..Default::default() };
-        let report = crate::check::check(&config, &options, &|_, _| {});
-        let views = report
-            .properties
-            .iter()
-            .filter(|p| p.kind == crate::check::Kind::Liveness)
-            .map(|p| crate::model::LivenessView {
-                id: p.id.clone(),
-                name: p.name.clone(),
-                status: match p.status {
-                    crate::check::Verdict::Holds => "holds",
-                    crate::check::Verdict::Violated => "violated",
-                    _ => "unknown (not decided within the explorer's two minutes)",
-                }
-                .to_string(),
-                lasso: p.counterexample.iter().flatten().map(|s| s.text.join("; ")).collect(),
-                cycle_from: p.cycle_from,
-            })
-            .collect();
-        let _ = liveness.set(views);
+        let _ = checked.set(crate::check::check(&config, &options, &|_, _| {}));
     });
-    model.checker().serve(address);
+    explorer.serve(server);
     ExitCode::SUCCESS
 }
 

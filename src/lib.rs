@@ -14,6 +14,8 @@ pub mod model;
 pub mod check;
 #[path = "../models/liveness.rs"]
 pub mod liveness;
+#[path = "../models/explorer.rs"]
+pub mod explorer;
 #[path = "../models/replay.rs"]
 pub mod replay;
 pub mod relay;

@@ -463,7 +463,7 @@ impl StepReport {
 pub type Permutation = SmallVec<[usize; 4]>;
 
 /// The whole world: small and hashable, so the model checker can keep it as its state. Its
-/// `Debug` is written for a person (the explorer's "Complete State" shows it): the table, the
+/// `Debug` is written for a person (test failures and logs show it): the table, the
 /// relays, and the properties the last step broke.
 #[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct World {

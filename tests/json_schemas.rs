@@ -44,3 +44,30 @@ fn the_committed_verdicts_match_the_verify_schema() {
     let errors: Vec<String> = validator.iter_errors(&verdicts).map(|e| format!("{e} at {}", e.instance_path())).collect();
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+/// The explorer's API answers in its schema, before the background check and after.
+#[test]
+fn the_explorer_state_matches_its_schema() {
+    use outbox_check::core::{Design, Variant};
+    use outbox_check::world::WorldConfig;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("docs/json/explore-state.schema.json")).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+    let config = WorldConfig::small(Design::Variant(Variant::LegacyV1), 2, 1);
+    let explorer = outbox_check::explorer::Explorer::new(config.clone());
+    let options = outbox_check::check::CheckOptions { threads: 1, ..Default::default() };
+    for checked in [false, true] {
+        if checked {
+            let _ = explorer.checked.set(outbox_check::check::check(&config, &options, &|_, _| {}));
+        }
+        let report = explorer.checked.get();
+        let lasso = report.and_then(|r| r.properties.iter().find(|p| p.id == "L2")).and_then(|p| p.explorer_path.clone());
+        for path in ["0", "0/0/0/1"].into_iter().map(String::from).chain(lasso) {
+            let view = explorer.view(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            assert_eq!(view["schema"], "outbox-check/explore-state/v1");
+            assert_eq!(view["checking"], !checked);
+            let errors: Vec<String> = validator.iter_errors(&view).map(|e| format!("{e} at {}", e.instance_path())).collect();
+            assert!(errors.is_empty(), "{path}: {errors:?}");
+        }
+    }
+}

@@ -67,3 +67,26 @@ fn no_report_or_message_carries_debug_text() {
     }
     assert!(found.is_empty(), "Debug text reaches a person:\n{}", found.join("\n"));
 }
+
+/// The explorer's state at every path check prints, and at every next step from each, carries no
+/// Debug text either (the page shows these strings as they are).
+#[test]
+fn the_explorer_carries_no_debug_text() {
+    use outbox_check::core::{Design, Variant};
+    use outbox_check::world::WorldConfig;
+    let mut found = Vec::new();
+    for variant in [Variant::LegacyV1, Variant::Reference] {
+        let config = WorldConfig::small(Design::Variant(variant), 2, 1);
+        let explorer = outbox_check::explorer::Explorer::new(config.clone());
+        let options = outbox_check::check::CheckOptions { threads: 1, ..Default::default() };
+        let report = outbox_check::check::check(&config, &options, &|_, _| {});
+        let paths: Vec<String> = std::iter::once("0".to_string()).chain(report.properties.iter().filter_map(|p| p.explorer_path.clone())).collect();
+        let _ = explorer.checked.set(report);
+        for path in paths {
+            let view = explorer.view(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            let pretty = serde_json::to_string_pretty(&view).unwrap().replace("\\n", "\n");
+            found.extend(debug_in(&format!("explorer {variant:?} {path}"), &pretty));
+        }
+    }
+    assert!(found.is_empty(), "Debug text in the explorer:\n{}", found.join("\n"));
+}
