@@ -242,6 +242,8 @@ fn the_explorer_steps_through_a_counterexample_in_chromium() {
     // Clicking a next step takes it: from the step before the last, the last step's link.
     browser.open(&format!("http://127.0.0.1:{port}/#/steps/{}", path[..steps.len()].join("/")));
     let last_index = path.last().unwrap();
+    // A new hash re-renders the same page: wait for the shorter path before clicking.
+    wait_for("the step before the last", || shown_path().len() == steps.len());
     wait_for("the next steps", || script(&format!("return !!document.querySelector('#next li[data-index=\"{last_index}\"] a')")) == json!(true));
     script(&format!("document.querySelector('#next li[data-index=\"{last_index}\"] a').click(); return 0"));
     wait_for("the clicked step", || shown_path().len() == steps.len() + 1);
