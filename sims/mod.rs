@@ -103,8 +103,9 @@ impl SimConfig {
     /// The `outbox-check sim` flags that select this world.
     pub fn command_line(&self) -> String {
         let fleet = match self.single_design() {
+            Some(d @ crate::core::Design::Custom(_)) => format!("--design {} --relays {}", d.argument(), self.designs.len()),
             Some(d) => format!("--variant {} --relays {}", d.name(), self.designs.len()),
-            None => format!("--fleet {}", self.designs.iter().map(|d| d.name()).collect::<Vec<_>>().join(",")),
+            None => format!("--fleet {}", self.designs.iter().map(|d| d.argument()).collect::<Vec<_>>().join(",")),
         };
         format!("{fleet} --messages {} --tenants {} --max-attempts {}", self.messages, self.tenants, self.max_attempts)
     }

@@ -78,14 +78,18 @@ enum Command {
         shell: clap_complete::Shell,
     },
     /// List every variant and mutant with its switches, or one of them.
-    #[command(after_help = "Examples:\n  outbox-check variants\n  outbox-check variants seed-v2\n  outbox-check variants --json | jq '.designs[].name'")]
+    #[command(after_help = "Examples:\n  outbox-check variants\n  outbox-check variants seed-v2\n  outbox-check variants reference --toml > my-queue.toml\n  outbox-check variants my-queue.toml\n  outbox-check variants --json | jq '.designs[].name'")]
     Variants {
-        /// Show only this variant or mutant.
+        /// Show only this variant, mutant or design file.
         #[arg(value_parser = parse_design)]
         design: Option<Design>,
         /// Print JSON instead of text.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "toml")]
         json: bool,
+        /// Print the design as a complete design file, every key explained: a file to start your
+        /// own design from (outbox-check variants reference --toml > my-queue.toml).
+        #[arg(long, requires = "design")]
+        toml: bool,
     },
     /// Model-check a variant or fleet exhaustively with stateright; shortest counterexamples.
     #[command(after_help = "Examples:\n  outbox-check check --variant reference\n  outbox-check check --fleet seed-v2,legacy-v1 --json\n  outbox-check check --variant legacy-v1 --messages 1 --faults crash,broker-drop\n\n\
@@ -139,6 +143,9 @@ enum Command {
     Replay {
         /// A counterexample's .json, as `check --out DIR` writes it.
         file: std::path::PathBuf,
+        /// The design file of a design the counterexample names (its fleet had one).
+        #[arg(long = "design", value_name = "FILE.toml", value_parser = parse_design)]
+        designs: Vec<Design>,
         /// Print one JSON object instead of the steps.
         #[arg(long)]
         json: bool,
@@ -180,10 +187,11 @@ enum Command {
         Exit: 0 no run violated anything, 1 a run did (its history is written under --out and\n\
         its replay command printed), 2 bad input.")]
     Sim {
-        /// Every relay runs this design (default: reference).
-        #[arg(long, value_parser = parse_design, conflicts_with = "fleet")]
+        /// Every relay runs this design (default: reference): a variant, a mutant, or a design
+        /// file (FILE.toml).
+        #[arg(long, visible_alias = "design", value_name = "DESIGN", value_parser = parse_design, conflicts_with = "fleet")]
         variant: Option<Design>,
-        /// One relay per design, comma-separated: a mixed fleet.
+        /// One relay per design, comma-separated: a mixed fleet; design files and built-ins mix.
         #[arg(long, value_parser = parse_design, value_delimiter = ',')]
         fleet: Vec<Design>,
         /// Relays, with --variant.
@@ -292,8 +300,9 @@ enum Command {
         /// Refuse fields the format does not know instead of ignoring them.
         #[arg(long)]
         strict: bool,
-        /// Check against this design instead of the one the header names.
-        #[arg(long, value_parser = parse_design)]
+        /// Check against this design instead of the one the header names: a variant, a mutant
+        /// or a design file (FILE.toml).
+        #[arg(long, visible_alias = "design", value_name = "DESIGN", value_parser = parse_design)]
         variant: Option<Design>,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -317,10 +326,12 @@ enum Command {
 /// Which fleet to check and its bounds.
 #[derive(clap::Args, Debug, Clone)]
 struct FleetArgs {
-    /// Every relay runs this design (a variant or a mutant).
-    #[arg(long, value_parser = parse_design, conflicts_with = "fleet", required_unless_present = "fleet")]
+    /// Every relay runs this design: a variant, a mutant, or your own design file (FILE.toml,
+    /// docs/design-file.md).
+    #[arg(long, visible_alias = "design", value_name = "DESIGN", value_parser = parse_design, conflicts_with = "fleet", required_unless_present = "fleet")]
     variant: Option<Design>,
-    /// One relay per design, comma-separated: a mixed fleet (a rolling upgrade).
+    /// One relay per design, comma-separated: a mixed fleet (a rolling upgrade); design files and
+    /// built-ins mix (--fleet my.toml,legacy-v1).
     #[arg(long, value_parser = parse_design, value_delimiter = ',')]
     fleet: Vec<Design>,
     /// Relays, with --variant.
@@ -380,6 +391,9 @@ fn parse_shard(text: &str) -> Result<(u64, u64), String> {
 
 /// Parses a variant or mutant name.
 pub fn parse_design(text: &str) -> Result<Design, String> {
+    if text.ends_with(".toml") || text.contains('/') {
+        return crate::design::load(std::path::Path::new(text));
+    }
     Design::parse(text).ok_or_else(|| {
         let names = Design::all_names();
         // A near miss (a typo, a letter swapped) gets the name it most likely meant.
@@ -389,7 +403,7 @@ pub fn parse_design(text: &str) -> Result<Design, String> {
             .min()
             .filter(|(distance, name)| *distance <= (name.len() / 4).max(2));
         let hint = near.map(|(_, name)| format!(" (did you mean '{name}'?)")).unwrap_or_default();
-        format!("unknown design '{text}'{hint}; valid: {}", names.join(", "))
+        format!("unknown design '{text}'{hint}; valid: {}, or a design file (FILE.toml)", names.join(", "))
     })
 }
 
@@ -447,7 +461,7 @@ pub fn main() -> ExitCode {
                 quiet,
             })
         }
-        Command::Variants { design, json } => variants(design, json),
+        Command::Variants { design, json, toml } => variants(design, json, toml),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut command, "outbox-check", &mut std::io::stdout());
@@ -463,7 +477,7 @@ pub fn main() -> ExitCode {
             };
             check_command(&fleet, &options, out.as_deref(), explorer_port, json, quiet)
         }
-        Command::Replay { file, json, quiet: _ } => replay(&file, json),
+        Command::Replay { file, designs: _, json, quiet: _ } => replay(&file, json),
         Command::Explore { fleet, port } => explore(&fleet, port),
         Command::Mutants { threads, json, quiet } => mutants(threads as usize, json, quiet),
         Command::Sim {
@@ -532,11 +546,21 @@ fn one_line(rendered: &str) -> String {
     format!("{line} (see --help)")
 }
 
-fn variants(only: Option<Design>, json: bool) -> ExitCode {
+fn variants(only: Option<Design>, json: bool, toml: bool) -> ExitCode {
+    if let (true, Some(design)) = (toml, only) {
+        let about = match design {
+            Design::Variant(v) => v.summary().to_string(),
+            Design::Mutant(m) => format!("reference with one mistake: {}", m.mistake()),
+            Design::Custom(c) => c.description.clone(),
+        };
+        print!("{}", crate::core::design::DesignFile::complete(design.name(), &about, &design.policy()).to_commented_toml());
+        return ExitCode::SUCCESS;
+    }
     let designs: Vec<Design> = Variant::ALL
         .map(Design::Variant)
         .into_iter()
         .chain(Mutant::ALL.map(Design::Mutant))
+        .chain(only.filter(|d| matches!(d, Design::Custom(_))))
         .filter(|d| only.is_none_or(|o| o == *d))
         .collect();
     if json {
@@ -546,6 +570,7 @@ fn variants(only: Option<Design>, json: bool) -> ExitCode {
                 let (kind, about, breaks) = match d {
                     Design::Variant(v) => ("variant", v.summary(), None),
                     Design::Mutant(m) => ("mutant", m.mistake(), Some(m.expected_kills())),
+                    Design::Custom(c) => ("file", c.description.as_str(), None),
                 };
                 let switches: serde_json::Map<String, serde_json::Value> =
                     d.policy().switches().into_iter().map(|(k, v)| (k.to_string(), v.into())).collect();
@@ -577,6 +602,17 @@ fn variants(only: Option<Design>, json: bool) -> ExitCode {
     }
     for m in Mutant::ALL.into_iter().filter(|m| chosen(Design::Mutant(*m))) {
         println!("  {:<24} {:<38} {}  (should break {})", m.name(), m.switch(), m.mistake(), m.expected_kills().join(" or "));
+    }
+    for d in &designs {
+        if let Design::Custom(c) = d {
+            println!("Design file {}: switches that differ from reference\n", c.origin);
+            println!("  {:<12} {}", c.name, c.description);
+            for ((name, value), (_, base)) in c.policy.switches().into_iter().zip(&reference) {
+                if value != *base {
+                    println!("  {:<12}   {name} = {value}", "");
+                }
+            }
+        }
     }
     ExitCode::SUCCESS
 }
@@ -693,6 +729,12 @@ fn replay(file: &std::path::Path, json: bool) -> ExitCode {
     let cx = match parsed {
         Ok(cx) => cx,
         Err(problem) => {
+            // serde says of a design name it cannot place only that no enum variant matched.
+            let problem = problem.to_string();
+            let problem = match problem.split_once("data did not match any variant of untagged enum Design") {
+                Some((before, at)) => format!("{before}a design that is neither built in nor given with --design FILE.toml{at}"),
+                None => problem,
+            };
             eprintln!("outbox-check: {}: {problem}", file.display());
             return ExitCode::from(2);
         }

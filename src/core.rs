@@ -5,6 +5,7 @@
 //! SQL bindings, the trace oracle — calls it; none restates its rules.
 
 pub mod audit;
+pub mod design;
 pub mod outbox;
 pub mod policy;
 pub mod row;
@@ -16,6 +17,6 @@ pub use outbox::{
     StaleReason,
     WriteKind, WriteRequest, WriteResult,
 };
-pub use policy::{Backoff, Design, Mutant, Policy, Variant};
+pub use policy::{Backoff, CustomDesign, Design, Mutant, Policy, Variant};
 pub use row::{Aggregate, AggregateId, FailureCode, Lease, LeaseToken, MessageId, RelayId, Row, Status, TenantId};
 pub use time::{Duration, Instant};

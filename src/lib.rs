@@ -6,6 +6,7 @@
 //! (model checker, simulations, SQL stores, trace oracle) and the CLI sit on top.
 
 pub mod cli;
+pub mod design;
 pub mod report;
 pub mod core;
 #[path = "../models/outbox.rs"]

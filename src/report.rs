@@ -339,9 +339,10 @@ pub fn write_counterexamples(report: &CheckReport, dir: &Path, command: &str) ->
 
 /// The `outbox-check check` command that reproduces a configuration's check.
 pub fn check_command(config: &crate::world::WorldConfig) -> String {
-    let designs: Vec<&str> = config.relays.iter().map(|r| r.design.name()).collect();
+    let designs: Vec<&str> = config.relays.iter().map(|r| r.design.argument()).collect();
+    let files = config.relays.iter().any(|r| matches!(r.design, crate::core::Design::Custom(_)));
     let fleet = if designs.iter().all(|d| *d == designs[0]) {
-        format!("--variant {} --relays {}", designs[0], designs.len())
+        format!("--{} {} --relays {}", if files { "design" } else { "variant" }, designs[0], designs.len())
     } else {
         format!("--fleet {}", designs.join(","))
     };

@@ -223,41 +223,10 @@ impl Variant {
         Variant::ALL.into_iter().find(|v| v.name() == text)
     }
 
+    /// The design, from its file under models/designs/ (built into the binary).
     pub fn policy(self) -> Policy {
-        let reference = Policy::reference();
-        match self {
-            Variant::Reference => reference,
-            Variant::SeedV2 => Policy {
-                attempts_at: AttemptsAt::FailureWrite,
-                // messaging_outbox has no tenant column: one tenant's relay sees every row.
-                claim_by_tenant: false,
-                write_checks_tenant: false,
-                relay: RelayPolicy { reaper: false, clock: ClockSource::Relay, ..reference.relay },
-                ..reference
-            },
-            Variant::LegacyV1 => Policy {
-                attempts_at: AttemptsAt::FailureWrite,
-                claim_fence: ClaimFence::Unfenced,
-                // V1 has no owner or token column: its writes can only be keyed on message_id.
-                write_fence: WriteFence::MessageIdOnly,
-                budget: BudgetPredicate::Absent,
-                ambiguous_shape: AmbiguousShape::KeepsOwner,
-                retry_clock: false,
-                exhausted_status: false,
-                claim_by_tenant: false,
-                write_checks_tenant: false,
-                relay: RelayPolicy { reaper: false, clock: ClockSource::Relay, ..reference.relay },
-                ..reference
-            },
-            Variant::SeedTenant => Policy {
-                write_fence: WriteFence::StatusToken,
-                token_kind: TokenKind::Random,
-                claim_order: ClaimOrder::Created,
-                exhausted_status: false,
-                relay: RelayPolicy { reaper: false, rejection: RejectionWrite::MarkRetry, ..reference.relay },
-                ..reference
-            },
-        }
+        static POLICIES: std::sync::OnceLock<[Policy; 4]> = std::sync::OnceLock::new();
+        POLICIES.get_or_init(|| Variant::ALL.map(|v| builtin(Design::Variant(v))))[self as usize]
     }
 }
 
@@ -344,24 +313,17 @@ impl Mutant {
         }
     }
 
-    /// The switch flipped, as `field = value`, for listings.
-    pub fn switch(self) -> &'static str {
-        match self {
-            Mutant::ClaimNoTokenBump => "claim_fence = owner-only",
-            Mutant::WriteOwnerOnly => "write_fence = status-owner",
-            Mutant::WriteIdOnly => "write_fence = message-id-only",
-            Mutant::SwallowStale => "swallow_stale = true",
-            Mutant::StealLiveLease => "claim_live_leases = true",
-            Mutant::NoRetryClock => "retry_clock = false",
-            Mutant::NoBudgetPredicate => "budget = absent",
-            Mutant::ExhaustOffByOne => "budget = one-over",
-            Mutant::ClaimTerminal => "claim_terminal = true",
-            Mutant::PublishBeforeAck => "relay.publish_before_ack = true",
-            Mutant::RetryAfterDbLoss => "relay.republish_after_db_loss = true",
-            Mutant::FreshIdempotencyKey => "relay.idempotency_key = per-attempt",
-            Mutant::WriteIgnoresTenant => "write_checks_tenant = false",
-            Mutant::TokenResetOnRequeue => "requeue_resets_token = true",
+    /// The switch flipped, as its file says it (`write.fence = "message-id-only"`).
+    pub fn switch(self) -> String {
+        let file = super::design::DesignFile::parse(MUTANT_FILES[self as usize]).expect("a built-in file");
+        let table: toml::Table = toml::from_str(&file.to_toml()).expect("our own TOML");
+        let mut keys = Vec::new();
+        for (section, value) in &table {
+            if let toml::Value::Table(entries) = value {
+                keys.extend(entries.iter().map(|(k, v)| format!("{section}.{k} = {v}")));
+            }
         }
+        keys.join(", ")
     }
 
     /// The properties the catalogue expects it to break (the tools must find one of them).
@@ -388,26 +350,10 @@ impl Mutant {
         Mutant::ALL.into_iter().find(|m| m.name() == text)
     }
 
-    /// `reference` with this one switch flipped.
+    /// `reference` with this one switch flipped, from its file under models/designs/mutants/.
     pub fn policy(self) -> Policy {
-        let mut p = Policy::reference();
-        match self {
-            Mutant::ClaimNoTokenBump => p.claim_fence = ClaimFence::OwnerOnly,
-            Mutant::WriteOwnerOnly => p.write_fence = WriteFence::StatusOwner,
-            Mutant::WriteIdOnly => p.write_fence = WriteFence::MessageIdOnly,
-            Mutant::SwallowStale => p.swallow_stale = true,
-            Mutant::StealLiveLease => p.claim_live_leases = true,
-            Mutant::NoRetryClock => p.retry_clock = false,
-            Mutant::NoBudgetPredicate => p.budget = BudgetPredicate::Absent,
-            Mutant::ExhaustOffByOne => p.budget = BudgetPredicate::OneOver,
-            Mutant::ClaimTerminal => p.claim_terminal = true,
-            Mutant::PublishBeforeAck => p.relay.publish_before_ack = true,
-            Mutant::RetryAfterDbLoss => p.relay.republish_after_db_loss = true,
-            Mutant::FreshIdempotencyKey => p.relay.idempotency_key = IdempotencyKeyPolicy::PerAttempt,
-            Mutant::WriteIgnoresTenant => p.write_checks_tenant = false,
-            Mutant::TokenResetOnRequeue => p.requeue_resets_token = true,
-        }
-        p
+        static POLICIES: std::sync::OnceLock<[Policy; 14]> = std::sync::OnceLock::new();
+        POLICIES.get_or_init(|| Mutant::ALL.map(|m| builtin(Design::Mutant(m))))[self as usize]
     }
 }
 
@@ -431,31 +377,37 @@ impl Policy {
         self.exhausted_status && self.attempts_after_failure(attempts) >= max_attempts
     }
 
-    /// The reference design of SPEC §3–§4.
+    /// The reference design of SPEC §3–§4 (models/designs/reference.toml).
     pub fn reference() -> Policy {
+        Variant::Reference.policy()
+    }
+
+    /// A policy every switch of which a complete design file sets: the base such a file is
+    /// applied to, never seen itself.
+    pub(crate) fn unset() -> Policy {
         Policy {
             attempts_at: AttemptsAt::Claim,
-            claim_fence: ClaimFence::OwnerAndToken,
-            write_fence: WriteFence::StatusOwnerToken,
-            budget: BudgetPredicate::Strict,
-            ambiguous_shape: AmbiguousShape::ClearsLease,
+            claim_fence: ClaimFence::Unfenced,
+            write_fence: WriteFence::MessageIdOnly,
+            budget: BudgetPredicate::Absent,
+            ambiguous_shape: AmbiguousShape::KeepsOwner,
             token_kind: TokenKind::Counter,
             claim_order: ClaimOrder::Due,
-            retry_clock: true,
-            exhausted_status: true,
-            claim_by_tenant: true,
-            write_checks_tenant: true,
+            retry_clock: false,
+            exhausted_status: false,
+            claim_by_tenant: false,
+            write_checks_tenant: false,
             claim_live_leases: false,
             claim_terminal: false,
             swallow_stale: false,
             requeue_resets_token: false,
-            backoff: Backoff::default(),
+            backoff: Backoff { base: super::time::Duration(1), cap: super::time::Duration(1) },
             relay: RelayPolicy {
                 idempotency_key: IdempotencyKeyPolicy::MessageId,
                 rejection: RejectionWrite::MarkFailed,
                 publish_before_ack: false,
                 republish_after_db_loss: false,
-                reaper: true,
+                reaper: false,
                 clock: ClockSource::Database,
             },
         }
@@ -497,12 +449,85 @@ impl Policy {
     }
 }
 
-/// A design a relay can run: a variant of SPEC §5 or a mutant of docs/designs.md.
+/// A design a relay can run: a variant of SPEC §5, a mutant of docs/designs.md, or a design
+/// read from the user's own file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Design {
     Variant(Variant),
     Mutant(Mutant),
+    Custom(&'static CustomDesign),
+}
+
+/// A design from a file (docs/design-file.md), registered once per process under its name so
+/// that a configuration naming it reads back.
+#[derive(Debug)]
+pub struct CustomDesign {
+    pub name: String,
+    pub description: String,
+    pub policy: Policy,
+    /// Where it was read from, for messages.
+    pub origin: String,
+}
+
+impl PartialEq for CustomDesign {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+impl Eq for CustomDesign {}
+impl std::hash::Hash for CustomDesign {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
+impl PartialOrd for CustomDesign {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for CustomDesign {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.name.cmp(&other.name)
+    }
+}
+impl Serialize for CustomDesign {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.name)
+    }
+}
+impl<'de> Deserialize<'de> for &'static CustomDesign {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        CustomDesign::named(&name).ok_or_else(|| serde::de::Error::custom(format!("unknown design '{name}' (a design file must be given with --design)")))
+    }
+}
+
+static CUSTOM: std::sync::Mutex<Vec<&'static CustomDesign>> = std::sync::Mutex::new(Vec::new());
+
+impl CustomDesign {
+    /// Registers a design under its name for the rest of the process. A built-in's name, or
+    /// another file's design under the same name with other switches, is refused.
+    pub fn register(design: CustomDesign) -> Result<&'static CustomDesign, String> {
+        if Design::parse(&design.name).is_some() {
+            return Err(format!("name = {:?} is a built-in design's; a file's design needs a name of its own", design.name));
+        }
+        let mut all = CUSTOM.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = all.iter().find(|d| d.name == design.name) {
+            if known.policy == design.policy {
+                return Ok(known);
+            }
+            return Err(format!("name = {:?} is also the name of the design in {}, with other switches", design.name, known.origin));
+        }
+        let leaked: &'static CustomDesign = Box::leak(Box::new(design));
+        all.push(leaked);
+        Ok(leaked)
+    }
+
+    /// A registered design by name.
+    pub fn named(name: &str) -> Option<&'static CustomDesign> {
+        CUSTOM.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|d| d.name == name).copied()
+    }
 }
 
 impl Design {
@@ -510,6 +535,7 @@ impl Design {
         match self {
             Design::Variant(v) => v.policy(),
             Design::Mutant(m) => m.policy(),
+            Design::Custom(c) => c.policy,
         }
     }
 
@@ -517,6 +543,15 @@ impl Design {
         match self {
             Design::Variant(v) => v.name(),
             Design::Mutant(m) => m.name(),
+            Design::Custom(c) => &c.name,
+        }
+    }
+
+    /// How a command line names the design: a built-in by name, a file's design by its file.
+    pub fn argument(self) -> &'static str {
+        match self {
+            Design::Custom(c) => &c.origin,
+            other => other.name(),
         }
     }
 
@@ -535,4 +570,49 @@ impl fmt::Display for Design {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// The built-in designs' files, in [`Variant::ALL`]'s and [`Mutant::ALL`]'s order.
+const VARIANT_FILES: [&str; 4] = [
+    include_str!("../../models/designs/reference.toml"),
+    include_str!("../../models/designs/seed-v2.toml"),
+    include_str!("../../models/designs/legacy-v1.toml"),
+    include_str!("../../models/designs/seed-tenant.toml"),
+];
+const MUTANT_FILES: [&str; 14] = [
+    include_str!("../../models/designs/mutants/claim-no-token-bump.toml"),
+    include_str!("../../models/designs/mutants/write-owner-only.toml"),
+    include_str!("../../models/designs/mutants/write-id-only.toml"),
+    include_str!("../../models/designs/mutants/swallow-stale.toml"),
+    include_str!("../../models/designs/mutants/steal-live-lease.toml"),
+    include_str!("../../models/designs/mutants/no-retry-clock.toml"),
+    include_str!("../../models/designs/mutants/no-budget-predicate.toml"),
+    include_str!("../../models/designs/mutants/exhaust-off-by-one.toml"),
+    include_str!("../../models/designs/mutants/claim-terminal.toml"),
+    include_str!("../../models/designs/mutants/publish-before-ack.toml"),
+    include_str!("../../models/designs/mutants/retry-after-db-loss.toml"),
+    include_str!("../../models/designs/mutants/fresh-idempotency-key.toml"),
+    include_str!("../../models/designs/mutants/write-ignores-tenant.toml"),
+    include_str!("../../models/designs/mutants/token-reset-on-requeue.toml"),
+];
+
+impl Design {
+    /// The text of a built-in design's file.
+    pub fn builtin_file(self) -> Option<&'static str> {
+        match self {
+            Design::Variant(v) => Some(VARIANT_FILES[v as usize]),
+            Design::Mutant(m) => Some(MUTANT_FILES[m as usize]),
+            Design::Custom(_) => None,
+        }
+    }
+}
+
+/// A built-in design's policy from its file: a variant's file lists every key, a mutant's starts
+/// from `reference`. A bad built-in file is a bug of this build (tests/design_files.rs reads
+/// every one).
+fn builtin(design: Design) -> Policy {
+    let text = design.builtin_file().expect("a built-in design");
+    let file = super::design::DesignFile::parse(text).unwrap_or_else(|e| panic!("models/designs: {}: {e}", design.name()));
+    assert_eq!(file.name, design.name(), "a built-in file names its design");
+    file.resolve(&|name| Design::parse(name).map(Design::policy)).unwrap_or_else(|e| panic!("models/designs: {}: {e}", design.name()))
 }

@@ -1,0 +1,518 @@
+//! Design files: a [`Policy`] written as TOML, section by section in the words of a queue's
+//! author (what the claim takes and sets, what a write checks, where attempts are counted, the
+//! retry clock, exhaustion, the maintenance job, the relay). Every built-in design is such a
+//! file (`models/designs/`), so there is one way to describe a design; docs/design-file.md
+//! documents every key, docs/json/design-file.schema.json is its schema.
+//!
+//! A file either lists every key or starts from a built-in (`based_on = "reference"`) and says
+//! only what differs — which is how each mutant is written: one key.
+
+use super::policy::{
+    AmbiguousShape, AttemptsAt, Backoff, BudgetPredicate, ClaimFence, ClaimOrder, ClockSource, IdempotencyKeyPolicy, Policy,
+    RejectionWrite, TokenKind, WriteFence,
+};
+use super::time::Duration;
+use serde::{Deserialize, Serialize};
+
+/// A design file as written: every section and key optional, none unknown.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DesignFile {
+    /// The design's name, as reports and fleets name it.
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// A built-in design whose switches the file starts from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub based_on: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<ClaimSection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<AttemptsSection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write: Option<WriteSection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetrySection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exhaustion: Option<ExhaustionSection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceSection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay: Option<RelaySection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeue: Option<RequeueSection>,
+}
+
+/// `[claim]`: which rows a claim takes, in what order, and what it writes on them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimSection {
+    /// The claim is scoped to the relay's tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_scoped: Option<bool>,
+    /// The claim also takes IN_FLIGHT rows whose lease is still live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub takes_live_leases: Option<bool>,
+    /// The claim also takes PUBLISHED, FAILED and EXHAUSTED rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub takes_terminal_rows: Option<bool>,
+    /// The budget predicate: `strict` (attempts < max), `one-over` (attempts <= max), `absent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetPredicate>,
+    /// `due` (retry time or creation, then id) or `created` (creation, tenant, id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<ClaimOrder>,
+    /// What the claim sets besides status and expiry: `owner-and-token`, `owner-only`, `unfenced`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sets: Option<ClaimFence>,
+    /// Where a fresh token comes from: `counter` (token + 1) or `random`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<TokenKind>,
+}
+
+/// `[attempts]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttemptsSection {
+    /// `claim` (the claim's statement counts) or `failure-write` (the AMBIGUOUS and retry writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counted_at: Option<AttemptsAt>,
+}
+
+/// `[write]`: what a terminal write checks.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WriteSection {
+    /// `status-owner-token`, `status-token`, `status-owner` or `message-id-only`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<WriteFence>,
+    /// The write checks the row's tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks_tenant: Option<bool>,
+    /// A write that matched no row is reported as applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unmatched_reported_as_applied: Option<bool>,
+}
+
+/// How the retry delay grows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackoffKind {
+    /// `min(base · 2^(attempts−1), cap)`.
+    Exponential,
+    /// The same delay every time (`delay_ms`).
+    Fixed,
+}
+
+/// `[retry]`: the retry clock and its backoff.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySection {
+    /// The AMBIGUOUS and retry writes set `next_attempt_at` and the claim honours it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<BackoffKind>,
+    /// Exponential: the first delay (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_ms: Option<u64>,
+    /// Exponential: the longest delay (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cap_ms: Option<u64>,
+    /// Fixed: the delay (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+    /// What the AMBIGUOUS write leaves: `clears-lease` or `keeps-owner`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ambiguous_write: Option<AmbiguousShape>,
+}
+
+/// `[exhaustion]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExhaustionSection {
+    /// The design has an EXHAUSTED status: a failure past the budget moves there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<bool>,
+}
+
+/// The maintenance job beside the relays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MaintenanceJob {
+    None,
+    /// Expired leases whose budget is spent move to EXHAUSTED.
+    ExhaustExpired,
+}
+
+/// `[maintenance]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaintenanceSection {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<MaintenanceJob>,
+}
+
+/// `[relay]`: what the relay process does.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelaySection {
+    /// Whose clock gives `now`: `database` or `relay` (bound as a parameter; may be skewed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<ClockSource>,
+    /// `message-id` on every attempt, or `per-attempt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKeyPolicy>,
+    /// What a permanent rejection writes: `mark-failed` or `mark-retry`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_rejection: Option<RejectionWrite>,
+    /// Writes PUBLISHED before the broker acknowledged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publish_before_ack: Option<bool>,
+    /// After losing the database connection post-publish, republishes at once and records
+    /// PUBLISHED.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub republish_after_db_loss: Option<bool>,
+}
+
+/// `[requeue]`: the operator's requeue of FAILED and EXHAUSTED rows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequeueSection {
+    /// The requeue resets the token to 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resets_token: Option<bool>,
+}
+
+/// What is wrong with a design file, where (line and column from 1), on one line.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{line}:{column}: {message}")]
+pub struct DesignError {
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+impl DesignFile {
+    /// Parses a design file; an error names the key, the value and what is allowed.
+    pub fn parse(text: &str) -> Result<DesignFile, DesignError> {
+        toml::from_str(text).map_err(|e| {
+            let at = e.span().map_or(0, |s| s.start);
+            let (line, column) = line_column(text, at);
+            let key = key_at(text, at);
+            let message = e.message().replace('\n', " ").trim().to_string();
+            let message = match key {
+                Some(key) if !message.contains(&key) => format!("{key}: {message}"),
+                _ => message,
+            };
+            DesignError { line, column, message }
+        })
+    }
+
+    /// The policy: the base's switches with the file's keys applied. A key whose value cannot go
+    /// with the others (a fixed delay with a cap) is an error naming it.
+    pub fn apply(&self, base: Policy) -> Result<Policy, String> {
+        let mut p = base;
+        if let Some(c) = &self.claim {
+            set(&mut p.claim_by_tenant, c.tenant_scoped);
+            set(&mut p.claim_live_leases, c.takes_live_leases);
+            set(&mut p.claim_terminal, c.takes_terminal_rows);
+            set(&mut p.budget, c.budget);
+            set(&mut p.claim_order, c.order);
+            set(&mut p.claim_fence, c.sets);
+            set(&mut p.token_kind, c.token);
+        }
+        if let Some(a) = &self.attempts {
+            set(&mut p.attempts_at, a.counted_at);
+        }
+        if let Some(w) = &self.write {
+            set(&mut p.write_fence, w.fence);
+            set(&mut p.write_checks_tenant, w.checks_tenant);
+            set(&mut p.swallow_stale, w.unmatched_reported_as_applied);
+        }
+        if let Some(r) = &self.retry {
+            set(&mut p.retry_clock, r.clock);
+            set(&mut p.ambiguous_shape, r.ambiguous_write);
+            let kind = r.backoff.unwrap_or(if p.backoff.base == p.backoff.cap { BackoffKind::Fixed } else { BackoffKind::Exponential });
+            match kind {
+                BackoffKind::Fixed => {
+                    if r.base_ms.is_some() || r.cap_ms.is_some() {
+                        return Err("retry.backoff = \"fixed\" takes delay_ms, not base_ms or cap_ms".into());
+                    }
+                    if let Some(d) = r.delay_ms {
+                        p.backoff = Backoff { base: Duration(d), cap: Duration(d) };
+                    } else if r.backoff.is_some() && p.backoff.base != p.backoff.cap {
+                        return Err("retry.backoff = \"fixed\" needs delay_ms".into());
+                    }
+                }
+                BackoffKind::Exponential => {
+                    if r.delay_ms.is_some() {
+                        return Err("retry.delay_ms goes with backoff = \"fixed\"; an exponential backoff takes base_ms and cap_ms".into());
+                    }
+                    set(&mut p.backoff.base.0, r.base_ms);
+                    set(&mut p.backoff.cap.0, r.cap_ms);
+                }
+            }
+            if p.backoff.base.0 == 0 {
+                return Err("retry.base_ms = 0: a retry must wait at least 1 ms".into());
+            }
+            if p.backoff.cap < p.backoff.base {
+                return Err(format!("retry.cap_ms = {} is below base_ms = {}: the cap must be at least the base", p.backoff.cap.0, p.backoff.base.0));
+            }
+        }
+        if let Some(e) = &self.exhaustion {
+            set(&mut p.exhausted_status, e.status);
+        }
+        if let Some(m) = &self.maintenance {
+            if let Some(job) = m.job {
+                p.relay.reaper = job == MaintenanceJob::ExhaustExpired;
+            }
+        }
+        if let Some(r) = &self.relay {
+            set(&mut p.relay.clock, r.clock);
+            set(&mut p.relay.idempotency_key, r.idempotency_key);
+            set(&mut p.relay.rejection, r.on_rejection);
+            set(&mut p.relay.publish_before_ack, r.publish_before_ack);
+            set(&mut p.relay.republish_after_db_loss, r.republish_after_db_loss);
+        }
+        if let Some(q) = &self.requeue {
+            set(&mut p.requeue_resets_token, q.resets_token);
+        }
+        Ok(p)
+    }
+
+    /// The keys a file without `based_on` leaves out (such a file must say everything).
+    pub fn missing_keys(&self) -> Vec<&'static str> {
+        let written: toml::Table = toml::from_str(&self.to_toml()).expect("our own TOML");
+        KEY_DOCS
+            .iter()
+            .map(|(key, _)| *key)
+            .filter(|key| !matches!(*key, "description" | "based_on" | "retry.base_ms" | "retry.cap_ms" | "retry.delay_ms"))
+            .filter(|key| {
+                let mut at = Some(&written);
+                let parts: Vec<&str> = key.split('.').collect();
+                for part in &parts[..parts.len() - 1] {
+                    at = at.and_then(|t| t.get(*part)).and_then(|v| v.as_table());
+                }
+                at.and_then(|t| t.get(*parts.last().unwrap())).is_none()
+            })
+            .collect()
+    }
+
+    /// The policy the file describes: from its `based_on` design (looked up by `builtin`), or,
+    /// without one, from the file alone, which must then give every key.
+    pub fn resolve(&self, builtin: &dyn Fn(&str) -> Option<Policy>) -> Result<Policy, String> {
+        let base = match &self.based_on {
+            Some(name) => builtin(name).ok_or_else(|| format!("based_on = {name:?}: no such built-in design (outbox-check variants lists them)"))?,
+            None => {
+                let missing = self.missing_keys();
+                if !missing.is_empty() {
+                    let named = match missing.len() {
+                        1..=3 => missing.join(", "),
+                        n => format!("{} and {} more keys", missing[..2].join(", "), n - 2),
+                    };
+                    return Err(format!(
+                        "{named} not given: a file without based_on must give every key (or start from a built-in: based_on = \"reference\")"
+                    ));
+                }
+                let retry = self.retry.as_ref();
+                let fixed = retry.and_then(|r| r.backoff) == Some(BackoffKind::Fixed);
+                let needed: &[(&str, bool)] = if fixed {
+                    &[("retry.delay_ms", retry.is_some_and(|r| r.delay_ms.is_some()))]
+                } else {
+                    &[("retry.base_ms", retry.is_some_and(|r| r.base_ms.is_some())), ("retry.cap_ms", retry.is_some_and(|r| r.cap_ms.is_some()))]
+                };
+                if let Some((key, _)) = needed.iter().find(|(_, given)| !given) {
+                    return Err(format!("{key} not given: a file without based_on must give every key"));
+                }
+                Policy::unset()
+            }
+        };
+        if !self.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') || self.name.is_empty() {
+            return Err(format!("name = {:?}: a design's name takes letters, digits, - and _", self.name));
+        }
+        self.apply(base)
+    }
+
+    /// The complete file of a policy: every key, so it can be edited into one's own design.
+    pub fn complete(name: &str, description: &str, p: &Policy) -> DesignFile {
+        let fixed = p.backoff.base == p.backoff.cap;
+        DesignFile {
+            name: name.to_string(),
+            description: Some(description.to_string()),
+            based_on: None,
+            claim: Some(ClaimSection {
+                tenant_scoped: Some(p.claim_by_tenant),
+                takes_live_leases: Some(p.claim_live_leases),
+                takes_terminal_rows: Some(p.claim_terminal),
+                budget: Some(p.budget),
+                order: Some(p.claim_order),
+                sets: Some(p.claim_fence),
+                token: Some(p.token_kind),
+            }),
+            attempts: Some(AttemptsSection { counted_at: Some(p.attempts_at) }),
+            write: Some(WriteSection {
+                fence: Some(p.write_fence),
+                checks_tenant: Some(p.write_checks_tenant),
+                unmatched_reported_as_applied: Some(p.swallow_stale),
+            }),
+            retry: Some(RetrySection {
+                clock: Some(p.retry_clock),
+                backoff: Some(if fixed { BackoffKind::Fixed } else { BackoffKind::Exponential }),
+                base_ms: (!fixed).then_some(p.backoff.base.0),
+                cap_ms: (!fixed).then_some(p.backoff.cap.0),
+                delay_ms: fixed.then_some(p.backoff.base.0),
+                ambiguous_write: Some(p.ambiguous_shape),
+            }),
+            exhaustion: Some(ExhaustionSection { status: Some(p.exhausted_status) }),
+            maintenance: Some(MaintenanceSection {
+                job: Some(if p.relay.reaper { MaintenanceJob::ExhaustExpired } else { MaintenanceJob::None }),
+            }),
+            relay: Some(RelaySection {
+                clock: Some(p.relay.clock),
+                idempotency_key: Some(p.relay.idempotency_key),
+                on_rejection: Some(p.relay.rejection),
+                publish_before_ack: Some(p.relay.publish_before_ack),
+                republish_after_db_loss: Some(p.relay.republish_after_db_loss),
+            }),
+            requeue: Some(RequeueSection { resets_token: Some(p.requeue_resets_token) }),
+        }
+    }
+
+    /// The file as TOML text.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a design file is plain data")
+    }
+
+    /// The file as TOML text with each key's meaning and allowed values above it: a file to
+    /// start one's own design from.
+    pub fn to_commented_toml(&self) -> String {
+        let mut out = String::from("# An outbox-check design file (docs/design-file.md). Check it with\n#   outbox-check check --design THIS_FILE\n");
+        let mut section = String::new();
+        for line in self.to_toml().lines() {
+            let trimmed = line.trim();
+            if trimmed.starts_with('[') {
+                section = trimmed.trim_matches(|c| c == '[' || c == ']').to_string();
+                if let Some((_, doc)) = SECTION_DOCS.iter().find(|(s, _)| *s == section) {
+                    out.push_str(&format!("# {doc}"));
+                }
+            } else if let Some((key, _)) = trimmed.split_once(" = ") {
+                let dotted = if section.is_empty() { key.to_string() } else { format!("{section}.{key}") };
+                if let Some((_, doc)) = KEY_DOCS.iter().find(|(k, _)| *k == dotted) {
+                    out.push_str(&format!("# {doc}\n"));
+                }
+            }
+            out.push_str(line);
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// What each section is about, for commented files and docs.
+pub const SECTION_DOCS: [(&str, &str); 8] = [
+    ("claim", "Which rows a claim takes, in what order, and what it writes on them.\n"),
+    ("attempts", "Where the attempt counter is incremented.\n"),
+    ("write", "What a terminal write (mark_published, mark_failed, mark_retry, AMBIGUOUS) checks.\n"),
+    ("retry", "The retry clock: when a failed row may be claimed again.\n"),
+    ("exhaustion", "What happens when the attempt budget is spent.\n"),
+    ("maintenance", "The periodic job beside the relays.\n"),
+    ("relay", "What the relay process does between the statements.\n"),
+    ("requeue", "An operator's requeue of FAILED and EXHAUSTED rows.\n"),
+];
+
+/// Every key of a design file, dotted, with its meaning and allowed values.
+pub const KEY_DOCS: [(&str, &str); 28] = [
+    ("name", "The design's name, as fleets and reports name it (letters, digits, - and _)."),
+    ("description", "One line saying what the design is."),
+    ("based_on", "A built-in design to start from; the file then says only what differs."),
+    ("claim.tenant_scoped", "true: a claim takes only its relay's tenant's rows."),
+    ("claim.takes_live_leases", "true: a claim also takes IN_FLIGHT rows whose lease has not expired."),
+    ("claim.takes_terminal_rows", "true: a claim also takes PUBLISHED, FAILED and EXHAUSTED rows."),
+    ("claim.budget", "\"strict\" (attempts < max), \"one-over\" (attempts <= max) or \"absent\" (no budget predicate)."),
+    ("claim.order", "\"due\" (retry time, else creation, then id) or \"created\" (creation, tenant, id)."),
+    ("claim.sets", "\"owner-and-token\" (owner and a fresh token), \"owner-only\" (the token stays) or \"unfenced\" (status and expiry only)."),
+    ("claim.token", "\"counter\" (token + 1) or \"random\" (a fresh value, compared for equality only)."),
+    ("attempts.counted_at", "\"claim\" (the claim's statement counts) or \"failure-write\" (the AMBIGUOUS and retry writes count)."),
+    ("write.fence", "\"status-owner-token\", \"status-token\", \"status-owner\" or \"message-id-only\" (by id alone)."),
+    ("write.checks_tenant", "true: a terminal write also checks the row's tenant."),
+    ("write.unmatched_reported_as_applied", "true: a write that matched no row is reported as applied."),
+    ("retry.clock", "true: failure writes set next_attempt_at and the claim waits for it."),
+    ("retry.backoff", "\"exponential\" (base_ms doubling per attempt up to cap_ms) or \"fixed\" (delay_ms every time)."),
+    ("retry.base_ms", "Exponential backoff: the first delay, in ms (at least 1)."),
+    ("retry.cap_ms", "Exponential backoff: the longest delay, in ms (at least base_ms)."),
+    ("retry.delay_ms", "Fixed backoff: the delay, in ms (at least 1)."),
+    ("retry.ambiguous_write", "\"clears-lease\" (owner and expiry cleared, retry time set) or \"keeps-owner\" (expiry cleared only)."),
+    ("exhaustion.status", "true: the design has EXHAUSTED; a failure past the budget moves there."),
+    ("maintenance.job", "\"none\" or \"exhaust-expired\" (expired leases whose budget is spent move to EXHAUSTED)."),
+    ("relay.clock", "\"database\" (one clock for all) or \"relay\" (each relay's own, bound as a parameter; may be skewed)."),
+    ("relay.idempotency_key", "\"message-id\" on every attempt, or \"per-attempt\" (a new key each time)."),
+    ("relay.on_rejection", "What a permanent rejection writes: \"mark-failed\" or \"mark-retry\"."),
+    ("relay.publish_before_ack", "true: the row is marked PUBLISHED before the broker acknowledged."),
+    ("relay.republish_after_db_loss", "true: after losing the database post-publish, republish at once and record PUBLISHED."),
+    ("requeue.resets_token", "true: the operator's requeue resets the token to 0."),
+];
+
+fn set<T>(field: &mut T, value: Option<T>) {
+    if let Some(value) = value {
+        *field = value;
+    }
+}
+
+fn line_column(text: &str, at: usize) -> (usize, usize) {
+    let before = &text[..at.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// The dotted key written on the line at byte `at` (`retry.base_ms`), from the section header
+/// above it.
+fn key_at(text: &str, at: usize) -> Option<String> {
+    let start = text[..at.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
+    let line = text[start..].lines().next()?.trim();
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim().trim_matches('"');
+    let section = text[..start].lines().rev().map(str::trim).find(|l| l.starts_with('[')).map(|l| l.trim_matches(|c| c == '[' || c == ']').trim());
+    Some(match section {
+        Some(section) => format!("{section}.{key}"),
+        None => key.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_complete_file_gives_back_its_policy() {
+        let mut p = Policy::reference();
+        p.backoff = Backoff { base: Duration(250), cap: Duration(250) };
+        p.write_fence = WriteFence::MessageIdOnly;
+        let file = DesignFile::complete("x", "y", &p);
+        let again = DesignFile::parse(&file.to_toml()).unwrap();
+        assert_eq!(again, file);
+        assert_eq!(again.apply(Policy::reference()).unwrap(), p);
+    }
+
+    #[test]
+    fn a_bad_value_names_its_key_and_what_is_allowed() {
+        let e = DesignFile::parse("name = \"q\"\n[attempts]\ncounted_at = \"never\"\n").unwrap_err();
+        assert_eq!((e.line, e.column), (3, 14));
+        assert!(e.message.contains("attempts.counted_at") && e.message.contains("never") && e.message.contains("failure-write"), "{e}");
+        let e = DesignFile::parse("name = \"q\"\n[claim]\nlive = true\n").unwrap_err();
+        assert!(e.message.contains("live") && e.message.contains("takes_live_leases"), "{e}");
+    }
+
+    #[test]
+    fn backoff_keys_must_go_together() {
+        let file = |retry: &str| DesignFile::parse(&format!("name = \"q\"\n[retry]\n{retry}\n")).unwrap().apply(Policy::reference());
+        assert_eq!(file("backoff = \"fixed\"\ndelay_ms = 500").unwrap().backoff, Backoff { base: Duration(500), cap: Duration(500) });
+        assert!(file("backoff = \"fixed\"\ncap_ms = 5").unwrap_err().contains("delay_ms"));
+        assert!(file("backoff = \"fixed\"").unwrap_err().contains("needs delay_ms"));
+        assert!(file("base_ms = 10\ncap_ms = 5").unwrap_err().contains("cap_ms = 5"));
+        assert!(file("base_ms = 0").unwrap_err().contains("at least 1 ms"));
+        assert_eq!(file("base_ms = 10\ncap_ms = 80").unwrap().backoff, Backoff { base: Duration(10), cap: Duration(80) });
+    }
+}
+
