@@ -116,7 +116,14 @@ fn the_readme_synopsis_lists_exactly_the_options_of_each_help() {
         let listed: std::collections::BTreeSet<String> = help
             .lines()
             .filter(|l| l.trim_start().starts_with('-'))
-            .flat_map(|l| options(l.split("  ").find(|p| !p.trim().is_empty()).unwrap_or_default()))
+            .flat_map(|l| {
+                // The option itself, and its visible aliases ("[alias: --design]").
+                let mut named = options(l.split("  ").find(|p| !p.trim().is_empty()).unwrap_or_default());
+                if let Some((_, alias)) = l.rsplit_once("[alias") {
+                    named.extend(options(alias));
+                }
+                named
+            })
             .filter(|o| o != "--help")
             .collect();
         let readme_has = synopsis.get(command).unwrap_or_else(|| panic!("the README's synopsis has no `{command}`"));

@@ -1,0 +1,163 @@
+//! Design files: every built-in is one, `variants NAME --toml` prints a file that reads back as
+//! that design, a user's file is checked by the same tools (and what it breaks is found by
+//! them), and a bad file is one line and exit 2.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(args).output().expect("the binary runs")
+}
+
+fn scratch(name: &str, text: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("design-files");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+fn names() -> Vec<String> {
+    let listing = json(&run(&["variants", "--json"]));
+    listing["designs"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn every_builtin_prints_as_a_file_that_reads_back_as_itself() {
+    let all = names();
+    assert_eq!(all.len(), 18, "{all:?}");
+    let listing = json(&run(&["variants", "--json"]));
+    for (name, builtin) in all.iter().zip(listing["designs"].as_array().unwrap()) {
+        let out = run(&["variants", name, "--toml"]);
+        assert_eq!(out.status.code(), Some(0), "{name}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains("# ") && text.contains("[claim]"), "{name}: a commented, complete file");
+        // The same switches, by the file; and under its own name it is the built-in itself.
+        let file = scratch(&format!("{name}.toml"), &text);
+        let read = json(&run(&["variants", file.to_str().unwrap(), "--json"]));
+        assert_eq!(read["designs"][0]["name"], name.as_str());
+        assert_eq!(read["designs"][0]["switches"], builtin["switches"], "{name}");
+        // Renamed, it is a design of its own with the same switches.
+        let renamed = scratch(&format!("mine-{name}.toml"), &text.replacen(&format!("name = \"{name}\""), &format!("name = \"mine-{name}\""), 1));
+        let read = json(&run(&["variants", renamed.to_str().unwrap(), "--json"]));
+        assert_eq!(read["designs"][0]["kind"], "file");
+        assert_eq!(read["designs"][0]["switches"], builtin["switches"], "mine-{name}");
+    }
+}
+
+#[test]
+fn the_builtin_files_match_the_schema_and_the_docs_name_every_key() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("docs/json/design-file.schema.json")).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+    let docs = std::fs::read_to_string(root.join("docs/design-file.md")).unwrap();
+    let mut files = 0;
+    let mut keys = std::collections::BTreeSet::new();
+    for dir in ["models/designs", "models/designs/mutants"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "toml") {
+                continue;
+            }
+            let value: toml::Value = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            let value = serde_json::to_value(&value).unwrap();
+            let errors: Vec<String> = validator.iter_errors(&value).map(|e| format!("{e} at {}", e.instance_path())).collect();
+            assert!(errors.is_empty(), "{}: {errors:?}", path.display());
+            for (key, v) in value.as_object().unwrap() {
+                match v.as_object() {
+                    Some(section) => keys.extend(section.keys().map(|k| format!("{key}.{k}"))),
+                    None => {
+                        keys.insert(key.clone());
+                    }
+                }
+            }
+            files += 1;
+        }
+    }
+    assert_eq!(files, 18);
+    for key in &keys {
+        assert!(docs.contains(&format!("`{key}`")), "docs/design-file.md does not explain {key}");
+    }
+    // Each mutant's file is reference with one key changed.
+    for entry in std::fs::read_dir(root.join("models/designs/mutants")).unwrap() {
+        let path = entry.unwrap().path();
+        let value: toml::Table = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(value.get("based_on").and_then(|v| v.as_str()), Some("reference"), "{}", path.display());
+        let changed: usize = value.values().filter_map(|v| v.as_table()).map(|t| t.len()).sum();
+        assert_eq!(changed, 1, "{}: one key", path.display());
+    }
+}
+
+#[test]
+fn a_users_design_is_checked_and_what_it_breaks_is_found() {
+    // Attempts counted at claim, completion by id only: a job queue's common shape.
+    let file = scratch(
+        "by-id.toml",
+        "name = \"by-id\"\ndescription = \"completion by id only\"\nbased_on = \"reference\"\n\n[write]\nfence = \"message-id-only\"\n",
+    );
+    let out = run(&["check", "--design", file.to_str().unwrap(), "--json", "--quiet", "--no-liveness"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = json(&out);
+    assert_eq!(report["fleet"], serde_json::json!(["by-id", "by-id"]));
+    let status = |id: &str| report["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap()["status"].clone();
+    assert_eq!(status("S1"), "violated");
+    // Its reference twin holds S1: the file's one key is what breaks it.
+    let twin = scratch("twin.toml", "name = \"twin\"\nbased_on = \"reference\"\n");
+    let out = run(&["check", "--design", twin.to_str().unwrap(), "--json", "--quiet", "--no-liveness"]);
+    let twin_report = json(&out);
+    let s1 = twin_report["properties"].as_array().unwrap().iter().find(|p| p["id"] == "S1").unwrap();
+    assert_eq!(s1["status"], "holds");
+
+    // Files and built-ins mix in a fleet; the reproduce command names the file.
+    let fleet = format!("{},legacy-v1", file.display());
+    let out = run(&["check", "--fleet", &fleet, "--quiet", "--no-liveness"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("by-id, legacy-v1"), "{text}");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("design-files/out");
+    let _ = std::fs::remove_dir_all(&dir);
+    run(&["check", "--design", file.to_str().unwrap(), "--quiet", "--no-liveness", "--out", dir.to_str().unwrap()]);
+    let md = std::fs::read_to_string(dir.join("by-id-x2/S1.md")).unwrap();
+    assert!(md.contains(&format!("outbox-check check --design {}", file.display())), "{md}");
+    // The counterexample replays with the design file given, and says what is missing without.
+    let cx = dir.join("by-id-x2/S1.json");
+    let out = run(&["replay", cx.to_str().unwrap(), "--design", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(&["replay", cx.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("neither built in nor given with --design"));
+    // The simulations take it too.
+    let out = run(&["sim", "--design", file.to_str().unwrap(), "--seeds", "40", "--quiet", "--no-write", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_bad_design_file_is_one_line_naming_the_key_and_exit_2() {
+    let cases: &[(&str, &str, &[&str])] = &[
+        ("bad-value.toml", "name = \"q\"\nbased_on = \"reference\"\n[claim]\nbudget = \"loose\"\n", &["bad-value.toml:4:10", "claim.budget", "loose", "one-over"]),
+        ("bad-key.toml", "name = \"q\"\nbased_on = \"reference\"\n[claim]\nlive = true\n", &["bad-key.toml:4:1", "claim.live", "takes_live_leases"]),
+        ("bad-type.toml", "name = \"q\"\nbased_on = \"reference\"\n[retry]\nbase_ms = \"x\"\n", &["retry.base_ms", "\"x\""]),
+        ("bad-cap.toml", "name = \"q\"\nbased_on = \"reference\"\n[retry]\nbase_ms = 10\ncap_ms = 5\n", &["retry.cap_ms = 5", "at least the base"]),
+        ("incomplete.toml", "name = \"q\"\n[claim]\nbudget = \"strict\"\n", &["not given", "based_on"]),
+        ("unknown-base.toml", "name = \"q\"\nbased_on = \"referense\"\n", &["based_on = \"referense\"", "no such built-in"]),
+        ("builtin-name.toml", "name = \"reference\"\nbased_on = \"reference\"\n[write]\nfence = \"status-owner\"\n", &["built-in design's", "write_fence"]),
+        ("bad-name.toml", "name = \"my queue\"\nbased_on = \"reference\"\n", &["name = \"my queue\"", "letters, digits"]),
+        ("not-toml.toml", "name = \n", &["not-toml.toml:1:"]),
+    ];
+    for (name, text, says) in cases {
+        let file = scratch(name, text);
+        let out = run(&["check", "--design", file.to_str().unwrap(), "--quiet"]);
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{name}: {err}");
+        for s in *says {
+            assert!(err.contains(s), "{name}: {err} should say {s}");
+        }
+    }
+    let out = run(&["check", "--design", "/nonexistent/q.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read design file"));
+}
