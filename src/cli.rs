@@ -69,6 +69,10 @@ enum Command {
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
+        /// Also check your own design file as a fleet of its own (repeatable): with no verdict
+        /// pinned, it must hold every property, as reference must.
+        #[arg(long = "design", value_name = "FILE.toml", value_parser = parse_design)]
+        designs: Vec<Design>,
     },
     /// Print a shell completion script: `outbox-check completions bash > /etc/bash_completion.d/outbox-check`.
     #[command(after_help = "Examples:\n  outbox-check completions bash > ~/.local/share/bash-completion/completions/outbox-check\n  \
@@ -448,8 +452,9 @@ pub fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Verify { messages, threads, sim_seeds, database_url, expectations, report, junit, json, quiet } => {
+        Command::Verify { messages, threads, sim_seeds, database_url, expectations, report, junit, json, quiet, designs } => {
             verify::verify(&verify::VerifyArgs {
+                designs,
                 expectations,
                 junit,
                 messages,

@@ -161,3 +161,27 @@ fn a_bad_design_file_is_one_line_naming_the_key_and_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read design file"));
 }
+
+#[test]
+fn verify_checks_a_users_design_as_a_fleet_that_must_hold_everything() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let by_id = root.join("docs/examples/job-queue-by-id.toml");
+    let junit = Path::new(env!("CARGO_TARGET_TMPDIR")).join("design-files-junit.xml");
+    let out = run(&["verify", "--design", by_id.to_str().unwrap(), "--sim-seeds", "20", "--quiet", "--json", "--junit", junit.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let verdicts = json(&out);
+    let fleet = verdicts["fleets"].as_array().unwrap().iter().find(|f| f["fleet"] == "job-queue-by-id").expect("the design's row");
+    let violated: Vec<&str> =
+        fleet["properties"].as_array().unwrap().iter().filter(|p| p["status"] == "violated").map(|p| p["id"].as_str().unwrap()).collect();
+    assert!(violated.contains(&"S1"), "{violated:?}");
+    // JUnit fails exactly the design's broken properties (the built-ins pass: not compared at
+    // these bounds, and reference holds).
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert_eq!(xml.matches("<failure").count(), violated.len(), "{xml}");
+    assert!(xml.contains("job-queue-by-id: S1 is violated"), "{xml}");
+    // A design that is reference under another name passes.
+    let twin = scratch("verify-twin.toml", "name = \"verify-twin\"\nbased_on = \"reference\"\n");
+    let out = run(&["verify", "--design", twin.to_str().unwrap(), "--sim-seeds", "20", "--quiet"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("verify-twin"));
+}

@@ -23,6 +23,9 @@ pub struct VerifyArgs {
     pub database_url: Option<String>,
     pub json: bool,
     pub quiet: bool,
+    /// The user's designs (files), each checked as a fleet of its own beside the built-ins and,
+    /// like reference, expected to hold everything.
+    pub designs: Vec<Design>,
 }
 
 /// What each engine found on one fleet: the properties it saw violated, and those nothing it
@@ -41,6 +44,13 @@ pub struct Found {
 struct Fleet {
     name: String,
     designs: Vec<Design>,
+}
+
+impl Fleet {
+    /// A fleet that must hold everything: reference, and every design the user gave.
+    fn gated(&self, args: &VerifyArgs) -> bool {
+        self.name == "reference" || args.designs.iter().any(|d| d.name() == self.name)
+    }
 }
 
 fn fleets() -> Vec<Fleet> {
@@ -103,7 +113,12 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let fleets = fleets();
+    let mut fleets = fleets();
+    for design in &args.designs {
+        if !fleets.iter().any(|f| f.name == design.name()) {
+            fleets.push(Fleet { name: design.name().to_string(), designs: vec![*design; 2] });
+        }
+    }
     let steps = fleets.len() as u64 * 4;
     let bar = if args.quiet || args.json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(steps) };
     bar.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed})").expect("a valid template"));
@@ -149,6 +164,10 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
     let mut moved: std::collections::BTreeSet<(String, String)> = std::collections::BTreeSet::new();
     for (fleet, _, _, found) in &rows {
         let Some(pinned) = expected.get(&fleet.name) else {
+            if args.designs.iter().any(|d| d.name() == fleet.name) {
+                // The user's design: no verdict pinned, it must hold everything (below).
+                continue;
+            }
             changed.push(format!("{}: no expectation pinned", fleet.name));
             continue;
         };
@@ -188,12 +207,25 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
             && s.as_ref().is_some_and(|s| s.failed_runs == 0)
             && found.sql.values().all(|v| v == "agrees")
     });
+    // The user's designs that break something, by their files.
+    let broken_designs: Vec<&str> = rows
+        .iter()
+        .filter(|(f, reports, s, found)| {
+            f.gated(args)
+                && f.name != "reference"
+                && !(reports.iter().all(|r| !r.violated() && r.decided())
+                    && s.as_ref().is_some_and(|s| s.failed_runs == 0)
+                    && found.sql.values().all(|v| v == "agrees"))
+        })
+        .map(|(f, ..)| f.designs[0].argument())
+        .collect();
 
     let seconds = started.elapsed().as_secs_f64();
     let verdicts = verdicts_json(&rows, args, seconds, &changed, defaults, &expectations_name(args));
     let mut report_failed = None;
     if let Some(file) = &args.junit {
-        let xml = junit(&verdicts, &moved, defaults, args.report.is_some());
+        let gated: Vec<&str> = rows.iter().filter(|(f, ..)| f.gated(args)).map(|(f, ..)| f.name.as_str()).collect();
+        let xml = junit(&verdicts, &moved, defaults, args.report.is_some(), &gated);
         if let Err(error) = std::fs::write(file, xml) {
             report_failed = Some(format!("cannot write {}: {error}", file.display()));
         }
@@ -227,6 +259,9 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
         } else if !reference_ok {
             println!("reference: VIOLATED.");
         }
+        for file in &broken_designs {
+            println!("{file}: VIOLATED — its shortest counterexamples: outbox-check check --design {file}");
+        }
         let source = expectations_name(args);
         if defaults {
             if changed.is_empty() {
@@ -249,7 +284,7 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
         eprintln!("outbox-check: {}", sql_errors.join("; "));
         return ExitCode::from(2);
     }
-    if reference_ok && (!defaults || changed.is_empty()) {
+    if reference_ok && broken_designs.is_empty() && (!defaults || changed.is_empty()) {
         if report_failed.is_some() {
             ExitCode::from(2)
         } else {
@@ -267,9 +302,9 @@ fn xml_text(text: &str) -> String {
 /// verify's verdicts as JUnit XML (the schema CI test reporters read: testsuites > testsuite >
 /// testcase, with failure): a suite per fleet, a case per property and per SQL engine. A case
 /// fails exactly where verify fails — its verdict moved from the pinned one, or it is
-/// `reference`'s and not ✓ — so the report and the exit code agree; an expected violation passes,
+/// `reference`'s or a user's design's (`gated`) and not ✓ — so the report and the exit code agree; an expected violation passes,
 /// its sentence and counterexample in the case's output.
-pub fn junit(verdicts: &serde_json::Value, moved: &std::collections::BTreeSet<(String, String)>, compared: bool, written: bool) -> String {
+pub fn junit(verdicts: &serde_json::Value, moved: &std::collections::BTreeSet<(String, String)>, compared: bool, written: bool, gated: &[&str]) -> String {
     let mut suites = String::new();
     let (mut total, mut failed) = (0, 0);
     for fleet in verdicts["fleets"].as_array().into_iter().flatten() {
@@ -281,7 +316,7 @@ pub fn junit(verdicts: &serde_json::Value, moved: &std::collections::BTreeSet<(S
             let failure = if moved_here {
                 Some(format!("{id} is {status}: not the verdict pinned in the expectations"))
             } else if broken {
-                Some(format!("reference: {id} is {status}"))
+                Some(format!("{name}: {id} is {status}"))
             } else {
                 None
             };
@@ -312,14 +347,14 @@ pub fn junit(verdicts: &serde_json::Value, moved: &std::collections::BTreeSet<(S
             if let Some(note) = p["note"].as_str() {
                 out += &format!("\n{note}");
             }
-            let broken = name == "reference" && !matches!(status, "holds" | "not_exercised");
+            let broken = gated.contains(&name) && !matches!(status, "holds" | "not_exercised");
             let title = format!("{id} {}", p["name"].as_str().unwrap_or_default());
             case(id, &title, status, out, broken);
         }
         for (engine, verdict) in fleet["sql"].as_object().into_iter().flatten() {
             let id = format!("SQL on {engine}");
             let verdict = verdict.as_str().unwrap_or_default();
-            let broken = name == "reference" && verdict != "agrees";
+            let broken = gated.contains(&name) && verdict != "agrees";
             case(&id, &id, verdict, format!("{id}: {verdict}"), broken);
         }
         total += tests;
