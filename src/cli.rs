@@ -261,9 +261,14 @@ enum Command {
         /// The design whose SQL runs on the store (on messaging_outbox; seed-tenant on seed 003's outbox_events).
         #[arg(long, value_parser = parse_design, default_value = "reference")]
         variant: Design,
-        /// The design whose core is the model (default: the same design).
+        /// The design whose core is the model (default: the same design; with --profile, the
+        /// design the profile declares).
         #[arg(long, value_parser = parse_design)]
         against: Option<Design>,
+        /// Your own SQL instead of ours: a SQL profile (docs/sql-profile.md) — your schema and
+        /// statements, run as written against the core of the design it declares.
+        #[arg(long, value_name = "FILE.toml", conflicts_with = "variant")]
+        profile: Option<std::path::PathBuf>,
         /// Random sequences to run.
         #[arg(long, default_value_t = 256, value_parser = at_least_one_u32)]
         cases: u32,
@@ -517,9 +522,18 @@ pub fn main() -> ExitCode {
             }
         }
         Command::Conform {
-            engine, variant, against, cases, seed, database_url, i_understand_this_database_is_disposable, clean_up, json, quiet,
+            engine, variant, against, profile, cases, seed, database_url, i_understand_this_database_is_disposable, clean_up, json, quiet,
         } => {
+            let profile = match profile.map(|p| crate::store::profile::Profile::load(&p)).transpose() {
+                Ok(profile) => profile,
+                Err(problem) => {
+                    eprintln!("outbox-check: {problem}");
+                    return ExitCode::from(2);
+                }
+            };
+            let variant = profile.as_ref().map_or(variant, |p| p.design);
             conform::run(&conform::ConformArgs {
+                profile,
                 engine,
                 design: variant,
                 against: against.unwrap_or(variant),

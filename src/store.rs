@@ -5,6 +5,7 @@ pub mod bind;
 pub mod conform;
 pub mod migrate;
 pub mod postgres;
+pub mod profile;
 pub mod sql;
 
 pub use bind::{MemoryStore, PgStore, SqliteStore, Store, StoreError};

@@ -13,6 +13,8 @@ pub enum Engine {
 }
 
 pub struct ConformArgs {
+    /// The user's own SQL, when given: run instead of ours.
+    pub profile: Option<crate::store::profile::Profile>,
     pub engine: Engine,
     pub design: Design,
     pub against: Design,
@@ -92,6 +94,18 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
             .progress_chars("=> "),
     );
     bar.set_message(format!("conform {} on {:?}", args.design, args.engine).to_lowercase());
+    if let Some(profile) = &args.profile {
+        bar.set_message(format!("conform {} on sqlite", profile.origin.display()));
+        if args.engine != Engine::Sqlite {
+            return Err(StoreError::Setup("a SQL profile runs on --store sqlite for now (PostgreSQL profiles are not built yet)".into()));
+        }
+        // The schema and every statement must at least prepare before the sweep starts.
+        profile.sqlite()?;
+        let open = || profile.sqlite();
+        let report = conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1));
+        bar.finish_and_clear();
+        return report;
+    }
     let report = match args.engine {
         Engine::Sqlite => {
             let open = || Ok(Box::new(SqliteStore::in_memory(policy)?) as Box<dyn Store>);
@@ -116,6 +130,7 @@ fn print(args: &ConformArgs, report: &Report) {
         let value = serde_json::json!({
             "store": engine,
             "variant": args.design.name(),
+            "profile": args.profile.as_ref().map(|p| p.origin.display().to_string()),
             "model": args.against.name(),
             "schema": "outbox-check/conform/v1",
             "cases": report.cases,
@@ -128,9 +143,12 @@ fn print(args: &ConformArgs, report: &Report) {
         println!("{}", serde_json::to_string_pretty(&value).expect("JSON of plain values"));
         return;
     }
+    let whose = match &args.profile {
+        Some(p) => format!("the SQL of {}", p.origin.display()),
+        None => format!("{} SQL", args.design),
+    };
     println!(
-        "conform {} SQL on {engine} against the {} model: {} cases, {} operations in {:.2} s ({:.0} operations/s)",
-        args.design,
+        "conform {whose} on {engine} against the {} model: {} cases, {} operations in {:.2} s ({:.0} operations/s)",
         args.against,
         report.cases,
         report.operations,

@@ -92,7 +92,7 @@ impl std::fmt::Display for Divergence {
         for (i, op) in self.ops.iter().enumerate() {
             writeln!(f, "  {:>2}. {op}", i + 1)?;
         }
-        writeln!(f, "SQL the store ran (paste after the migrations):")?;
+        writeln!(f, "SQL the store ran (paste after the schema or migrations):")?;
         for line in &self.sql {
             writeln!(f, "  {line}")?;
         }
