@@ -188,9 +188,25 @@ impl Profile {
         conn.execute_batch(&self.schema_sql).map_err(|e| StoreError::Setup(format!("the profile's schema: {e}")))?;
         let mut store = ProfileStore { conn, profile: self.clone(), log: Vec::new(), versions: BTreeMap::new(), columns: Vec::new() };
         store.columns = store.row_columns()?;
+        store.check_statements()?;
         Ok(Box::new(store))
     }
 }
+
+/// The named parameters each statement may use.
+pub const PARAMETERS: [(&str, &[&str]); 8] = [
+    ("enqueue", &["id", "tenant", "aggregate", "version", "now"]),
+    ("claim", &["now", "owner", "tenant", "batch", "lease_ms", "lease_until", "max_attempts"]),
+    ("mark_published", WRITE_PARAMETERS),
+    ("mark_ambiguous", WRITE_PARAMETERS),
+    ("mark_retry", WRITE_PARAMETERS),
+    ("mark_failed", WRITE_PARAMETERS),
+    ("mark_exhausted", WRITE_PARAMETERS),
+    ("reap", &["now", "max_attempts"]),
+];
+
+const WRITE_PARAMETERS: &[&str] =
+    &["id", "tenant", "owner", "token", "attempts", "now", "code", "retry_at", "backoff_base_ms", "backoff_cap_ms", "max_attempts"];
 
 /// The user's statements on SQLite.
 pub struct ProfileStore {
@@ -226,6 +242,43 @@ impl ProfileStore {
             return Err(StoreError::Setup(format!("statements.rows: column {other:?} is none of the model's ({})", COLUMNS.join(", "))));
         }
         Ok(names)
+    }
+
+    /// Every statement prepares on the schema and names only parameters it gets: found before
+    /// the first case, as a problem of the profile (exit 2), not as a divergence.
+    fn check_statements(&self) -> Result<(), StoreError> {
+        let s = &self.profile.file.statements;
+        let all: [(&str, Option<&String>); 8] = [
+            ("enqueue", Some(&s.enqueue)),
+            ("claim", Some(&s.claim)),
+            ("mark_published", Some(&s.mark_published)),
+            ("mark_ambiguous", s.mark_ambiguous.as_ref()),
+            ("mark_retry", s.mark_retry.as_ref()),
+            ("mark_failed", s.mark_failed.as_ref()),
+            ("mark_exhausted", s.mark_exhausted.as_ref()),
+            ("reap", s.reap.as_ref()),
+        ];
+        for (key, sql) in all.into_iter().chain([("rows", Some(&s.rows))]) {
+            let Some(sql) = sql else { continue };
+            if let Some(reads) = reads_the_clock(sql) {
+                return Err(StoreError::Setup(format!(
+                    "statements.{key} reads {reads}: a run must be deterministic, so time comes in as :now (docs/sql-profile.md, \"Time\")"
+                )));
+            }
+            let stmt = self.conn.prepare(sql).map_err(|e| StoreError::Setup(format!("statements.{key}: {e}")))?;
+            let allowed = PARAMETERS.iter().find(|(k, _)| *k == key).map_or(&[][..], |(_, p)| p);
+            for i in 1..=stmt.parameter_count() {
+                let name = stmt.parameter_name(i).unwrap_or("?");
+                if !allowed.iter().any(|p| format!(":{p}") == name) {
+                    let known: Vec<String> = allowed.iter().map(|p| format!(":{p}")).collect();
+                    return Err(StoreError::Setup(format!(
+                        "statements.{key}: parameter {name} is not one this statement gets (it gets {})",
+                        known.join(", ")
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Runs `sql` with those of `params` it names; returns the rows it gave back and the number
@@ -268,6 +321,36 @@ impl ProfileStore {
             WriteKind::Exhausted { .. } => s.mark_exhausted.clone().map(|q| ("mark_exhausted", q)),
         }
     }
+}
+
+/// What in a statement would read the database's clock or draw a random number, if anything.
+pub fn reads_the_clock(sql: &str) -> Option<&'static str> {
+    let lower = sql.to_ascii_lowercase();
+    let words = |w: &str| {
+        lower.match_indices(w).any(|(i, _)| {
+            let before = lower[..i].chars().next_back().is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
+            let after = lower[i + w.len()..].chars().next().is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
+            before && after
+        })
+    };
+    [
+        ("current_timestamp", "the database's clock (CURRENT_TIMESTAMP)"),
+        ("current_time", "the database's clock (CURRENT_TIME)"),
+        ("current_date", "the database's clock (CURRENT_DATE)"),
+        ("localtimestamp", "the database's clock (LOCALTIMESTAMP)"),
+        ("'now'", "the database's clock ('now')"),
+        ("unixepoch()", "the database's clock (unixepoch())"),
+        ("now()", "the database's clock (now())"),
+        ("clock_timestamp", "the database's clock (clock_timestamp())"),
+        ("statement_timestamp", "the database's clock (statement_timestamp())"),
+        ("transaction_timestamp", "the database's clock (transaction_timestamp())"),
+        ("random()", "a random number (random())"),
+        ("randomblob", "a random number (randomblob())"),
+        ("gen_random_uuid", "a random number (gen_random_uuid())"),
+    ]
+    .into_iter()
+    .find(|(w, _)| if w.starts_with('\'') || w.ends_with(')') { lower.contains(w) } else { words(w) })
+    .map(|(_, what)| what)
 }
 
 fn render(value: &rusqlite::types::Value) -> String {

@@ -1,0 +1,121 @@
+//! SQL profiles: the user's own schema and statements, run as written against the core of the
+//! design the profile declares. A profile that does what its design says agrees; one that does
+//! not is caught and shrunk to a script of its own statements that pastes into SQLite; a bad
+//! profile is one line and exit 2.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().expect("the binary runs")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+const JOBS: &str = "docs/examples/jobs/jobs.profile.toml";
+
+/// A copy of the example profile beside its schema, with `edit` applied to its text.
+fn variant_of(name: &str, edit: impl Fn(String) -> String) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("profiles");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(root.join("docs/examples/jobs/schema.sql"), dir.join("schema.sql")).unwrap();
+    std::fs::copy(root.join("docs/examples/job-queue-by-id.toml"), dir.join("job-queue-by-id.toml")).unwrap();
+    let text = std::fs::read_to_string(root.join(JOBS)).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, edit(text)).unwrap();
+    path
+}
+
+#[test]
+fn a_profile_that_does_what_its_design_says_agrees() {
+    let out = run(&["conform", "--profile", JOBS, "--store", "sqlite", "--cases", "300", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let report = json(&out);
+    assert_eq!(report["verdict"], "agrees");
+    assert_eq!(report["variant"], "reference");
+    assert_eq!(report["profile"], JOBS);
+    assert!(report["operations"].as_u64().unwrap() > 1000, "{report}");
+    // The by-id twin agrees with the by-id design it declares.
+    let out = run(&["conform", "--profile", "docs/examples/jobs/jobs-by-id.profile.toml", "--store", "sqlite", "--cases", "300", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(json(&out)["variant"], "job-queue-by-id");
+}
+
+#[test]
+fn sql_that_does_not_do_what_its_design_says_is_caught_with_a_script_that_pastes() {
+    let cases: [(&str, fn(String) -> String, &str); 3] = [
+        // Completion by id alone, declared as the reference design.
+        ("by-id.toml", |t| t.replace(" AND state = 'running' AND locked_by = :owner AND lock_token = :token", ""), "mark_"),
+        // The claim forgets the budget.
+        ("no-budget.toml", |t| t.replace("AND attempt < :max_attempts", ""), "claim"),
+        // The claim takes live leases.
+        ("steals.toml", |t| t.replace("AND (locked_until IS NULL OR locked_until <= :now)", ""), "claim"),
+    ];
+    for (name, edit, at) in cases {
+        let profile = variant_of(name, edit);
+        let out = run(&["conform", "--profile", profile.to_str().unwrap(), "--store", "sqlite", "--cases", "500", "--json"]);
+        assert_eq!(out.status.code(), Some(1), "{name}: {}", String::from_utf8_lossy(&out.stdout));
+        let report = json(&out);
+        let d = &report["divergence"];
+        let ops = d["ops"].as_array().unwrap();
+        assert!(ops.len() <= 12, "{name}: shrunk to {} steps", ops.len());
+        let op = d["op"]["op"].as_str().unwrap();
+        assert!(op.starts_with(at.trim_end_matches('_')) || (at == "mark_" && op == "write"), "{name}: diverged at {op}");
+        // The script is the profile's own statements with the values written in: it runs, as
+        // is, after the schema.
+        let sql: Vec<String> = d["sql"].as_array().unwrap().iter().map(|l| l.as_str().unwrap().to_string()).collect();
+        assert!(sql.iter().all(|l| !l.contains(':') && l.contains("jobs")), "{name}: {sql:?}");
+        let db = rusqlite::Connection::open_in_memory().unwrap();
+        db.execute_batch(&std::fs::read_to_string(profile.with_file_name("schema.sql")).unwrap()).unwrap();
+        for line in &sql {
+            let mut stmt = db.prepare(line).unwrap_or_else(|e| panic!("{name}: {line}: {e}"));
+            let mut rows = stmt.raw_query();
+            while rows.next().unwrap().is_some() {}
+        }
+    }
+}
+
+#[test]
+fn a_bad_profile_is_one_line_and_exit_2() {
+    let cases: [(&str, fn(String) -> String, &[&str]); 8] = [
+        ("clock.toml", |t| t.replace("finished = :now", "finished = CURRENT_TIMESTAMP"), &["statements.mark_published", "CURRENT_TIMESTAMP", ":now"]),
+        ("unixepoch.toml", |t| t.replace("locked_until <= :now)\n", "locked_until <= unixepoch())\n"), &["statements.claim", "unixepoch()"]),
+        ("unknown-key.toml", |t| t.replace("[statuses]", "colour = \"blue\"\n[statuses]"), &["unknown field `colour`"]),
+        ("unknown-param.toml", |t| t.replacen("VALUES (:id,", "VALUES (:job_id,", 1), &["statements.enqueue", ":job_id", ":tenant"]),
+        ("no-status.toml", |t| t.replace("state AS status,", ""), &["statements.rows", "status"]),
+        ("bad-column.toml", |t| t.replace("finished AS published_at", "finished AS done_at"), &["done_at"]),
+        ("no-schema.toml", |t| t.replace("schema = \"schema.sql\"", "schema = \"missing.sql\""), &["schema = \"missing.sql\"", "cannot read"]),
+        ("bad-design.toml", |t| t.replace("design = \"reference\"", "design = \"referense\""), &["design = \"referense\""]),
+    ];
+    for (name, edit, says) in cases {
+        let profile = variant_of(name, edit);
+        let out = run(&["conform", "--profile", profile.to_str().unwrap(), "--store", "sqlite", "--cases", "20"]);
+        assert_eq!(out.status.code(), Some(2), "{name}: {}", String::from_utf8_lossy(&out.stdout));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{name}: {err}");
+        for s in says {
+            assert!(err.contains(s), "{name}: {err} should say {s}");
+        }
+    }
+    let out = run(&["conform", "--profile", JOBS, "--store", "postgres", "--cases", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--store sqlite"));
+}
+
+/// One seed, one run: the same profile and seed give the same cases, operations and divergence.
+#[test]
+fn a_profile_run_is_deterministic() {
+    let profile = variant_of("determinism.toml", |t| t.replace(" AND state = 'running' AND locked_by = :owner AND lock_token = :token", ""));
+    let once = |seed: &str| {
+        let mut v = json(&run(&["conform", "--profile", profile.to_str().unwrap(), "--store", "sqlite", "--cases", "200", "--seed", seed, "--json"]));
+        v["seconds"] = serde_json::Value::Null;
+        v["operations_per_second"] = serde_json::Value::Null;
+        v
+    };
+    let (a, b) = (once("7"), once("7"));
+    assert_eq!(a, b);
+    assert_eq!(a["verdict"], "diverged");
+}
