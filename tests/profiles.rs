@@ -6,6 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod common;
+
 fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().expect("the binary runs")
 }
@@ -100,9 +102,52 @@ fn a_bad_profile_is_one_line_and_exit_2() {
             assert!(err.contains(s), "{name}: {err} should say {s}");
         }
     }
-    let out = run(&["conform", "--profile", JOBS, "--store", "postgres", "--cases", "5"]);
+}
+
+/// The same profile on a real PostgreSQL server, in a scratch schema dropped afterwards: the
+/// example agrees, the by-id statements declared as reference are caught, a statement the
+/// server cannot run is one line and exit 2, and no scratch schema is left behind.
+#[test]
+fn a_profile_runs_on_postgresql_in_a_scratch_schema() {
+    let Some(url) = common::pg_url("the PostgreSQL profile tests") else { return };
+    // Each run's pids, to look for the scratch schemas it marked afterwards.
+    let pids = std::cell::RefCell::new(Vec::new());
+    let pg = |args: &[&str]| {
+        let child = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+            .args(args)
+            .args(["--store", "postgres", "--database-url", &url])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        pids.borrow_mut().push(child.id());
+        child.wait_with_output().unwrap()
+    };
+    let out = pg(&["conform", "--profile", JOBS, "--cases", "60", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json(&out)["verdict"], "agrees");
+    let lie = variant_of("pg-by-id.toml", |t| t.replace(" AND state = 'running' AND locked_by = :owner AND lock_token = :token", ""));
+    let out = pg(&["conform", "--profile", lie.to_str().unwrap(), "--cases", "60", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(json(&out)["verdict"], "diverged");
+    // SQLite's two-argument MAX is not PostgreSQL's: the server's own words, on one line.
+    let out = pg(&["conform", "--profile", "docs/examples/jobs/jobs-by-id.profile.toml", "--cases", "5"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--store sqlite"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("statements.mark_ambiguous") && err.trim_end().lines().count() == 1, "{err}");
+    let leaves = variant_of("pg-public.toml", |t| t.replace("UPDATE jobs SET locked_until = NULL, locked_by = NULL, state = 'completed'", "UPDATE public.jobs SET locked_until = NULL, locked_by = NULL, state = 'completed'"));
+    let out = pg(&["conform", "--profile", leaves.to_str().unwrap(), "--cases", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("scratch schema"));
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    for pid in pids.borrow().iter() {
+        let left: i64 = client
+            .query_one("SELECT count(*) FROM pg_namespace WHERE obj_description(oid, 'pg_namespace') = $1", &[&format!("outbox-check scratch schema (pid {pid})")])
+            .unwrap()
+            .get(0);
+        assert_eq!(left, 0, "the run with pid {pid} left its scratch schema");
+    }
 }
 
 /// One seed, one run: the same profile and seed give the same cases, operations and divergence.

@@ -95,14 +95,21 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
     );
     bar.set_message(format!("conform {} on {:?}", args.design, args.engine).to_lowercase());
     if let Some(profile) = &args.profile {
-        bar.set_message(format!("conform {} on sqlite", profile.origin.display()));
-        if args.engine != Engine::Sqlite {
-            return Err(StoreError::Setup("a SQL profile runs on --store sqlite for now (PostgreSQL profiles are not built yet)".into()));
-        }
-        // The schema and every statement must at least prepare before the sweep starts.
-        profile.sqlite()?;
-        let open = || profile.sqlite();
-        let report = conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1));
+        let report = match args.engine {
+            Engine::Sqlite => {
+                bar.set_message(format!("conform {} on sqlite", profile.origin.display()));
+                // The schema and every statement must at least prepare before the sweep starts.
+                profile.sqlite()?;
+                let open = || profile.sqlite();
+                conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1))
+            }
+            Engine::Postgres => {
+                bar.set_message(format!("conform {} on postgres", profile.origin.display()));
+                let url = url(args)?;
+                let open = profile.postgres(&url, args.disposable)?;
+                conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1))
+            }
+        };
         bar.finish_and_clear();
         return report;
     }

@@ -186,10 +186,49 @@ impl Profile {
     pub fn sqlite(&self) -> Result<Box<dyn Store>, StoreError> {
         let conn = rusqlite::Connection::open_in_memory()?;
         conn.execute_batch(&self.schema_sql).map_err(|e| StoreError::Setup(format!("the profile's schema: {e}")))?;
-        let mut store = ProfileStore { conn, profile: self.clone(), log: Vec::new(), versions: BTreeMap::new(), columns: Vec::new() };
+        Ok(Box::new(ProfileStore::open(Db::Sqlite(conn), self)?))
+    }
+
+    /// Stores on one PostgreSQL scratch schema for a whole sweep: the schema's DDL runs once in
+    /// it, and every case starts from its tables emptied. Nothing outside the scratch schema is
+    /// touched; it is dropped when the sweep ends.
+    pub fn postgres(&self, url: &str, disposable: bool) -> Result<impl Fn() -> Result<Box<dyn Store>, StoreError> + '_, StoreError> {
+        if let Some(outside) = leaves_the_schema(&self.schema_sql) {
+            return Err(StoreError::Setup(format!("schema = {:?}: {outside}", self.file.schema)));
+        }
+        let mut scratch = super::postgres::Scratch::connect(url, disposable).map_err(|e| StoreError::Setup(e.to_string()))?;
+        scratch
+            .client()
+            .batch_execute(&self.schema_sql)
+            .map_err(|e| StoreError::Setup(format!("the profile's schema: {}", super::bind::one_line(&e))))?;
+        let shared = std::rc::Rc::new(std::cell::RefCell::new(scratch));
+        // Checked once, before the first case.
+        ProfileStore::open(Db::Postgres(shared.clone()), self)?;
+        Ok(move || -> Result<Box<dyn Store>, StoreError> {
+            {
+                let mut scratch = shared.borrow_mut();
+                let schema = scratch.schema().to_string();
+                let tables: Vec<String> = scratch
+                    .client()
+                    .query("SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = $1", &[&schema])?
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect();
+                if !tables.is_empty() {
+                    scratch.client().batch_execute(&format!("TRUNCATE {} RESTART IDENTITY CASCADE", tables.join(", ")))?;
+                }
+            }
+            Ok(Box::new(ProfileStore::open(Db::Postgres(shared.clone()), self)?) as Box<dyn Store>)
+        })
+    }
+}
+
+impl ProfileStore {
+    fn open(db: Db, profile: &Profile) -> Result<ProfileStore, StoreError> {
+        let mut store = ProfileStore { db, profile: profile.clone(), log: Vec::new(), versions: BTreeMap::new(), columns: Vec::new() };
         store.columns = store.row_columns()?;
         store.check_statements()?;
-        Ok(Box::new(store))
+        Ok(store)
     }
 }
 
@@ -208,9 +247,16 @@ pub const PARAMETERS: [(&str, &[&str]); 8] = [
 const WRITE_PARAMETERS: &[&str] =
     &["id", "tenant", "owner", "token", "attempts", "now", "code", "retry_at", "backoff_base_ms", "backoff_cap_ms", "max_attempts"];
 
-/// The user's statements on SQLite.
+/// The database a profile's statements run on.
+enum Db {
+    Sqlite(rusqlite::Connection),
+    /// One scratch schema for the whole sweep, emptied between cases.
+    Postgres(std::rc::Rc<std::cell::RefCell<super::postgres::Scratch>>),
+}
+
+/// The user's statements on SQLite or PostgreSQL.
 pub struct ProfileStore {
-    conn: rusqlite::Connection,
+    db: Db,
     profile: Profile,
     log: Vec<String>,
     /// The application's aggregate versions (the business table is the application's, not the
@@ -220,19 +266,151 @@ pub struct ProfileStore {
     columns: Vec<String>,
 }
 
-type Params = Vec<(&'static str, rusqlite::types::Value)>;
-
-fn int(v: impl Into<i64>) -> rusqlite::types::Value {
-    rusqlite::types::Value::Integer(v.into())
+/// A value bound to a parameter or read from a column.
+#[derive(Clone, Debug, PartialEq)]
+enum V {
+    Null,
+    Int(i64),
+    Text(String),
 }
-fn text(v: &str) -> rusqlite::types::Value {
-    rusqlite::types::Value::Text(v.to_string())
+
+type Params = Vec<(&'static str, V)>;
+type Answer = (Vec<BTreeMap<String, V>>, usize);
+
+fn int(v: impl Into<i64>) -> V {
+    V::Int(v.into())
+}
+fn text(v: &str) -> V {
+    V::Text(v.to_string())
+}
+
+/// The named parameters of a statement (`:now`), where they are: outside string literals and
+/// quoted names, and not a PostgreSQL cast (`::bigint`).
+fn named_params(sql: &str) -> Vec<(usize, usize, &str)> {
+    let bytes = sql.as_bytes();
+    let mut found = Vec::new();
+    let (mut i, mut quote) = (0, None::<u8>);
+    while i < bytes.len() {
+        let c = bytes[i];
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if c == b'\'' || c == b'"' => quote = Some(c),
+            None if c == b'-' && bytes.get(i + 1) == Some(&b'-') => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            None if c == b':' && bytes.get(i + 1) == Some(&b':') => i += 1,
+            None if c == b':' && bytes.get(i + 1).is_some_and(|n| n.is_ascii_alphabetic() || *n == b'_') => {
+                let start = i;
+                i += 1;
+                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                    i += 1;
+                }
+                found.push((start, i, &sql[start + 1..i]));
+                continue;
+            }
+            None => {}
+        }
+        i += 1;
+    }
+    found
+}
+
+/// The statement with `values` written in for its parameters: the log a person pastes.
+fn written_in(sql: &str, values: &Params) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut at = 0;
+    for (start, end, name) in named_params(sql) {
+        out.push_str(&sql[at..start]);
+        match values.iter().find(|(n, _)| *n == name) {
+            Some((_, v)) => out.push_str(&render(v)),
+            None => out.push_str(&sql[start..end]),
+        }
+        at = end;
+    }
+    out.push_str(&sql[at..]);
+    format!("{};", out.trim().trim_end_matches(';'))
+}
+
+/// The statement in PostgreSQL's positional form (`$1`), and the name of each position.
+fn positional(sql: &str) -> (String, Vec<String>) {
+    let mut out = String::with_capacity(sql.len());
+    let mut names: Vec<String> = Vec::new();
+    let mut at = 0;
+    for (start, end, name) in named_params(sql) {
+        out.push_str(&sql[at..start]);
+        let n = match names.iter().position(|x| x == name) {
+            Some(i) => i + 1,
+            None => {
+                names.push(name.to_string());
+                names.len()
+            }
+        };
+        out.push_str(&format!("${n}"));
+        at = end;
+    }
+    out.push_str(&sql[at..]);
+    (out, names)
+}
+
+fn pg_value(key: &str, name: &str, ty: &postgres::types::Type, v: &V) -> Result<Box<dyn postgres::types::ToSql + Sync>, StoreError> {
+    use postgres::types::Type;
+    let bad = || StoreError::Setup(format!("statements.{key}: parameter :{name} is typed {ty} by the server; cast it (:{name}::bigint or :{name}::text)"));
+    Ok(match (ty, v) {
+        (&Type::INT2, V::Int(i)) => Box::new(*i as i16),
+        (&Type::INT4, V::Int(i)) => Box::new(*i as i32),
+        (&Type::INT8, V::Int(i)) => Box::new(*i),
+        (&Type::FLOAT8, V::Int(i)) => Box::new(*i as f64),
+        (&Type::TEXT | &Type::VARCHAR | &Type::BPCHAR | &Type::NAME, V::Int(i)) => Box::new(i.to_string()),
+        (&Type::TEXT | &Type::VARCHAR | &Type::BPCHAR | &Type::NAME, V::Text(t)) => Box::new(t.clone()),
+        (&Type::INT2, V::Null) => Box::new(None::<i16>),
+        (&Type::INT4, V::Null) => Box::new(None::<i32>),
+        (&Type::INT8, V::Null) => Box::new(None::<i64>),
+        (_, V::Null) => Box::new(None::<String>),
+        _ => return Err(bad()),
+    })
+}
+
+fn pg_cell(key: &str, row: &postgres::Row, i: usize) -> Result<V, StoreError> {
+    use postgres::types::Type;
+    let column = &row.columns()[i];
+    let get_err = |e: postgres::Error| StoreError::Postgres(e.to_string());
+    Ok(match *column.type_() {
+        Type::INT2 => row.try_get::<_, Option<i16>>(i).map_err(get_err)?.map_or(V::Null, |v| V::Int(v.into())),
+        Type::INT4 => row.try_get::<_, Option<i32>>(i).map_err(get_err)?.map_or(V::Null, |v| V::Int(v.into())),
+        Type::INT8 => row.try_get::<_, Option<i64>>(i).map_err(get_err)?.map_or(V::Null, V::Int),
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => row.try_get::<_, Option<String>>(i).map_err(get_err)?.map_or(V::Null, V::Text),
+        ref other => {
+            return Err(StoreError::Setup(format!(
+                "statements.{key}: column {} is {other}; return integers (ms for times) and text (cast it: ::bigint, ::text)",
+                column.name()
+            )))
+        }
+    })
 }
 
 impl ProfileStore {
-    fn row_columns(&self) -> Result<Vec<String>, StoreError> {
-        let stmt = self.conn.prepare(&self.profile.file.statements.rows).map_err(|e| StoreError::Setup(format!("statements.rows: {e}")))?;
-        let names: Vec<String> = stmt.column_names().into_iter().map(String::from).collect();
+    /// The column names a statement returns.
+    fn columns_of(&mut self, key: &str, sql: &str) -> Result<Vec<String>, StoreError> {
+        let setup = |e: String| StoreError::Setup(format!("statements.{key}: {e}"));
+        match &mut self.db {
+            Db::Sqlite(conn) => {
+                let stmt = conn.prepare(sql).map_err(|e| setup(e.to_string()))?;
+                Ok(stmt.column_names().into_iter().map(String::from).collect())
+            }
+            Db::Postgres(scratch) => {
+                let (pg, _) = positional(sql);
+                let stmt = scratch.borrow_mut().client().prepare(&pg).map_err(|e| setup(super::bind::one_line(&e)))?;
+                Ok(stmt.columns().iter().map(|c| c.name().to_string()).collect())
+            }
+        }
+    }
+
+    fn row_columns(&mut self) -> Result<Vec<String>, StoreError> {
+        let sql = self.profile.file.statements.rows.clone();
+        let names = self.columns_of("rows", &sql)?;
         for required in ["message_id", "status"] {
             if !names.iter().any(|n| n == required) {
                 return Err(StoreError::Setup(format!("statements.rows gives no {required} column (it gives {})", names.join(", "))));
@@ -246,9 +424,9 @@ impl ProfileStore {
 
     /// Every statement prepares on the schema and names only parameters it gets: found before
     /// the first case, as a problem of the profile (exit 2), not as a divergence.
-    fn check_statements(&self) -> Result<(), StoreError> {
-        let s = &self.profile.file.statements;
-        let all: [(&str, Option<&String>); 8] = [
+    fn check_statements(&mut self) -> Result<(), StoreError> {
+        let s = self.profile.file.statements.clone();
+        let all: [(&str, Option<&String>); 9] = [
             ("enqueue", Some(&s.enqueue)),
             ("claim", Some(&s.claim)),
             ("mark_published", Some(&s.mark_published)),
@@ -257,24 +435,25 @@ impl ProfileStore {
             ("mark_failed", s.mark_failed.as_ref()),
             ("mark_exhausted", s.mark_exhausted.as_ref()),
             ("reap", s.reap.as_ref()),
+            ("rows", Some(&s.rows)),
         ];
-        for (key, sql) in all.into_iter().chain([("rows", Some(&s.rows))]) {
+        for (key, sql) in all {
             let Some(sql) = sql else { continue };
             if let Some(reads) = reads_the_clock(sql) {
                 return Err(StoreError::Setup(format!(
                     "statements.{key} reads {reads}: a run must be deterministic, so time comes in as :now (docs/sql-profile.md, \"Time\")"
                 )));
             }
-            let stmt = self.conn.prepare(sql).map_err(|e| StoreError::Setup(format!("statements.{key}: {e}")))?;
+            if let Some(outside) = leaves_the_schema(sql) {
+                return Err(StoreError::Setup(format!("statements.{key}: {outside}")));
+            }
+            self.columns_of(key, sql)?;
             let allowed = PARAMETERS.iter().find(|(k, _)| *k == key).map_or(&[][..], |(_, p)| p);
-            for i in 1..=stmt.parameter_count() {
-                let name = stmt.parameter_name(i).unwrap_or("?");
-                if !allowed.iter().any(|p| format!(":{p}") == name) {
+            for (_, _, name) in named_params(sql) {
+                if !allowed.contains(&name) {
                     let known: Vec<String> = allowed.iter().map(|p| format!(":{p}")).collect();
-                    return Err(StoreError::Setup(format!(
-                        "statements.{key}: parameter {name} is not one this statement gets (it gets {})",
-                        known.join(", ")
-                    )));
+                    let gets = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+                    return Err(StoreError::Setup(format!("statements.{key}: parameter :{name} is not one this statement gets (it gets {gets})")));
                 }
             }
         }
@@ -283,32 +462,81 @@ impl ProfileStore {
 
     /// Runs `sql` with those of `params` it names; returns the rows it gave back and the number
     /// of rows it changed. Logged with the values written in.
-    fn run(&mut self, key: &str, sql: &str, params: &Params) -> Result<(Vec<BTreeMap<String, rusqlite::types::Value>>, usize), StoreError> {
-        let mut stmt = self.conn.prepare(sql).map_err(|e| StoreError::Setup(format!("statements.{key}: {e}")))?;
-        let mut shown = sql.to_string();
-        for i in 1..=stmt.parameter_count() {
-            let name = stmt.parameter_name(i).unwrap_or("?").to_string();
-            let Some((_, value)) = params.iter().find(|(n, _)| format!(":{n}") == name) else {
-                let known: Vec<String> = params.iter().map(|(n, _)| format!(":{n}")).collect();
-                return Err(StoreError::Setup(format!("statements.{key}: parameter {name} is not one this statement gets (it gets {})", known.join(", "))));
-            };
-            stmt.raw_bind_parameter(i, value)?;
-            shown = shown.replace(&name, &render(value));
-        }
-        let names: Vec<String> = stmt.column_names().into_iter().map(String::from).collect();
-        let mut out = Vec::new();
-        let mut rows = stmt.raw_query();
-        while let Some(row) = rows.next()? {
-            let mut values = BTreeMap::new();
-            for (i, n) in names.iter().enumerate() {
-                values.insert(n.clone(), row.get::<_, rusqlite::types::Value>(i)?);
+    fn run(&mut self, key: &str, sql: &str, params: &Params) -> Result<Answer, StoreError> {
+        let value_of = |name: &str| {
+            params.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone()).ok_or_else(|| {
+                StoreError::Setup(format!("statements.{key}: parameter :{name} is not one this statement gets"))
+            })
+        };
+        let answer = match &mut self.db {
+            Db::Sqlite(conn) => {
+                let mut stmt = conn.prepare(sql).map_err(|e| StoreError::Setup(format!("statements.{key}: {e}")))?;
+                for i in 1..=stmt.parameter_count() {
+                    let name = stmt.parameter_name(i).unwrap_or("?").trim_start_matches([':', '@', '$']).to_string();
+                    let value = match value_of(&name)? {
+                        V::Null => rusqlite::types::Value::Null,
+                        V::Int(i) => rusqlite::types::Value::Integer(i),
+                        V::Text(t) => rusqlite::types::Value::Text(t),
+                    };
+                    stmt.raw_bind_parameter(i, value)?;
+                }
+                let names: Vec<String> = stmt.column_names().into_iter().map(String::from).collect();
+                let mut out = Vec::new();
+                let mut rows = stmt.raw_query();
+                while let Some(row) = rows.next()? {
+                    let mut values = BTreeMap::new();
+                    for (i, n) in names.iter().enumerate() {
+                        let v = match row.get::<_, rusqlite::types::Value>(i)? {
+                            rusqlite::types::Value::Null => V::Null,
+                            rusqlite::types::Value::Integer(i) => V::Int(i),
+                            rusqlite::types::Value::Text(t) => V::Text(t),
+                            other => return Err(StoreError::Corrupt(format!("{key}: column {n} holds {other:?}"))),
+                        };
+                        values.insert(n.clone(), v);
+                    }
+                    out.push(values);
+                }
+                drop(rows);
+                drop(stmt);
+                (out, conn.changes() as usize)
             }
-            out.push(values);
-        }
-        drop(rows);
-        let changed = self.conn.changes() as usize;
-        self.log.push(format!("{};", shown.trim().trim_end_matches(';')));
-        Ok((out, changed))
+            Db::Postgres(scratch) => {
+                let (pg, names) = positional(sql);
+                let mut scratch = scratch.borrow_mut();
+                let client = scratch.client();
+                let stmt = client.prepare(&pg).map_err(|e| StoreError::Setup(format!("statements.{key}: {}", super::bind::one_line(&e))))?;
+                let mut values = Vec::with_capacity(names.len());
+                for (name, ty) in names.iter().zip(stmt.params()) {
+                    values.push(pg_value(key, name, ty, &value_of(name)?)?);
+                }
+                let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = values.iter().map(|b| b.as_ref()).collect();
+                if stmt.columns().is_empty() {
+                    (Vec::new(), client.execute(&stmt, &refs)? as usize)
+                } else {
+                    let rows = client.query(&stmt, &refs)?;
+                    let mut out = Vec::with_capacity(rows.len());
+                    for row in &rows {
+                        let mut cells = BTreeMap::new();
+                        for i in 0..row.len() {
+                            cells.insert(row.columns()[i].name().to_string(), pg_cell(key, row, i)?);
+                        }
+                        out.push(cells);
+                    }
+                    let n = out.len();
+                    (out, n)
+                }
+            }
+        };
+        self.log.push(written_in(sql, params));
+        Ok(answer)
+    }
+
+    /// [`ProfileStore::run`] of a statement without parameters, not logged (reading the table
+    /// back is the harness's, not part of the script).
+    fn run_quietly(&mut self, key: &str, sql: &str) -> Result<Answer, StoreError> {
+        let answer = self.run(key, sql, &Vec::new());
+        self.log.pop();
+        answer
     }
 
     fn write_sql(&self, kind: &WriteKind) -> Option<(&'static str, String)> {
@@ -353,22 +581,41 @@ pub fn reads_the_clock(sql: &str) -> Option<&'static str> {
     .map(|(_, what)| what)
 }
 
-fn render(value: &rusqlite::types::Value) -> String {
+fn render(value: &V) -> String {
     match value {
-        rusqlite::types::Value::Null => "NULL".into(),
-        rusqlite::types::Value::Integer(i) => i.to_string(),
-        rusqlite::types::Value::Real(r) => r.to_string(),
-        rusqlite::types::Value::Text(t) => format!("'{}'", t.replace('\'', "''")),
-        rusqlite::types::Value::Blob(_) => "X''".into(),
+        V::Null => "NULL".into(),
+        V::Int(i) => i.to_string(),
+        V::Text(t) => format!("'{}'", t.replace('\'', "''")),
     }
 }
 
-fn as_int(key: &str, column: &str, v: Option<&rusqlite::types::Value>) -> Result<Option<i64>, StoreError> {
+fn as_int(key: &str, column: &str, v: Option<&V>) -> Result<Option<i64>, StoreError> {
     match v {
-        None | Some(rusqlite::types::Value::Null) => Ok(None),
-        Some(rusqlite::types::Value::Integer(i)) => Ok(Some(*i)),
-        Some(other) => Err(StoreError::Corrupt(format!("{key}: column {column} holds {}, not an integer", render(other)))),
+        None | Some(V::Null) => Ok(None),
+        Some(V::Int(i)) => Ok(Some(*i)),
+        Some(V::Text(t)) => t
+            .parse()
+            .map(Some)
+            .map_err(|_| StoreError::Corrupt(format!("{key}: column {column} holds '{t}', not an integer"))),
     }
+}
+
+/// Whether a statement reaches outside the scratch schema it runs in: a search path of its own,
+/// a schema made or dropped, a name qualified by `public.`.
+pub fn leaves_the_schema(sql: &str) -> Option<String> {
+    let lower = sql.to_ascii_lowercase();
+    for (what, why) in [
+        ("search_path", "sets the search path: a profile runs only in outbox-check's scratch schema, with unqualified names"),
+        ("create schema", "creates a schema: a profile runs only in outbox-check's scratch schema"),
+        ("drop schema", "drops a schema: a profile runs only in outbox-check's scratch schema"),
+        ("alter schema", "alters a schema: a profile runs only in outbox-check's scratch schema"),
+        ("public.", "names public.…: a profile runs only in outbox-check's scratch schema, with unqualified names"),
+    ] {
+        if lower.contains(what) {
+            return Some(why.to_string());
+        }
+    }
+    None
 }
 
 impl Store for ProfileStore {
@@ -484,26 +731,20 @@ impl Store for ProfileStore {
 
     fn rows(&mut self) -> Result<Vec<Row>, StoreError> {
         let sql = self.profile.file.statements.rows.clone();
-        let mut stmt = self.conn.prepare(&sql).map_err(|e| StoreError::Setup(format!("statements.rows: {e}")))?;
-        let names: Vec<String> = stmt.column_names().into_iter().map(String::from).collect();
+        let (rows, _) = self.run_quietly("rows", &sql)?;
         let statuses = self.profile.file.statuses.clone();
         let mut out = Vec::new();
-        let mut rows = stmt.raw_query();
-        while let Some(r) = rows.next()? {
-            let mut values = BTreeMap::new();
-            for (i, n) in names.iter().enumerate() {
-                values.insert(n.as_str(), r.get::<_, rusqlite::types::Value>(i)?);
-            }
+        for values in rows {
             let get = |c: &str| as_int("rows", c, values.get(c));
             let at = |c: &str| get(c).map(|v| v.map(|v| Instant(v as u64)));
             let status = match values.get("status") {
-                Some(rusqlite::types::Value::Text(t)) => {
+                Some(V::Text(t)) => {
                     statuses.parse(t).ok_or_else(|| StoreError::Corrupt(format!("rows: status {t:?} is none of the profile's statuses")))?
                 }
                 other => return Err(StoreError::Corrupt(format!("rows: status {}", other.map_or("missing".into(), render)))),
             };
             let code = match values.get("last_failure_code") {
-                Some(rusqlite::types::Value::Text(t)) if !t.is_empty() => {
+                Some(V::Text(t)) if !t.is_empty() => {
                     Some(FailureCode::parse(t).ok_or_else(|| StoreError::Corrupt(format!("rows: last_failure_code {t:?}")))?)
                 }
                 _ => None,
