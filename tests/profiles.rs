@@ -40,6 +40,11 @@ fn a_profile_that_does_what_its_design_says_agrees() {
     assert_eq!(report["variant"], "reference");
     assert_eq!(report["profile"], JOBS);
     assert!(report["operations"].as_u64().unwrap() > 1000, "{report}");
+    // Every schedule that matters replays on it as on the reference core.
+    let schedules = report["schedules"].as_array().unwrap();
+    assert!(schedules.len() >= 20, "{} schedules", schedules.len());
+    assert!(schedules.iter().all(|s| s["divergence"].is_null() && s["operations"].as_u64().unwrap() > 0), "{schedules:?}");
+    assert!(schedules.iter().any(|s| s["property"] == "S1") && schedules.iter().any(|s| s["property"] == "R-S6"));
     // The by-id twin agrees with the by-id design it declares.
     let out = run(&["conform", "--profile", "docs/examples/jobs/jobs-by-id.profile.toml", "--store", "sqlite", "--cases", "300", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
@@ -56,6 +61,13 @@ fn sql_that_does_not_do_what_its_design_says_is_caught_with_a_script_that_pastes
         // The claim takes live leases.
         ("steals.toml", |t| t.replace("AND (locked_until IS NULL OR locked_until <= :now)", ""), "claim"),
     ];
+    // The schedules name what the by-id statements let through, with the interleaving.
+    let by_id = variant_of("by-id-schedules.toml", |t| t.replace(" AND state = 'running' AND locked_by = :owner AND lock_token = :token", ""));
+    let report = json(&run(&["conform", "--profile", by_id.to_str().unwrap(), "--store", "sqlite", "--cases", "20", "--json"]));
+    let s1 = report["schedules"].as_array().unwrap().iter().find(|s| s["property"] == "S1" && !s["divergence"].is_null()).expect("an S1 schedule diverges");
+    let d = &s1["divergence"];
+    assert!(d["finding"].as_str().unwrap().starts_with("your statements let this stale mark_"), "{d}");
+    assert!(d["interleaving"].as_array().unwrap().len() >= 3 && d["step"].as_u64().unwrap() >= 3, "{d}");
     for (name, edit, at) in cases {
         let profile = variant_of(name, edit);
         let out = run(&["conform", "--profile", profile.to_str().unwrap(), "--store", "sqlite", "--cases", "500", "--json"]);

@@ -36,7 +36,7 @@ pub fn run(args: &ConformArgs) -> ExitCode {
     match sweep(args) {
         Ok(report) => {
             print(args, &report);
-            if report.divergence.is_some() {
+            if report.diverged() {
                 ExitCode::from(1)
             } else {
                 ExitCode::SUCCESS
@@ -95,23 +95,35 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
     );
     bar.set_message(format!("conform {} on {:?}", args.design, args.engine).to_lowercase());
     if let Some(profile) = &args.profile {
+        // (b) the schedules that matter, from the model checker, before the random sequences
+        // take the progress bar.
+        let spinner = if args.quiet || args.json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new_spinner() };
+        let schedules = crate::store::conform::schedules(args.against, &|name| spinner.set_message(format!("finding the schedules that matter: model checking {name}")));
+        spinner.finish_and_clear();
+        let replay_all = |open: &dyn Fn() -> Result<Box<dyn Store>, StoreError>| -> Result<Vec<_>, StoreError> {
+            schedules.iter().map(|s| Ok(crate::store::conform::replay_schedule(s, args.against.policy(), open()?.as_mut()))).collect()
+        };
         let report = match args.engine {
             Engine::Sqlite => {
                 bar.set_message(format!("conform {} on sqlite", profile.origin.display()));
                 // The schema and every statement must at least prepare before the sweep starts.
                 profile.sqlite()?;
                 let open = || profile.sqlite();
-                conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1))
+                let mut report = conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1))?;
+                report.schedules = replay_all(&open)?;
+                report
             }
             Engine::Postgres => {
                 bar.set_message(format!("conform {} on postgres", profile.origin.display()));
                 let url = url(args)?;
                 let open = profile.postgres(&url, args.disposable)?;
-                conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1))
+                let mut report = conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1))?;
+                report.schedules = replay_all(&open)?;
+                report
             }
         };
         bar.finish_and_clear();
-        return report;
+        return Ok(report);
     }
     let report = match args.engine {
         Engine::Sqlite => {
@@ -144,8 +156,9 @@ fn print(args: &ConformArgs, report: &Report) {
             "operations": report.operations,
             "seconds": report.seconds,
             "operations_per_second": report.operations as f64 / report.seconds.max(1e-9),
-            "verdict": if report.divergence.is_some() { "diverged" } else { "agrees" },
+            "verdict": if report.diverged() { "diverged" } else { "agrees" },
             "divergence": report.divergence,
+            "schedules": report.schedules,
         });
         println!("{}", serde_json::to_string_pretty(&value).expect("JSON of plain values"));
         return;
@@ -168,6 +181,29 @@ fn print(args: &ConformArgs, report: &Report) {
             println!("  DIVERGED (shrunk to {}):", crate::report::count(d.ops.len() as u64, "step"));
             for line in d.to_string().lines() {
                 println!("  {line}");
+            }
+        }
+    }
+    if args.profile.is_some() {
+        let diverged: Vec<_> = report.schedules.iter().filter(|s| s.divergence.is_some()).collect();
+        println!(
+            "schedules that matter (the model checker's shortest counterexamples and {}'s reachability examples), replayed on your statements: {} of {} agree",
+            args.against,
+            report.schedules.len() - diverged.len(),
+            report.schedules.len()
+        );
+        for s in diverged {
+            let d = s.divergence.as_ref().expect("diverged");
+            println!("  ✗ {}", s.source);
+            println!("    {} (step {}): model: {}; your SQL: {}", d.finding, d.step, d.expected, d.got);
+            for (i, step) in d.interleaving.iter().enumerate() {
+                println!("    {:>2}. {step}", i + 1);
+            }
+            println!("    statements run (paste after the schema):");
+            for line in &d.sql {
+                for l in line.lines() {
+                    println!("      {l}");
+                }
             }
         }
     }

@@ -308,6 +308,15 @@ pub struct Report {
     pub seconds: f64,
     /// The minimal sequence proptest shrank a divergence to.
     pub divergence: Option<Divergence>,
+    /// The schedules that matter, replayed (SQL profiles only).
+    pub schedules: Vec<ScheduleResult>,
+}
+
+impl Report {
+    /// Something diverged: the random sequences or a schedule.
+    pub fn diverged(&self) -> bool {
+        self.divergence.is_some() || self.schedules.iter().any(|s| s.divergence.is_some())
+    }
 }
 
 /// Runs `cases` random sequences: each on a fresh model with `model_policy` and a fresh store
@@ -366,7 +375,7 @@ pub fn conform(
         }
         Err(TestError::Abort(reason)) => return Err(StoreError::Setup(format!("proptest aborted: {reason}"))),
     };
-    Ok(Report { cases, operations: operations.get(), seconds: started.elapsed().as_secs_f64(), divergence })
+    Ok(Report { cases, operations: operations.get(), seconds: started.elapsed().as_secs_f64(), divergence, schedules: Vec::new() })
 }
 
 fn seed_bytes(seed: u64) -> [u8; 32] {
@@ -375,4 +384,207 @@ fn seed_bytes(seed: u64) -> [u8; 32] {
         chunk.copy_from_slice(&crate::core::random_token(seed.wrapping_add(i as u64)).to_le_bytes());
     }
     bytes
+}
+
+/// A schedule that matters: the database operations of one path the model checker found — a
+/// design's shortest counterexample or a reachability example — to replay on a store.
+#[derive(Clone, Debug, Serialize)]
+pub struct Schedule {
+    /// Where the path comes from, in words ("S1: the shortest counterexample of write-id-only").
+    pub source: String,
+    /// The property the path is about.
+    pub property: String,
+    /// The world's events along the path (the application's first enqueues included).
+    #[serde(skip)]
+    pub events: Vec<crate::world::Event>,
+}
+
+/// How one schedule went on a store.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScheduleResult {
+    pub source: String,
+    pub property: String,
+    /// Database operations replayed.
+    pub operations: usize,
+    /// `None`: every answer and the table agreed with the model after every operation.
+    pub divergence: Option<ScheduleDivergence>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ScheduleDivergence {
+    /// 1-based, among the path's events.
+    pub step: usize,
+    /// What went wrong, in a sentence ("your statements let this stale write apply").
+    pub finding: String,
+    pub expected: String,
+    pub got: String,
+    /// The path up to and including the diverging step, in words.
+    pub interleaving: Vec<String>,
+    /// The statements the store ran, values written in.
+    pub sql: Vec<String>,
+}
+
+/// Replays a schedule's database operations on `store` and on the core of `model_policy`,
+/// comparing every answer and the whole table after each. Statements whose connection was lost
+/// before they ran are not sent; writes the store has no statement for, and requeues, end
+/// the replay there (what follows would depend on them).
+pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dyn Store) -> ScheduleResult {
+    use crate::world::{DbFate, Event};
+    let mut model = MemoryStore::new(model_policy);
+    let mut interleaving = Vec::new();
+    let mut operations = 0;
+    // A relay presents the lease its claim gave it: the lease the model's claim issued in place
+    // of the one the path's own design issued (their tokens and counts may differ).
+    let mut issued: Vec<(Lease, Lease)> = Vec::new();
+    let result = |operations, divergence| ScheduleResult { source: schedule.source.clone(), property: schedule.property.clone(), operations, divergence };
+    for (i, event) in schedule.events.iter().enumerate() {
+        interleaving.push(crate::model::describe(event));
+        let diverged = |finding: String, expected: String, got: String, interleaving: &Vec<String>, store: &dyn Store| ScheduleDivergence {
+            step: i + 1,
+            finding,
+            expected,
+            got,
+            interleaving: interleaving.clone(),
+            sql: store.log().to_vec(),
+        };
+        match event {
+            Event::Enqueued { request, .. } => {
+                let (a, b) = (model.enqueue(request), store.enqueue(request));
+                if !same(&a, &b) {
+                    let d = diverged("your statements answer the enqueue differently".into(), show(&a), show(&b), &interleaving, store);
+                    return result(operations, Some(d));
+                }
+            }
+            Event::Claimed { request, db, leases, .. } if *db != DbFate::LostBefore => {
+                let (a, b) = (model.claim(request), store.claim(request));
+                if !same(&a, &b) {
+                    let d = diverged("your claim takes other rows, or other leases, than the design's".into(), show(&a), show(&b), &interleaving, store);
+                    return result(operations, Some(d));
+                }
+                for (theirs, ours) in leases.iter().zip(a.iter().flatten()) {
+                    issued.push((*theirs, *ours));
+                }
+            }
+            Event::Wrote { request, result: Some(_), db, .. } if *db != DbFate::LostBefore => {
+                if !store.can_write(&request.kind) {
+                    return result(operations, None);
+                }
+                let mut request = *request;
+                if let Some((_, ours)) = issued.iter().rev().find(|(theirs, _)| *theirs == request.lease) {
+                    request.lease = Lease { tenant_id: request.lease.tenant_id, ..*ours };
+                }
+                let (a, b) = (model.write(&request), store.write(&request));
+                let agree = match (&a, &b) {
+                    (Ok(x), Ok(y)) => same_write(x, y),
+                    _ => same(&a, &b),
+                };
+                if !agree {
+                    let finding = match (&a, &b) {
+                        (Ok(WriteResult::Stale { .. }), Ok(WriteResult::Applied { .. })) => {
+                            format!("your statements let this stale {} apply", request.kind.name())
+                        }
+                        (Ok(WriteResult::Applied { .. }), Ok(WriteResult::Stale { .. })) => {
+                            format!("your statements refuse this {}, which the design applies", request.kind.name())
+                        }
+                        _ => format!("your {} leaves another result than the design's", request.kind.name()),
+                    };
+                    let d = diverged(finding, show(&a), show(&b), &interleaving, store);
+                    return result(operations, Some(d));
+                }
+            }
+            Event::Reaped { now, .. } => {
+                if !store.can_reap() {
+                    return result(operations, None);
+                }
+                let max = model_policy_max(schedule);
+                let (a, b) = (model.reap(*now, max), store.reap(*now, max));
+                if !same(&a, &b) {
+                    let d = diverged("your maintenance job moves other rows than the design's".into(), show(&a), show(&b), &interleaving, store);
+                    return result(operations, Some(d));
+                }
+            }
+            Event::Requeued { .. } => return result(operations, None),
+            _ => continue,
+        }
+        operations += 1;
+        let (a, b) = (model.rows().map(|rows| rows.into_iter().map(|r| store.view(r)).collect::<Vec<_>>()), store.rows());
+        if !same(&a, &b) {
+            let (x, y) = match (a, b) {
+                (Ok(a), Ok(b)) => first_difference(&a, &b),
+                (a, b) => (show_rows(&a), show_rows(&b)),
+            };
+            let d = diverged("your statements leave the table otherwise than the design".into(), format!("table: {x}"), format!("table: {y}"), &interleaving, store);
+            return result(operations, Some(d));
+        }
+    }
+    result(operations, None)
+}
+
+fn show_rows(r: &Result<Vec<Row>, StoreError>) -> String {
+    match r {
+        Ok(rows) => format!("{} rows", rows.len()),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+/// The budget the schedule's world ran with (every claim carries it).
+fn model_policy_max(schedule: &Schedule) -> u32 {
+    schedule
+        .events
+        .iter()
+        .find_map(|e| match e {
+            crate::world::Event::Claimed { request, .. } => Some(request.max_attempts),
+            crate::world::Event::Wrote { request, .. } => Some(request.max_attempts),
+            _ => None,
+        })
+        .unwrap_or(3)
+}
+
+/// The schedules that matter for a design: the shortest counterexample of every safety property
+/// that some built-in design or mutant breaks (each the interleaving that breaks it there), and
+/// the design's own reachability examples (a takeover, a stale write refused, the budget spent,
+/// an ambiguous message later published …). Found by the model checker, safety only.
+pub fn schedules(declared: crate::core::Design, progress: &dyn Fn(&str)) -> Vec<Schedule> {
+    use crate::check::{check, CheckOptions, Kind, Verdict};
+    use crate::core::{Design, Mutant, Variant};
+    use crate::world::{Faults, WorldConfig};
+    let options = CheckOptions { threads: 2, liveness: false, ..CheckOptions::default() };
+    let mut worlds: Vec<(String, WorldConfig)> = Vec::new();
+    for v in Variant::ALL {
+        worlds.push((v.name().to_string(), WorldConfig::fleet(&[Design::Variant(v); 2], 1, 1, 3, Faults::all())));
+    }
+    // Each mutant in the variants' world (two relays, one message, every fault): a few seconds
+    // for all, where the mutant catalogue's larger world takes minutes.
+    for m in Mutant::ALL {
+        worlds.push((m.name().to_string(), WorldConfig::fleet(&[Design::Mutant(m); 2], 1, 1, 3, Faults::all())));
+    }
+    let own = WorldConfig::fleet(&[declared; 2], 1, 1, 3, Faults::all());
+    let mut out: Vec<Schedule> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut add = |source: String, property: String, config: &WorldConfig, steps: &[crate::model::ReplayStep]| {
+        let (_, mut events) = crate::world::World::new_with_events(config);
+        events.extend(steps.iter().flat_map(|s| s.events.iter().cloned()));
+        // One schedule per sequence of database operations.
+        let key = format!("{events:?}");
+        if seen.insert(key) {
+            out.push(Schedule { source, property, events });
+        }
+    };
+    for (name, config) in &worlds {
+        progress(name);
+        let report = check(config, &options, &|_, _| {});
+        for p in report.properties.iter().filter(|p| p.kind == Kind::Safety && p.status == Verdict::Violated) {
+            if let Some(steps) = &p.counterexample {
+                add(format!("{} {}: the shortest counterexample of {name}", p.id, p.name), p.id.clone(), config, steps);
+            }
+        }
+    }
+    progress(declared.name());
+    let report = check(&own, &options, &|_, _| {});
+    for p in report.properties.iter().filter(|p| p.kind == Kind::Reachability && p.status == Verdict::Reached) {
+        if let Some(steps) = &p.counterexample {
+            add(format!("{} {}: reached by {}", p.id, p.name, declared.name()), p.id.clone(), &own, steps);
+        }
+    }
+    out
 }
