@@ -136,9 +136,28 @@ fn a_profile_runs_on_postgresql_in_a_scratch_schema() {
         pids.borrow_mut().push(child.id());
         child.wait_with_output().unwrap()
     };
-    let out = pg(&["conform", "--profile", JOBS, "--cases", "60", "--json"]);
+    // The PostgreSQL form of the example (its claim locks and skips): random sequences,
+    // schedules and four relays with a flaky broker and killed backends all agree.
+    let out = pg(&["conform", "--profile", "docs/examples/jobs/jobs.pg.profile.toml", "--cases", "60", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert_eq!(json(&out)["verdict"], "agrees");
+    let report = json(&out);
+    assert_eq!(report["verdict"], "agrees");
+    let c = &report["concurrent"];
+    assert!(c["oracle"].is_null() && c["not_terminal"] == serde_json::json!([]), "{c}");
+    assert!(c["kills"].as_u64().unwrap() > 0 && c["events"].as_u64().unwrap() > 800, "{c}");
+    // The SQLite form's claim has no FOR UPDATE SKIP LOCKED: on PostgreSQL two relays' claims
+    // take the same rows (the second UPDATE waits for the first and then overwrites its lease),
+    // and the oracle names it on the recorded history.
+    let caught = (1..=3).any(|seed| {
+        let out = pg(&["conform", "--profile", JOBS, "--cases", "5", "--seed", &seed.to_string(), "--json"]);
+        let report = json(&out);
+        let c = &report["concurrent"];
+        if let Some(history) = c["history"].as_str() {
+            let _ = std::fs::remove_file(history);
+        }
+        out.status.code() == Some(1) && c["oracle"].as_str().is_some_and(|o| o.contains("S6 one live lease"))
+    });
+    assert!(caught, "the claim without SKIP LOCKED was not caught in three runs");
     let lie = variant_of("pg-by-id.toml", |t| t.replace(" AND state = 'running' AND locked_by = :owner AND lock_token = :token", ""));
     let out = pg(&["conform", "--profile", lie.to_str().unwrap(), "--cases", "60", "--json"]);
     assert_eq!(out.status.code(), Some(1));

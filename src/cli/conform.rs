@@ -119,6 +119,14 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
                 let open = profile.postgres(&url, args.disposable)?;
                 let mut report = conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1))?;
                 report.schedules = replay_all(&open)?;
+                drop(open);
+                // (c) concurrent relays over the statements, with faults; the history to the oracle.
+                bar.finish_and_clear();
+                let spinner = if args.quiet || args.json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new_spinner() };
+                spinner.set_message("4 relays over your statements on PostgreSQL, with a flaky broker and killed backends");
+                spinner.enable_steady_tick(std::time::Duration::from_millis(120));
+                report.concurrent = Some(profile.concurrent(&url, args.disposable, 4, 200, args.seed)?);
+                spinner.finish_and_clear();
                 report
             }
         };
@@ -159,6 +167,7 @@ fn print(args: &ConformArgs, report: &Report) {
             "verdict": if report.diverged() { "diverged" } else { "agrees" },
             "divergence": report.divergence,
             "schedules": report.schedules,
+            "concurrent": report.concurrent,
         });
         println!("{}", serde_json::to_string_pretty(&value).expect("JSON of plain values"));
         return;
@@ -182,6 +191,30 @@ fn print(args: &ConformArgs, report: &Report) {
             for line in d.to_string().lines() {
                 println!("  {line}");
             }
+        }
+    }
+    if let Some(c) = &report.concurrent {
+        println!(
+            "concurrent run: {} relays × {} messages on PostgreSQL (seed {}), {} backends killed between publish and write, {} events in {:.1} s:",
+            c.relays, c.messages, c.seed, c.kills, c.events, c.seconds
+        );
+        if !c.diverged() {
+            println!("  every message terminal, every PUBLISHED one stored by the broker, and the history consistent with {} (oracle)", args.against);
+        }
+        if c.timed_out {
+            println!("  ✗ not every message was terminal within 60 s");
+        }
+        if !c.not_terminal.is_empty() {
+            println!("  ✗ not terminal at the end: {}", c.not_terminal.iter().map(|m| format!("m{m}")).collect::<Vec<_>>().join(", "));
+        }
+        if !c.published_not_stored.is_empty() {
+            println!("  ✗ PUBLISHED but never stored: {}", c.published_not_stored.iter().map(|m| format!("m{m}")).collect::<Vec<_>>().join(", "));
+        }
+        if let Some(o) = &c.oracle {
+            println!("  ✗ the oracle on the recorded history: {}", o.replace('\n', "\n    "));
+        }
+        if let Some(h) = &c.history {
+            println!("  the history: {h} (outbox-check trace {h} --all --html history.html draws it)");
         }
     }
     if args.profile.is_some() {

@@ -310,12 +310,16 @@ pub struct Report {
     pub divergence: Option<Divergence>,
     /// The schedules that matter, replayed (SQL profiles only).
     pub schedules: Vec<ScheduleResult>,
+    /// Concurrent relays over the statements (SQL profiles on PostgreSQL only).
+    pub concurrent: Option<crate::store::profile::ConcurrentReport>,
 }
 
 impl Report {
     /// Something diverged: the random sequences or a schedule.
     pub fn diverged(&self) -> bool {
-        self.divergence.is_some() || self.schedules.iter().any(|s| s.divergence.is_some())
+        self.divergence.is_some()
+            || self.schedules.iter().any(|s| s.divergence.is_some())
+            || self.concurrent.as_ref().is_some_and(|c| c.diverged())
     }
 }
 
@@ -375,7 +379,7 @@ pub fn conform(
         }
         Err(TestError::Abort(reason)) => return Err(StoreError::Setup(format!("proptest aborted: {reason}"))),
     };
-    Ok(Report { cases, operations: operations.get(), seconds: started.elapsed().as_secs_f64(), divergence, schedules: Vec::new() })
+    Ok(Report { cases, operations: operations.get(), seconds: started.elapsed().as_secs_f64(), divergence, schedules: Vec::new(), concurrent: None })
 }
 
 fn seed_bytes(seed: u64) -> [u8; 32] {

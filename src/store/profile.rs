@@ -225,7 +225,16 @@ impl Profile {
 
 impl ProfileStore {
     fn open(db: Db, profile: &Profile) -> Result<ProfileStore, StoreError> {
-        let mut store = ProfileStore { db, profile: profile.clone(), log: Vec::new(), versions: BTreeMap::new(), columns: Vec::new() };
+        let mut store = ProfileStore {
+            db,
+            profile: profile.clone(),
+            log: Vec::new(),
+            versions: BTreeMap::new(),
+            columns: Vec::new(),
+            stamp: false,
+            last_stamp: 0,
+            policy: profile.design.policy(),
+        };
         store.columns = store.row_columns()?;
         store.check_statements()?;
         Ok(store)
@@ -264,6 +273,12 @@ pub struct ProfileStore {
     versions: BTreeMap<(u16, u32), u32>,
     /// The columns the rows SELECT gives.
     columns: Vec<String>,
+    /// Stamp every statement in its own transaction with the next value of the scratch
+    /// schema's `outbox_check_order` sequence (the concurrent run's commit order).
+    stamp: bool,
+    pub last_stamp: i64,
+    /// The design's switches with a run's own backoff (the concurrent run's short retries).
+    policy: Policy,
 }
 
 /// A value bound to a parameter or read from a column.
@@ -504,13 +519,42 @@ impl ProfileStore {
                 let (pg, names) = positional(sql);
                 let mut scratch = scratch.borrow_mut();
                 let client = scratch.client();
-                let stmt = client.prepare(&pg).map_err(|e| StoreError::Setup(format!("statements.{key}: {}", super::bind::one_line(&e))))?;
+                // The server refusing the statement is the profile's problem; a connection that
+                // died is the run's (a relay reconnects).
+                let stmt = client.prepare(&pg).map_err(|e| match e.as_db_error() {
+                    Some(_) if e.code() != Some(&postgres::error::SqlState::ADMIN_SHUTDOWN) => {
+                        StoreError::Setup(format!("statements.{key}: {}", super::bind::one_line(&e)))
+                    }
+                    _ => StoreError::Postgres(super::bind::one_line(&e)),
+                })?;
                 let mut values = Vec::with_capacity(names.len());
                 for (name, ty) in names.iter().zip(stmt.params()) {
                     values.push(pg_value(key, name, ty, &value_of(name)?)?);
                 }
                 let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = values.iter().map(|b| b.as_ref()).collect();
-                if stmt.columns().is_empty() {
+                if self.stamp {
+                    // One transaction: the statement, then the stamp, so for two statements on
+                    // one row the stamps order as the row's locks were taken.
+                    let mut tx = client.transaction()?;
+                    let (rows, changed) = if stmt.columns().is_empty() {
+                        (Vec::new(), tx.execute(&stmt, &refs)? as usize)
+                    } else {
+                        let rows = tx.query(&stmt, &refs)?;
+                        let n = rows.len();
+                        (rows, n)
+                    };
+                    self.last_stamp = tx.query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
+                    tx.commit()?;
+                    let mut out = Vec::with_capacity(rows.len());
+                    for row in &rows {
+                        let mut cells = BTreeMap::new();
+                        for i in 0..row.len() {
+                            cells.insert(row.columns()[i].name().to_string(), pg_cell(key, row, i)?);
+                        }
+                        out.push(cells);
+                    }
+                    (out, changed)
+                } else if stmt.columns().is_empty() {
                     (Vec::new(), client.execute(&stmt, &refs)? as usize)
                 } else {
                     let rows = client.query(&stmt, &refs)?;
@@ -682,7 +726,7 @@ impl Store for ProfileStore {
         let Some((key, sql)) = self.write_sql(&req.kind) else {
             return Err(StoreError::Setup(format!("the profile has no statement for {}", req.kind.name())));
         };
-        let policy: Policy = self.profile.design.policy();
+        let policy: Policy = self.policy;
         let retry_at = req.now.plus(policy.backoff.delay(policy.attempts_after_failure(req.lease.attempts)));
         let params: Params = vec![
             ("id", int(req.lease.message_id.0)),
@@ -698,6 +742,8 @@ impl Store for ProfileStore {
             ("max_attempts", int(req.max_attempts)),
         ];
         let (rows, changed) = self.run(key, &sql, &params)?;
+        // The write's own stamp, not that of reading the row back.
+        let stamp = self.last_stamp;
         let observe = self.profile.file.observe.get(key).copied().unwrap_or_default();
         let applied = match observe {
             Observe::RowsAffected => changed > 0,
@@ -712,6 +758,7 @@ impl Store for ProfileStore {
             .find(|r| r.message_id == req.lease.message_id)
             .map(|r| r.status)
             .ok_or_else(|| StoreError::Corrupt(format!("{key} applied, and the rows SELECT no longer shows {}", req.lease.message_id)))?;
+        self.last_stamp = stamp;
         Ok(WriteResult::Applied { status })
     }
 
@@ -798,5 +845,266 @@ impl Store for ProfileStore {
             published_at: if has("published_at") { row.published_at } else { None },
             ..row
         }
+    }
+}
+
+/// What the concurrent run on PostgreSQL found.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ConcurrentReport {
+    pub relays: u16,
+    pub messages: u32,
+    pub seed: u64,
+    pub seconds: f64,
+    /// Backends terminated between a publication and its terminal write.
+    pub kills: u64,
+    /// Events in the recorded history.
+    pub events: usize,
+    /// Messages not terminal when the run ended.
+    pub not_terminal: Vec<u32>,
+    /// Messages PUBLISHED in the table that the broker never stored (S5 end to end).
+    pub published_not_stored: Vec<u32>,
+    /// The oracle's first divergence on the recorded history, in words; `None`: consistent.
+    pub oracle: Option<String>,
+    /// The run stopped at its deadline before every message was terminal.
+    pub timed_out: bool,
+    /// Where the recorded history was written when something diverged (`outbox-check trace`
+    /// reads it).
+    pub history: Option<String>,
+}
+
+impl ConcurrentReport {
+    pub fn diverged(&self) -> bool {
+        self.oracle.is_some() || !self.not_terminal.is_empty() || !self.published_not_stored.is_empty()
+    }
+}
+
+impl Profile {
+    /// `relays` relays as threads over the profile's statements on PostgreSQL, each on its own
+    /// connection into one scratch schema: a broker that drops, refuses and loses
+    /// acknowledgements, and backends terminated between a publication and its write — drawn
+    /// from `seed`. Every statement is stamped in its transaction; the history, in stamp order,
+    /// is checked by the oracle against the declared design.
+    pub fn concurrent(&self, url: &str, disposable: bool, relays: u16, messages: u32, seed: u64) -> Result<ConcurrentReport, StoreError> {
+        use crate::relay::{Clocks, Cycle, Effect, Input, PublishOutcome, RelayConfig};
+        use crate::trace::{Event as T, PublishAnswer, WriteReport};
+        use rand::{Rng, SeedableRng};
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Mutex;
+        if let Some(outside) = leaves_the_schema(&self.schema_sql) {
+            return Err(StoreError::Setup(format!("schema = {:?}: {outside}", self.file.schema)));
+        }
+        let mut policy = self.design.policy();
+        // Short retries, so a run ends in seconds; the history's header says so.
+        policy.backoff = crate::core::Backoff { base: crate::core::Duration(20), cap: crate::core::Duration(200) };
+        let max_attempts = 3;
+        let mut setup = super::postgres::Scratch::connect(url, disposable).map_err(|e| StoreError::Setup(e.to_string()))?;
+        setup
+            .client()
+            .batch_execute(&self.schema_sql)
+            .map_err(|e| StoreError::Setup(format!("the profile's schema: {}", super::bind::one_line(&e))))?;
+        setup.client().batch_execute("CREATE SEQUENCE outbox_check_order")?;
+        let schema = setup.schema().to_string();
+        let shared = std::rc::Rc::new(std::cell::RefCell::new(setup));
+        let mut first = ProfileStore::open(Db::Postgres(shared.clone()), self)?;
+        first.policy = policy;
+        let started = std::time::Instant::now();
+        let now = move || started.elapsed().as_millis() as u64 + 10_000;
+        let names = |m: MessageId| format!("m{}", m.0);
+        let relay_name = |r: RelayId| format!("r{}", r.0);
+        let mut events: Vec<(i64, T)> = Vec::new();
+        for n in 0..messages {
+            let req = EnqueueRequest { tenant_id: TenantId(0), aggregate_id: crate::core::AggregateId(n), expected_version: 0, message_id: MessageId(n), now: Instant(u64::from(n)) };
+            first.enqueue(&req)?;
+            events.push((i64::from(n) - i64::from(messages), T::Enqueue {
+                tenant: "t0".into(),
+                aggregate: format!("a{n}"),
+                expected_version: 0,
+                message: names(MessageId(n)),
+                now: u64::from(n),
+                result: "applied".into(),
+            }));
+        }
+        let trace = Mutex::new(events);
+        let stored = Mutex::new(BTreeMap::<u32, u32>::new());
+        let kills = AtomicU64::new(0);
+        let done = AtomicBool::new(false);
+        let timed_out = AtomicBool::new(false);
+        let failure: Mutex<Option<String>> = Mutex::new(None);
+        let deadline = std::time::Duration::from_secs(60);
+        std::thread::scope(|scope| {
+            for r in 0..relays {
+                let (trace, stored, kills, done, timed_out, failure, schema) = (&trace, &stored, &kills, &done, &timed_out, &failure, &schema);
+                scope.spawn(move || {
+                    let run = || -> Result<(), StoreError> {
+                        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed.wrapping_mul(31).wrapping_add(u64::from(r)));
+                        let connect = || -> Result<(ProfileStore, i32), StoreError> {
+                            let mut scratch = super::postgres::Scratch::attach(url, disposable, schema).map_err(|e| StoreError::Setup(e.to_string()))?;
+                            let pid: i32 = scratch.client().query_one("SELECT pg_backend_pid()", &[])?.get(0);
+                            let mut store = ProfileStore::open(Db::Postgres(std::rc::Rc::new(std::cell::RefCell::new(scratch))), self)?;
+                            store.stamp = true;
+                            store.policy = policy;
+                            Ok((store, pid))
+                        };
+                        let (mut store, mut pid) = connect()?;
+                        let mut killer = super::postgres::Scratch::attach(url, disposable, schema).map_err(|e| StoreError::Setup(e.to_string()))?;
+                        let config = RelayConfig { owner: RelayId(r), tenant_id: TenantId(0), batch: 5, lease: crate::core::Duration(1_000), max_attempts, policy };
+                        let mut published_at = 0i64;
+                        while !done.load(Ordering::Relaxed) {
+                            if started.elapsed() > deadline {
+                                timed_out.store(true, Ordering::Relaxed);
+                                done.store(true, Ordering::Relaxed);
+                                break;
+                            }
+                            if r == 0 && store.can_reap() {
+                                let at = Instant(now());
+                                if let Ok(reaped) = store.reap(at, max_attempts) {
+                                    if !reaped.is_empty() {
+                                        let messages = reaped.iter().map(|m| names(*m)).collect();
+                                        trace.lock().unwrap_or_else(|e| e.into_inner()).push((2 * store.last_stamp, T::Reap { now: at.0, messages }));
+                                    }
+                                }
+                            }
+                            let (mut cycle, mut effect) = Cycle::start(&config, Clocks::same(Instant(now())));
+                            let mut claimed_any = false;
+                            loop {
+                                let step = match effect {
+                                    Effect::Done => break,
+                                    Effect::Claim { request } => match store.claim(&request) {
+                                        Ok(leases) => {
+                                            claimed_any = !leases.is_empty();
+                                            trace.lock().unwrap_or_else(|e| e.into_inner()).push((
+                                                2 * store.last_stamp,
+                                                T::claim_of(relay_name(request.owner), "t0".into(), &request, &leases, names),
+                                            ));
+                                            cycle.claimed(&config, leases, Clocks::same(Instant(now())))
+                                        }
+                                        Err(StoreError::Postgres(_)) => {
+                                            (store, pid) = connect()?;
+                                            cycle.resume(&config, Input::ConnectionLost, Clocks::same(Instant(now())))
+                                        }
+                                        Err(other) => return Err(other),
+                                    },
+                                    Effect::Publish { lease, .. } => {
+                                        let roll: f64 = rng.gen();
+                                        let outcome = if roll < 0.10 {
+                                            PublishOutcome::RetryableFailure
+                                        } else if roll < 0.15 {
+                                            PublishOutcome::Timeout
+                                        } else {
+                                            *stored.lock().unwrap_or_else(|e| e.into_inner()).entry(lease.message_id.0).or_default() += 1;
+                                            if roll < 0.20 { PublishOutcome::Timeout } else { PublishOutcome::Ack }
+                                        };
+                                        published_at = killer.client().query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
+                                        trace.lock().unwrap_or_else(|e| e.into_inner()).push((
+                                            2 * published_at,
+                                            T::Publish {
+                                                relay: relay_name(lease.owner),
+                                                message: names(lease.message_id),
+                                                key: names(lease.message_id),
+                                                answer: match outcome {
+                                                    PublishOutcome::Ack => PublishAnswer::Ack,
+                                                    PublishOutcome::RetryableFailure => PublishAnswer::Unavailable,
+                                                    PublishOutcome::Timeout => PublishAnswer::Timeout,
+                                                    PublishOutcome::Rejected => PublishAnswer::Rejected,
+                                                },
+                                                stored: Some(roll >= 0.15),
+                                                token: Some(lease.token.0.to_string()),
+                                            },
+                                        ));
+                                        // Between publish and terminal write, the backend may die.
+                                        if rng.gen_bool(0.03) {
+                                            killer.client().query("SELECT pg_terminate_backend($1)", &[&pid])?;
+                                            kills.fetch_add(1, Ordering::Relaxed);
+                                        }
+                                        cycle.resume(&config, Input::Published { outcome }, Clocks::same(Instant(now())))
+                                    }
+                                    Effect::Write { mut request } => {
+                                        request.now = Instant(now());
+                                        let event = |result| T::write_of(relay_name(request.lease.owner), "t0".into(), names(request.lease.message_id), &request, result);
+                                        match store.write(&request) {
+                                            Ok(result) => {
+                                                let report = if matches!(result, WriteResult::Applied { .. }) { WriteReport::Applied } else { WriteReport::Stale };
+                                                trace.lock().unwrap_or_else(|e| e.into_inner()).push((2 * store.last_stamp, event(report)));
+                                                cycle.resume(&config, Input::Written { result }, Clocks::same(Instant(now())))
+                                            }
+                                            Err(StoreError::Postgres(_)) => {
+                                                // Whether it committed is unknown: logged so, after the publication.
+                                                trace.lock().unwrap_or_else(|e| e.into_inner()).push((2 * published_at + 1, event(WriteReport::Unknown)));
+                                                (store, pid) = connect()?;
+                                                cycle.resume(&config, Input::ConnectionLost, Clocks::same(Instant(now())))
+                                            }
+                                            Err(other) => return Err(other),
+                                        }
+                                    }
+                                };
+                                effect = step.effect;
+                            }
+                            if !claimed_any {
+                                let open = store.rows()?.iter().filter(|row| !row.status.is_terminal()).count();
+                                if open == 0 {
+                                    done.store(true, Ordering::Relaxed);
+                                }
+                                std::thread::sleep(std::time::Duration::from_millis(10));
+                            }
+                        }
+                        Ok(())
+                    };
+                    if let Err(e) = run() {
+                        *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                        done.store(true, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        if let Some(problem) = failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            return Err(StoreError::Setup(format!("the concurrent run stopped: {problem}")));
+        }
+        let rows = first.rows()?;
+        let stored = stored.into_inner().unwrap_or_else(|e| e.into_inner());
+        let not_terminal: Vec<u32> = rows.iter().filter(|r| !r.status.is_terminal()).map(|r| r.message_id.0).collect();
+        let published_not_stored: Vec<u32> =
+            rows.iter().filter(|r| r.status == Status::Published && !stored.contains_key(&r.message_id.0)).map(|r| r.message_id.0).collect();
+        let mut events = trace.into_inner().unwrap_or_else(|e| e.into_inner());
+        events.sort_by_key(|(key, _)| *key);
+        let header = crate::trace::Header {
+            backoff_base: Some(policy.backoff.base.0),
+            backoff_cap: Some(policy.backoff.cap.0),
+            source: Some(format!("outbox-check conform --profile {}: {relays} relays on PostgreSQL, seed {seed}", self.origin.display())),
+            concurrency: Some(crate::trace::Concurrency::SkipLocked),
+            relays: Some((0..relays).map(|r| relay_name(RelayId(r))).collect()),
+            ..crate::trace::Header::new(self.design.name(), max_attempts)
+        };
+        let mut oracle = crate::oracle::Oracle::for_header(self.design, &header);
+        let mut verdict = None;
+        for (line, (_, event)) in events.iter().enumerate() {
+            if let Err(d) = oracle.feed(line + 2, event) {
+                verdict = Some(d.to_string());
+                break;
+            }
+        }
+        if verdict.is_none() {
+            verdict = oracle.finish().err().map(|d| d.to_string());
+        }
+        let events_only: Vec<crate::trace::Event> = events.iter().map(|(_, e)| e.clone()).collect();
+        let diverged = verdict.is_some() || !not_terminal.is_empty() || !published_not_stored.is_empty();
+        let history = if diverged {
+            let path = std::env::temp_dir().join(format!("outbox-check-concurrent-seed-{seed}-{}.jsonl", std::process::id()));
+            std::fs::write(&path, crate::trace::to_jsonl(&header, &events_only)).ok().map(|()| path.display().to_string())
+        } else {
+            None
+        };
+        Ok(ConcurrentReport {
+            history,
+            relays,
+            messages,
+            seed,
+            seconds: started.elapsed().as_secs_f64(),
+            kills: kills.load(Ordering::Relaxed),
+            events: events.len(),
+            not_terminal,
+            published_not_stored,
+            oracle: verdict,
+            timed_out: timed_out.load(Ordering::Relaxed),
+        })
     }
 }
