@@ -195,3 +195,25 @@ fn a_profile_run_is_deterministic() {
     assert_eq!(a, b);
     assert_eq!(a["verdict"], "diverged");
 }
+
+/// A migrations directory stands for the DDL file: its .sql files applied in version order.
+#[test]
+fn a_migrations_directory_is_applied_in_version_order() {
+    let profile = variant_of("migrations.toml", |t| t.replace("schema = \"schema.sql\"", "schema = \"migrations\""));
+    let dir = profile.with_file_name("migrations");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ddl = std::fs::read_to_string(profile.with_file_name("schema.sql")).unwrap();
+    let (table, index) = ddl.split_once("CREATE INDEX").unwrap();
+    // V10 sorts after V2 by number, not by name: the index needs the table.
+    std::fs::write(dir.join("V2__jobs.sql"), table).unwrap();
+    std::fs::write(dir.join("V10__index.sql"), format!("CREATE INDEX{index}")).unwrap();
+    std::fs::write(dir.join("README.md"), "not SQL").unwrap();
+    let out = run(&["conform", "--profile", profile.to_str().unwrap(), "--store", "sqlite", "--cases", "50", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    // Out of order, the schema fails on one line.
+    std::fs::rename(dir.join("V10__index.sql"), dir.join("V1__index.sql")).unwrap();
+    let out = run(&["conform", "--profile", profile.to_str().unwrap(), "--store", "sqlite", "--cases", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the profile's schema"));
+}

@@ -169,7 +169,28 @@ impl Profile {
             Design::parse(&file.design).ok_or_else(|| format!("{shown}: design = {:?}: neither a built-in design nor a design file (FILE.toml)", file.design))?
         };
         let schema_path = dir.join(&file.schema);
-        let schema_sql = std::fs::read_to_string(&schema_path).map_err(|e| format!("{shown}: schema = {:?}: cannot read {}: {e}", file.schema, schema_path.display()))?;
+        let schema_sql = if schema_path.is_dir() {
+            // A migrations directory: its .sql files in name order (V1__a.sql, V2__b.sql, or
+            // 001_a.sql …), as a migration tool would apply them to a fresh database.
+            let mut files: Vec<PathBuf> = std::fs::read_dir(&schema_path)
+                .map_err(|e| format!("{shown}: schema = {:?}: cannot read {}: {e}", file.schema, schema_path.display()))?
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "sql"))
+                .collect();
+            files.sort_by_key(|p| migration_order(p));
+            if files.is_empty() {
+                return Err(format!("{shown}: schema = {:?}: the directory holds no .sql file", file.schema));
+            }
+            let mut all = String::new();
+            for f in &files {
+                let text = std::fs::read_to_string(f).map_err(|e| format!("{shown}: schema: cannot read {}: {e}", f.display()))?;
+                all.push_str(&text);
+                all.push_str(";\n");
+            }
+            all
+        } else {
+            std::fs::read_to_string(&schema_path).map_err(|e| format!("{shown}: schema = {:?}: cannot read {}: {e}", file.schema, schema_path.display()))?
+        };
         let names: Vec<&str> = file.statuses.pairs().iter().map(|(_, n)| *n).collect();
         if let Some(dup) = names.iter().enumerate().find_map(|(i, n)| names[..i].contains(n).then_some(*n)) {
             return Err(format!("{shown}: statuses: {dup:?} names two statuses"));
@@ -239,6 +260,14 @@ impl ProfileStore {
         store.check_statements()?;
         Ok(store)
     }
+}
+
+/// A migration file's place in the order: its leading version number (`V12__x.sql`, `012_x.sql`),
+/// then its name.
+fn migration_order(path: &Path) -> (u64, String) {
+    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let digits: String = name.trim_start_matches(['V', 'v']).chars().take_while(|c| c.is_ascii_digit()).collect();
+    (digits.parse().unwrap_or(u64::MAX), name)
 }
 
 /// The named parameters each statement may use.
