@@ -28,6 +28,9 @@ use crate::relay::Effect;
 use crate::world::{Action, BrokerFate, DbFate, World, WorldConfig};
 use std::collections::HashMap;
 
+/// The maintenance jobs, each weakly fair: enabled in a run's cycle, it runs there.
+const MAINTENANCE: [Action; 4] = [Action::Reap, Action::Rescue, Action::RescueRead, Action::RescueWrite];
+
 /// How the liveness graph normalises its states: with the safety abstractions and no
 /// reachability flag tracked.
 pub const LIVENESS_NORMALISATION: Option<u16> = Some(0);
@@ -186,12 +189,19 @@ impl Graph {
             if !(0..relays).all(|r| has_edge(&|a| relay_of(a) == Some(r as u16))) {
                 continue;
             }
-            let reaper_enabled = component.iter().any(|&i| {
-                let mut acts = Vec::new();
-                self.states[i as usize].actions(config, &mut acts);
-                acts.contains(&Action::Reap)
-            });
-            if reaper_enabled && !has_edge(&|a| a == Action::Reap) {
+            // Weak fairness for the maintenance jobs: each one enabled somewhere in the
+            // component runs in it.
+            let jobs: Vec<Action> = MAINTENANCE
+                .into_iter()
+                .filter(|job| {
+                    component.iter().any(|&i| {
+                        let mut acts = Vec::new();
+                        self.states[i as usize].actions(config, &mut acts);
+                        acts.contains(job)
+                    })
+                })
+                .collect();
+            if !jobs.iter().all(|job| has_edge(&|a| a == *job)) {
                 continue;
             }
             // The component is fair. For L3 it must be reachable, through allowed fault-free
@@ -208,7 +218,7 @@ impl Graph {
             if entry != target {
                 prefix.extend(self.bfs_path(&fault_free, entry, &|i| i == target, None).0);
             }
-            let cycle = self.fair_cycle(&fault_free, &members, target, relays, reaper_enabled);
+            let cycle = self.fair_cycle(&fault_free, &members, target, relays, &jobs);
             return Some(Lasso { prefix, cycle });
         }
         None
@@ -284,22 +294,22 @@ impl Graph {
         (Vec::new(), from)
     }
 
-    /// A cycle from `start` through the component that ticks, steps every relay and reaps if the
-    /// reaper is ever enabled.
+    /// A cycle from `start` through the component that ticks, steps every relay and runs every
+    /// maintenance job of `jobs` (those enabled somewhere in it).
     fn fair_cycle(
         &self,
         edges: &[Vec<(u32, Action)>],
         members: &std::collections::HashSet<u32>,
         start: u32,
         relays: usize,
-        reaps: bool,
+        jobs: &[Action],
     ) -> Vec<Action> {
         let mut wanted: Vec<Box<dyn Fn(Action) -> bool>> = vec![Box::new(|a| a == Action::Tick)];
         for r in 0..relays {
             wanted.push(Box::new(move |a| relay_of(a) == Some(r as u16)));
         }
-        if reaps {
-            wanted.push(Box::new(|a| a == Action::Reap));
+        for &job in jobs {
+            wanted.push(Box::new(move |a| a == job));
         }
         let mut cycle = Vec::new();
         let mut at = start;
@@ -332,7 +342,13 @@ pub fn is_fault(action: Action, outage: bool) -> bool {
         Action::MisroutedWrite { .. } => true,
         Action::Publish { fate, .. } => !(fate == BrokerFate::Ack || (outage && fate == BrokerFate::Unavailable)),
         Action::Crash { .. } => true,
-        Action::Tick | Action::Reap | Action::Enqueue { .. } | Action::Requeue { .. } => false,
+        Action::Tick
+        | Action::Reap
+        | Action::Rescue
+        | Action::RescueRead
+        | Action::RescueWrite
+        | Action::Enqueue { .. }
+        | Action::Requeue { .. } => false,
     }
 }
 
@@ -518,13 +534,15 @@ pub fn confirm_lasso(
     if !cycle.contains(&Action::Tick) {
         return Err("time does not advance in the cycle".into());
     }
-    let reaper_enabled = worlds[start..].iter().any(|w| {
-        let mut enabled = Vec::new();
-        w.actions(config, &mut enabled);
-        enabled.contains(&Action::Reap)
-    });
-    if reaper_enabled && !cycle.contains(&Action::Reap) {
-        return Err("the reaper has work in the cycle but never runs".into());
+    for job in MAINTENANCE {
+        let enabled = worlds[start..].iter().any(|w| {
+            let mut enabled = Vec::new();
+            w.actions(config, &mut enabled);
+            enabled.contains(&job)
+        });
+        if enabled && !cycle.contains(&job) {
+            return Err(format!("\"{job}\" has work in the cycle but never runs"));
+        }
     }
     if let Some(i) = worlds[start..].iter().position(|w| !goal_fails(w)) {
         return Err(format!("{} holds for {m} after step {} of the cycle", property.id(), start + i));

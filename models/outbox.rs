@@ -221,7 +221,7 @@ pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<u16>) 
     let longest = relay_lines.iter().chain(&last_text).map(|l| l.chars().count()).max().unwrap_or(0);
     let width: usize = (widths.iter().sum::<usize>() + 20).max(longest * 73 / 10 + 12);
     let rows = real.outbox.rows().len();
-    let height = 130 + 22 * (rows + 1) + 20 * config.relays.len() + 20 * (2 + last_text.len()) + 52 * last_violations.len().max(1) + 44;
+    let height = 150 + 22 * (rows + 1) + 20 * config.relays.len() + 20 * (2 + last_text.len()) + 52 * last_violations.len().max(1) + 44;
     let _ = writeln!(out, "<svg width='{width}' height='{height}' viewBox='0 0 {width} {height}' class='outbox-state'>");
     let _ = writeln!(out, "<style>.h{{font:bold 13px sans-serif}} .c{{font:12px monospace}} .changed{{fill:#ffe27a}} .bad{{fill:#c00;font:bold 12px sans-serif}} .ok{{fill:#262;font:12px sans-serif}}</style>");
     let mut y = 18;
@@ -266,6 +266,10 @@ pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<u16>) 
     for line in &relay_lines {
         y += 20;
         let _ = writeln!(out, "<text x='4' y='{y}' class='c'>{}</text>", esc(line));
+    }
+    if let Some(lease) = real.rescuer {
+        y += 20;
+        let _ = writeln!(out, "<text x='4' y='{y}' class='c'>rescuer: read {}'s expired lease (token {}); about to move it</text>", lease.message_id, lease.token.0);
     }
     y += 24;
     let stored: Vec<String> = real
@@ -382,6 +386,19 @@ pub fn describe(event: &Event) -> String {
         }
         Event::Ticked { now } => format!("time advances to t={}", now.0),
         Event::Requeued { message_id, result } => format!("operator requeues {message_id}: {result}"),
+        Event::RescueRead { now, lease } => format!("rescuer at t={} reads {}'s expired lease (token {}, attempts {})", now.0, lease.message_id, lease.token, lease.attempts),
+        Event::Rescued { request, result } => format!(
+            "rescuer at t={} moves {} to {} by {} (fence {}): {result}",
+            request.now.0,
+            request.lease.message_id,
+            request.to,
+            match request.fence {
+                crate::core::ReleaseFence::Expired => "its expiry".to_string(),
+                crate::core::ReleaseFence::Token => format!("the token it read, {}", request.lease.token),
+                crate::core::ReleaseFence::Id => "id alone".to_string(),
+            },
+            request.fence.name()
+        ),
     }
 }
 

@@ -212,6 +212,16 @@ fn mermaid_event(event: &Event, true_now: u64) -> String {
         ),
         Event::Ticked { now } => format!("    Note over DB: t={}\n", now.0),
         Event::Requeued { message_id, result } => format!("    Note over DB: operator requeues {message_id}: {result}\n"),
+        Event::RescueRead { now, lease } => {
+            format!("    Note over DB: rescuer at t={} reads {}'s expired lease (token {})\n", now.0, lease.message_id, lease.token)
+        }
+        Event::Rescued { request, result } => format!(
+            "    Note over DB: rescuer at t={} moves {} to {} (fence: {}): {result}\n",
+            request.now.0,
+            request.lease.message_id,
+            request.to,
+            request.fence.name()
+        ),
     }
 }
 

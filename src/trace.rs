@@ -917,6 +917,18 @@ pub fn from_world(config: &crate::world::WorldConfig, events: &[crate::world::Ev
                 out.push(Event::Reap { now: now.0, messages: messages.iter().map(|m| message(*m)).collect() })
             }
             W::Ticked { now } => out.push(Event::Clock { now: now.0 }),
+            W::RescueRead { .. } => {}
+            W::Rescued { request, result } => out.push(Event::Release {
+                relay: Some("rescuer".into()),
+                message: message(request.lease.message_id),
+                now: request.now.0,
+                to: request.to.as_str().to_string(),
+                next_attempt_at: request.retry_at.map(|t| t.0),
+                fence: request.fence.name().to_string(),
+                token: Some(request.lease.token.0.to_string()),
+                attempt: None,
+                result: if matches!(result, crate::core::WriteResult::Applied { .. }) { "applied".into() } else { "stale".into() },
+            }),
             W::Requeued { message_id, result } => out.push(Event::Requeue {
                 message: message(*message_id),
                 result: match result {

@@ -245,6 +245,11 @@ impl WorldConfig {
         }
     }
 
+    /// The rescuer the fleet runs, if a design of it has one (the first such design's).
+    pub fn rescue(&self) -> Option<crate::core::ReleaseFence> {
+        (0..self.relays.len()).find_map(|i| self.policy(i).rescue)
+    }
+
     /// Some design of the fleet runs the reaper job.
     pub fn has_reaper(&self) -> bool {
         (0..self.relays.len()).any(|i| self.policy(i).relay.reaper)
@@ -345,6 +350,13 @@ pub enum Action {
     Crash { relay: u16 },
     /// The reaper job runs (when a design of the fleet has one).
     Reap,
+    /// The rescuer finds an expired lease and moves its row in the same statement (fence
+    /// `expired`).
+    Rescue,
+    /// The rescuer reads an expired lease, to move its row by a second statement.
+    RescueRead,
+    /// The rescuer's second statement: moves the row it read (fence `token` or `id`).
+    RescueWrite,
     /// The true clock advances by one tick.
     Tick,
     /// The application enqueues the next message; `stale` with a version it read too early.
@@ -431,6 +443,10 @@ pub enum Event {
     Finished { relay: u16, message_id: MessageId, result: LeaseResult },
     Crashed { relay: u16 },
     Reaped { now: Instant, messages: Vec<MessageId> },
+    /// The rescuer read an expired lease (its first statement).
+    RescueRead { now: Instant, lease: Lease },
+    /// The rescuer's move of a row: the release it ran and what it did.
+    Rescued { request: crate::core::ReleaseRequest, result: WriteResult },
     Ticked { now: Instant },
     Requeued { message_id: MessageId, result: RequeueResult },
 }
@@ -475,6 +491,8 @@ pub struct World {
     pub relays: Vec<Option<(Cycle, Effect)>>,
     pub enqueued: u32,
     pub requeues_left: u8,
+    /// The lease the rescuer read and has not yet acted on (two-statement rescuers only).
+    pub rescuer: Option<Lease>,
     pub step: StepFlags,
 }
 
@@ -539,6 +557,7 @@ impl World {
             relays: vec![None; config.relays.len()],
             enqueued: 0,
             requeues_left: config.requeues,
+            rescuer: None,
             step: StepFlags::default(),
         };
         let mut report = StepReport::default();
@@ -615,6 +634,13 @@ impl World {
         {
             actions.push(Action::Reap);
         }
+        match config.rescue() {
+            Some(_) if self.rescuer.is_some() => actions.push(Action::RescueWrite),
+            Some(fence) if self.rescuable().is_some() => {
+                actions.push(if fence == crate::core::ReleaseFence::Expired { Action::Rescue } else { Action::RescueRead })
+            }
+            _ => {}
+        }
         if config.time_max.is_none_or(|max| self.now.plus(config.tick) <= max) {
             actions.push(Action::Tick);
         }
@@ -660,6 +686,20 @@ impl World {
                 self.step.seen.exhausted |= !messages.is_empty();
                 report.event(|| Event::Reaped { now: self.now, messages });
             }
+            Action::Rescue => {
+                let lease = self.rescuable().expect("a rescue with an expired lease");
+                self.rescue(config, lease, crate::core::ReleaseFence::Expired, &mut report);
+            }
+            Action::RescueRead => {
+                let lease = self.rescuable().expect("a rescuer read with an expired lease");
+                self.rescuer = Some(lease);
+                report.event(|| Event::RescueRead { now: self.now, lease });
+            }
+            Action::RescueWrite => {
+                let lease = self.rescuer.take().expect("a rescuer write after its read");
+                let fence = config.rescue().expect("a design with a rescuer");
+                self.rescue(config, lease, fence, &mut report);
+            }
             Action::Tick => {
                 self.now = self.now.plus(config.tick);
                 report.event(|| Event::Ticked { now: self.now });
@@ -682,6 +722,38 @@ impl World {
             }
         }
         report
+    }
+
+    /// The first row (by id) whose lease has expired, as the rescuer reads it: its lease as it
+    /// stands (the latest claim's).
+    fn rescuable(&self) -> Option<Lease> {
+        let row = self.outbox.rows().iter().find(|row| row.status == Status::InFlight && row.lease_expires_at.is_some_and(|at| at <= self.now))?;
+        Some(Lease {
+            message_id: row.message_id,
+            tenant_id: row.tenant_id,
+            owner: row.lease_owner.unwrap_or(RelayId(u16::MAX)),
+            token: row.lease_token,
+            attempts: row.attempts,
+            claim_seq: self.auditor.ghost(row.message_id).map_or(0, |g| g.claims),
+        })
+    }
+
+    /// The rescuer's move of the row of `lease`: back to PENDING with its budget left, else to
+    /// EXHAUSTED (FAILED in a design without it). The attempts stay.
+    fn rescue(&mut self, config: &WorldConfig, lease: Lease, fence: crate::core::ReleaseFence, report: &mut StepReport) {
+        let policy = config.policy(0);
+        let spent = self.outbox.row(lease.message_id).is_some_and(|row| row.attempts >= config.max_attempts);
+        let to = match (spent, policy.exhausted_status) {
+            (false, _) => Status::Pending,
+            (true, true) => Status::Exhausted,
+            (true, false) => Status::Failed,
+        };
+        let request = crate::core::ReleaseRequest { lease, fence, to, retry_at: None, now: self.now };
+        if let Ok(result) = self.auditor.release(&mut self.outbox, &request) {
+            self.step.seen.exhausted |= matches!(result, WriteResult::Applied { status: Status::Exhausted });
+            self.step.seen.stale_refused |= matches!(result, WriteResult::Stale { .. });
+            report.event(|| Event::Rescued { request, result });
+        }
     }
 
     fn enqueue(&mut self, config: &WorldConfig, stale: bool, report: &mut StepReport) {
@@ -910,9 +982,10 @@ impl World {
     /// Tokens and ghost claim numbers to ranks, counters saturated, pending writes' `now` erased.
     fn normalise_ranks(&mut self, config: &WorldConfig, facts: &FleetFacts) {
         let cap = config.max_attempts + 1;
-        let World { outbox, auditor, relays, .. } = self;
-        // Every copy of a lease the relays hold, gathered once.
+        let World { outbox, auditor, relays, rescuer, .. } = self;
+        // Every copy of a lease the relays (and the rescuer) hold, gathered once.
         let mut leases: SmallVec<[&mut Lease; 8]> = SmallVec::new();
+        leases.extend(rescuer.as_mut());
         for (cycle, effect) in relays.iter_mut().flatten() {
             leases.extend(cycle.leases_mut().iter_mut());
             match effect {
@@ -983,6 +1056,9 @@ impl World {
         let latest: SmallVec<[(MessageId, u32); 8]> =
             self.auditor.ghosts().iter().map(|g| (MessageId(g.message_id), g.claims)).collect();
         let is_stale = |l: &Lease| latest.iter().any(|&(m, c)| m == l.message_id && c != l.claim_seq);
+        if let Some(lease) = self.rescuer.as_mut().filter(|l| is_stale(l)) {
+            *lease = Lease { token: LeaseToken(0), attempts: 0, ..*lease };
+        }
         for (cycle, effect) in self.relays.iter_mut().flatten() {
             for lease in cycle.leases_mut() {
                 if is_stale(lease) {
@@ -1258,6 +1334,9 @@ impl World {
 
     /// Calls `f` on every copy of a lease the relays hold (in their cycles and pending effects).
     fn each_lease(&mut self, f: &mut dyn FnMut(&mut Lease)) {
+        if let Some(lease) = self.rescuer.as_mut() {
+            f(lease);
+        }
         for (cycle, effect) in self.relays.iter_mut().flatten() {
             cycle.leases_mut().iter_mut().for_each(&mut *f);
             match effect {
@@ -1306,10 +1385,11 @@ impl FleetFacts {
                     && matches!(p.write_fence, WriteFence::StatusOwnerToken | WriteFence::StatusToken)
                     && !p.swallow_stale
                     && !p.requeue_resets_token
+                    && p.rescue != Some(crate::core::ReleaseFence::Id)
             }),
             keeps_terminal: policies
                 .iter()
-                .all(|p| !p.claim_terminal && p.write_fence != WriteFence::MessageIdOnly && !p.swallow_stale),
+                .all(|p| !p.claim_terminal && p.write_fence != WriteFence::MessageIdOnly && !p.swallow_stale && p.rescue != Some(crate::core::ReleaseFence::Id)),
             swappable: {
                 let n = config.relays.len();
                 let key = |i: usize| {
@@ -1374,6 +1454,9 @@ impl fmt::Display for Action {
             Action::MisroutedWrite { relay } => write!(f, "r{relay} writes with another tenant's id"),
             Action::Crash { relay } => write!(f, "r{relay} crashes"),
             Action::Reap => write!(f, "reaper runs"),
+            Action::Rescue => write!(f, "rescuer runs"),
+            Action::RescueRead => write!(f, "rescuer reads an expired lease"),
+            Action::RescueWrite => write!(f, "rescuer moves the row it read"),
             Action::Tick => write!(f, "tick"),
             Action::Enqueue { stale } => write!(f, "enqueue{}", if *stale { " (stale)" } else { "" }),
             Action::Requeue { message } => write!(f, "requeue m{message}"),

@@ -185,3 +185,42 @@ fn verify_checks_a_users_design_as_a_fleet_that_must_hold_everything() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(String::from_utf8_lossy(&out.stdout).contains("verify-twin"));
 }
+
+/// A rescuer that moves expired leases back: in one statement fenced on the expiry, or by a
+/// second one fenced on the token it read, nothing breaks; by id alone, the model checker finds
+/// the release of a lease another relay took in between (S1) and of a PUBLISHED job (S4).
+#[test]
+fn a_rescuer_by_id_is_found_to_release_a_live_lease() {
+    let verdicts = |fence: &str| {
+        let file = scratch(
+            &format!("rescue-{fence}.toml"),
+            &format!("name = \"rescue-{fence}\"\nbased_on = \"reference\"\n[maintenance]\njob = \"rescue-expired\"\nfence = \"{fence}\"\n"),
+        );
+        let report = json(&run(&["check", "--design", file.to_str().unwrap(), "--json", "--quiet", "--no-liveness"]));
+        report["properties"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["kind"] == "safety")
+            .map(|p| (p["id"].as_str().unwrap().to_string(), p["status"].as_str().unwrap().to_string(), p["counterexample"].clone()))
+            .collect::<Vec<_>>()
+    };
+    for fence in ["expired", "token"] {
+        for (id, status, _) in verdicts(fence) {
+            assert!(status == "holds" || status == "not_exercised", "rescue by {fence}: {id} is {status}");
+        }
+    }
+    let by_id = verdicts("id");
+    let status = |id: &str| by_id.iter().find(|(i, ..)| i == id).map(|(_, s, _)| s.clone()).unwrap();
+    assert_eq!(status("S1"), "violated");
+    assert_eq!(status("S4"), "violated");
+    let s1 = &by_id.iter().find(|(i, ..)| i == "S1").unwrap().2;
+    let story: Vec<String> = s1.as_array().unwrap().iter().flat_map(|s| s["text"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string())).collect();
+    assert!(story.iter().any(|t| t.starts_with("rescuer at") && t.contains("reads m0's expired lease")), "{story:?}");
+    assert!(story.iter().any(|t| t.contains("moves m0 to PENDING by id alone")), "{story:?}");
+    // A fence belongs to a rescuer.
+    let file = scratch("fence-alone.toml", "name = \"fence-alone\"\nbased_on = \"reference\"\n[maintenance]\nfence = \"id\"\n");
+    let out = run(&["check", "--design", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("maintenance.fence goes with job = \"rescue-expired\""));
+}

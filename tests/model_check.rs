@@ -125,6 +125,18 @@ fn the_other_variants_and_a_mixed_fleet_are_reported_as_found() {
 }
 
 /// Every design `check` knows, and two mixed fleets.
+/// The rescuers (a job queue's maintenance job moving expired leases back), as design files:
+/// fenced by expiry in one statement, by the token it read, and by id alone.
+fn rescuers() -> Vec<Design> {
+    ["expired", "token", "id"]
+        .iter()
+        .map(|fence| {
+            let text = format!("name = \"rescue-by-{fence}\"\nbased_on = \"reference\"\n[maintenance]\njob = \"rescue-expired\"\nfence = \"{fence}\"\n");
+            outbox_check::design::from_text(&text, &format!("rescue-by-{fence}.toml")).expect("a design file")
+        })
+        .collect()
+}
+
 fn every_fleet() -> Vec<Vec<Design>> {
     let mut fleets: Vec<Vec<Design>> = Variant::ALL
         .map(Design::Variant)
@@ -134,6 +146,7 @@ fn every_fleet() -> Vec<Vec<Design>> {
         .collect();
     fleets.push(vec![Design::Variant(Variant::SeedV2), Design::Variant(Variant::LegacyV1)]);
     fleets.push(vec![Design::Variant(Variant::Reference), Design::Mutant(Mutant::WriteIdOnly)]);
+    fleets.extend(rescuers().into_iter().map(|d| vec![d, d]));
     fleets
 }
 
@@ -223,6 +236,7 @@ fn reductions_change_no_verdict() {
             ]
             .map(Design::Mutant),
         )
+        .chain(rescuers())
         .collect();
     for design in designs {
         // Distinct relay ids, so the relay symmetry is exercised too.
@@ -355,6 +369,7 @@ fn normalising_after_a_step_equals_normalising_in_full() {
         fleet(&["seed-v2", "legacy-v1"], 1),
         outbox_check::check::mutant_config(Design::Variant(Variant::Reference)),
     ];
+    configs.extend(rescuers().into_iter().map(|d| WorldConfig::fleet(&[d, d], 2, 1, 3, Faults::all())));
     configs[1].relays[1].skew = -2;
     for config in configs {
         let facts = FleetFacts::of(&config);

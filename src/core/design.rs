@@ -143,6 +143,8 @@ pub enum MaintenanceJob {
     None,
     /// Expired leases whose budget is spent move to EXHAUSTED.
     ExhaustExpired,
+    /// Expired leases move back to PENDING (budget spent: EXHAUSTED), fenced by `fence`.
+    RescueExpired,
 }
 
 /// `[maintenance]`.
@@ -151,6 +153,10 @@ pub enum MaintenanceJob {
 pub struct MaintenanceSection {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<MaintenanceJob>,
+    /// The rescuer's fence: `expired` (finds and moves in one statement), `token` (moves what it
+    /// read, if its token is still the row's) or `id` (moves the row it read, whatever holds it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<super::outbox::ReleaseFence>,
 }
 
 /// `[relay]`: what the relay process does.
@@ -266,6 +272,13 @@ impl DesignFile {
         if let Some(m) = &self.maintenance {
             if let Some(job) = m.job {
                 p.relay.reaper = job == MaintenanceJob::ExhaustExpired;
+                p.rescue = (job == MaintenanceJob::RescueExpired).then_some(m.fence.unwrap_or(super::outbox::ReleaseFence::Expired));
+            }
+            if m.fence.is_some() && p.rescue.is_none() {
+                return Err("maintenance.fence goes with job = \"rescue-expired\"".into());
+            }
+            if let (Some(fence), Some(_)) = (m.fence, p.rescue) {
+                p.rescue = Some(fence);
             }
         }
         if let Some(r) = &self.relay {
@@ -287,7 +300,7 @@ impl DesignFile {
         KEY_DOCS
             .iter()
             .map(|(key, _)| *key)
-            .filter(|key| !matches!(*key, "description" | "based_on" | "retry.base_ms" | "retry.cap_ms" | "retry.delay_ms"))
+            .filter(|key| !matches!(*key, "description" | "based_on" | "retry.base_ms" | "retry.cap_ms" | "retry.delay_ms" | "maintenance.fence"))
             .filter(|key| {
                 let mut at = Some(&written);
                 let parts: Vec<&str> = key.split('.').collect();
@@ -366,7 +379,12 @@ impl DesignFile {
             }),
             exhaustion: Some(ExhaustionSection { status: Some(p.exhausted_status) }),
             maintenance: Some(MaintenanceSection {
-                job: Some(if p.relay.reaper { MaintenanceJob::ExhaustExpired } else { MaintenanceJob::None }),
+                job: Some(match (p.rescue, p.relay.reaper) {
+                    (Some(_), _) => MaintenanceJob::RescueExpired,
+                    (None, true) => MaintenanceJob::ExhaustExpired,
+                    (None, false) => MaintenanceJob::None,
+                }),
+                fence: p.rescue,
             }),
             relay: Some(RelaySection {
                 clock: Some(p.relay.clock),
@@ -422,7 +440,7 @@ pub const SECTION_DOCS: [(&str, &str); 8] = [
 ];
 
 /// Every key of a design file, dotted, with its meaning and allowed values.
-pub const KEY_DOCS: [(&str, &str); 28] = [
+pub const KEY_DOCS: [(&str, &str); 29] = [
     ("name", "The design's name, as fleets and reports name it (letters, digits, - and _)."),
     ("description", "One line saying what the design is."),
     ("based_on", "A built-in design to start from; the file then says only what differs."),
@@ -444,7 +462,8 @@ pub const KEY_DOCS: [(&str, &str); 28] = [
     ("retry.delay_ms", "Fixed backoff: the delay, in ms (at least 1)."),
     ("retry.ambiguous_write", "\"clears-lease\" (owner and expiry cleared, retry time set) or \"keeps-owner\" (expiry cleared only)."),
     ("exhaustion.status", "true: the design has EXHAUSTED; a failure past the budget moves there."),
-    ("maintenance.job", "\"none\" or \"exhaust-expired\" (expired leases whose budget is spent move to EXHAUSTED)."),
+    ("maintenance.job", "\"none\", \"exhaust-expired\" (expired leases whose budget is spent move to EXHAUSTED) or \"rescue-expired\" (expired leases move back to PENDING; budget spent: EXHAUSTED)."),
+    ("maintenance.fence", "The rescuer's fence: \"expired\" (finds and moves a row in one statement), \"token\" (moves the row it read if the token is still the one it read) or \"id\" (moves the row it read by id, whatever holds it now)."),
     ("relay.clock", "\"database\" (one clock for all) or \"relay\" (each relay's own, bound as a parameter; may be skewed)."),
     ("relay.idempotency_key", "\"message-id\" on every attempt, or \"per-attempt\" (a new key each time)."),
     ("relay.on_rejection", "What a permanent rejection writes: \"mark-failed\" or \"mark-retry\"."),

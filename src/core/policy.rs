@@ -161,6 +161,12 @@ pub struct Policy {
     pub swallow_stale: bool,
     /// Requeue resets `lease_token` to 0 (mutant `token-reset-on-requeue`).
     pub requeue_resets_token: bool,
+    /// The design runs a rescuer beside its relays: it finds an expired lease and moves the row
+    /// back to PENDING (its budget spent: to EXHAUSTED, or FAILED without that status), fenced
+    /// as given — `Expired` in the same statement that finds it, `Token` or `Id` by a second
+    /// statement after reading it (the job queue's "rescuer").
+    #[serde(default)]
+    pub rescue: Option<super::outbox::ReleaseFence>,
     pub backoff: Backoff,
     pub relay: RelayPolicy,
 }
@@ -401,6 +407,7 @@ impl Policy {
             claim_terminal: false,
             swallow_stale: false,
             requeue_resets_token: false,
+            rescue: None,
             backoff: Backoff { base: super::time::Duration(1), cap: super::time::Duration(1) },
             relay: RelayPolicy {
                 idempotency_key: IdempotencyKeyPolicy::MessageId,
@@ -438,6 +445,7 @@ impl Policy {
             ("claim_terminal", s(&self.claim_terminal)),
             ("swallow_stale", s(&self.swallow_stale)),
             ("requeue_resets_token", s(&self.requeue_resets_token)),
+            ("rescue", self.rescue.map_or("none".to_string(), |f| format!("fenced by {}", f.name()))),
             ("backoff", format!("{}..{}", self.backoff.base, self.backoff.cap)),
             ("relay.idempotency_key", s(&self.relay.idempotency_key)),
             ("relay.rejection", s(&self.relay.rejection)),
