@@ -327,6 +327,19 @@ pub enum PublishAnswer {
     Rejected,
 }
 
+impl From<crate::relay::PublishOutcome> for PublishAnswer {
+    /// What the relay cycle was told, as the history records it.
+    fn from(outcome: crate::relay::PublishOutcome) -> PublishAnswer {
+        use crate::relay::PublishOutcome as O;
+        match outcome {
+            O::Ack => PublishAnswer::Ack,
+            O::RetryableFailure => PublishAnswer::Unavailable,
+            O::Timeout => PublishAnswer::Timeout,
+            O::Rejected => PublishAnswer::Rejected,
+        }
+    }
+}
+
 /// What a terminal write reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -302,12 +302,7 @@ fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_wr
                                             outbox_check::core::IdempotencyKey::Message { message_id } => message_name(message_id),
                                             other => format!("{other:?}"),
                                         },
-                                        answer: match outcome {
-                                            PublishOutcome::Ack => PublishAnswer::Ack,
-                                            PublishOutcome::RetryableFailure => PublishAnswer::Unavailable,
-                                            PublishOutcome::Timeout => PublishAnswer::Timeout,
-                                            PublishOutcome::Rejected => PublishAnswer::Rejected,
-                                        },
+                                        answer: PublishAnswer::from(outcome),
                                         stored: Some(roll >= 0.15),
                                         token: Some(lease.token.0.to_string()),
                                     },

@@ -1030,12 +1030,7 @@ impl Profile {
                                                 relay: relay_name(lease.owner),
                                                 message: names(lease.message_id),
                                                 key: names(lease.message_id),
-                                                answer: match outcome {
-                                                    PublishOutcome::Ack => PublishAnswer::Ack,
-                                                    PublishOutcome::RetryableFailure => PublishAnswer::Unavailable,
-                                                    PublishOutcome::Timeout => PublishAnswer::Timeout,
-                                                    PublishOutcome::Rejected => PublishAnswer::Rejected,
-                                                },
+                                                answer: PublishAnswer::from(outcome),
                                                 stored: Some(roll >= 0.15),
                                                 token: Some(lease.token.0.to_string()),
                                             },
