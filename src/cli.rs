@@ -241,9 +241,14 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
-    /// Check a design's SQL against the core on SQLite or PostgreSQL by differential
-    /// property tests; a divergence is shrunk to a minimal sequence and printed as SQL.
-    #[command(after_help = "Examples:\n  outbox-check conform --store sqlite\n  outbox-check conform --store postgres --database-url postgresql://postgres@127.0.0.1:5432/test\n  outbox-check conform --store sqlite --variant legacy-v1 --against reference   (where V1 differs)\n\n\
+    /// Check a design's SQL — ours, or yours with --profile — against the core on SQLite or
+    /// PostgreSQL by differential property tests; a divergence is shrunk to a minimal sequence
+    /// and printed as SQL.
+    #[command(after_help = "Examples:\n  outbox-check conform --store sqlite\n  outbox-check conform --store postgres --database-url postgresql://postgres@127.0.0.1:5432/test\n  outbox-check conform --store sqlite --variant legacy-v1 --against reference   (where V1 differs)\n  outbox-check conform --profile docs/examples/jobs/jobs.profile.toml --store sqlite   (your own SQL)\n\n\
+        With --profile (docs/sql-profile.md) your statements run as written, and after the random\n\
+        sequences come the schedules that matter (the model checker's shortest counterexamples,\n\
+        replayed on your statements) and, on PostgreSQL, four relays at once with a flaky broker\n\
+        and killed backends, their history checked by the oracle.\n\n\
         Each case is a random sequence of enqueues, claims by several owners and tenants, terminal\n\
         writes with current and superseded leases, reaps and clock advances, run on the core and\n\
         on the store; results and the whole table must agree after every step. PostgreSQL runs\n\
@@ -368,18 +373,42 @@ struct FleetArgs {
     /// beside it (what S10 is about); otherwise every message is in the table from the start.
     #[arg(long)]
     enqueues: bool,
+    /// The lease, in the model's ticks (1–8). The model keeps its own time scale: a design
+    /// file's milliseconds do not enter it.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=8))]
+    lease: u64,
+    /// The retry clock's first delay, in ticks (1–8).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=8))]
+    backoff_base: u64,
+    /// The retry clock's longest delay, in ticks (1–16, at least --backoff-base).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=16))]
+    backoff_cap: u64,
+    /// With the clock-skew fault: how far every second relay's clock runs ahead of true time,
+    /// in ticks (0–8). Default: one lease.
+    #[arg(long, value_parser = clap::value_parser!(i64).range(0..=8))]
+    skew: Option<i64>,
 }
 
 impl FleetArgs {
-    fn config(&self) -> WorldConfig {
+    fn config(&self) -> Result<WorldConfig, String> {
         let designs: Vec<Design> = match self.variant {
             Some(design) => vec![design; self.relays as usize],
             None => self.fleet.clone(),
         };
+        if self.backoff_cap < self.backoff_base {
+            return Err(format!("--backoff-cap {} is below --backoff-base {}: the cap must be at least the base", self.backoff_cap, self.backoff_base));
+        }
         let mut config = WorldConfig::fleet(&designs, self.messages, self.tenants, self.max_attempts, self.faults);
         config.requeues = self.requeues;
         config.enqueue_actions = self.enqueues;
-        config
+        config.lease = crate::core::Duration(self.lease);
+        config.backoff_base = crate::core::Duration(self.backoff_base);
+        config.backoff_cap = crate::core::Duration(self.backoff_cap);
+        let skew = self.skew.unwrap_or(self.lease as i64);
+        for relay in config.relays.iter_mut().filter(|r| r.skew != 0) {
+            relay.skew = skew;
+        }
+        Ok(config)
     }
 }
 
@@ -677,7 +706,13 @@ fn check_command(
             return ExitCode::from(2);
         }
     }
-    let config = fleet.config();
+    let config = match fleet.config() {
+        Ok(config) => config,
+        Err(problem) => {
+            eprintln!("outbox-check: {problem}");
+            return ExitCode::from(2);
+        }
+    };
     let bar = spinner(quiet, "model checking");
     let report = check(&config, options, &|states, unique| {
         bar.set_message(format!("model checking: {states} states generated, {unique} unique"));
@@ -881,7 +916,14 @@ fn explore(fleet: &FleetArgs, port: u16) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let explorer = crate::explorer::Explorer::new(fleet.config());
+    let config = match fleet.config() {
+        Ok(config) => config,
+        Err(problem) => {
+            eprintln!("outbox-check: {problem}");
+            return ExitCode::from(2);
+        }
+    };
+    let explorer = crate::explorer::Explorer::new(config);
     println!(
         "outbox-check explore — {} on http://{address}/ (Ctrl-C to stop)",
         explorer.config().relays.iter().map(|r| r.design.name()).collect::<Vec<_>>().join(", ")

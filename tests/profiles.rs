@@ -21,7 +21,8 @@ const JOBS: &str = "docs/examples/jobs/jobs.profile.toml";
 /// A copy of the example profile beside its schema, with `edit` applied to its text.
 fn variant_of(name: &str, edit: impl Fn(String) -> String) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("profiles");
+    // A folder per profile: the tests run in parallel, and each copies the schema beside it.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("profiles").join(name.trim_end_matches(".toml"));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(root.join("docs/examples/jobs/schema.sql"), dir.join("schema.sql")).unwrap();
     std::fs::copy(root.join("docs/examples/job-queue-by-id.toml"), dir.join("job-queue-by-id.toml")).unwrap();
