@@ -374,6 +374,19 @@ pub fn check_command(config: &crate::world::WorldConfig) -> String {
     if config.enqueue_actions {
         line += " --enqueues";
     }
+    // The model's time scale, where it is not the default (lease 2, backoff 1–4, skew a lease).
+    if config.lease.0 != 2 {
+        line += &format!(" --lease {}", config.lease.0);
+    }
+    if config.backoff_base.0 != 1 {
+        line += &format!(" --backoff-base {}", config.backoff_base.0);
+    }
+    if config.backoff_cap.0 != 4 {
+        line += &format!(" --backoff-cap {}", config.backoff_cap.0);
+    }
+    if let Some(skew) = config.relays.iter().map(|r| r.skew).find(|s| *s != 0).filter(|s| *s != config.lease.0 as i64) {
+        line += &format!(" --skew {skew}");
+    }
     line
 }
 

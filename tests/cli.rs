@@ -351,3 +351,28 @@ fn an_unwritable_report_file_is_exit_2_before_the_work() {
     assert!(text(&out.stderr).contains("is a folder"), "{}", text(&out.stderr));
     std::fs::remove_file(&blocker).ok();
 }
+
+/// The model's time scale from the command line: the reproduce command carries it, and a cap
+/// below the base is one line and exit 2.
+#[test]
+fn the_models_time_scale_is_an_option_and_reproduces() {
+    let dir = std::env::temp_dir().join(format!("outbox-check-timescale-{}", std::process::id()));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .args(["check", "--variant", "legacy-v1", "--lease", "3", "--backoff-base", "2", "--backoff-cap", "6", "--skew", "1", "--no-liveness", "--quiet", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let md = std::fs::read_to_string(dir.join("legacy-v1-x2/S1.md")).unwrap();
+    assert!(md.contains("--lease 3 --backoff-base 2 --backoff-cap 6 --skew 1"), "{md}");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("legacy-v1-x2/S1.json")).unwrap()).unwrap();
+    assert_eq!(json["config"]["lease"], 3);
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .args(["check", "--variant", "reference", "--backoff-base", "4", "--backoff-cap", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--backoff-cap 2 is below --backoff-base 4") && err.trim_end().lines().count() == 1, "{err}");
+}

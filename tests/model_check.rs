@@ -406,3 +406,28 @@ fn normalising_after_a_step_equals_normalising_in_full() {
         }
     }
 }
+
+/// The model's time scale as options: other leases, backoffs and skews
+/// still change no verdict under the reductions, and a relay's clock is the one asked for.
+#[test]
+fn other_time_scales_change_no_verdict_under_the_reductions() {
+    for (design, lease, base, cap, skew) in [
+        (Design::Variant(Variant::Reference), 3u64, 2u64, 4u64, 1i64),
+        (Design::Variant(Variant::SeedV2), 1, 1, 2, 3),
+        (Design::Mutant(Mutant::WriteOwnerOnly), 3, 1, 1, 2),
+    ] {
+        let mut config = WorldConfig::fleet(&[design, design], 1, 1, 2, Faults::parse("crash,broker-drop,broker-reject,clock-skew").unwrap());
+        config.lease = outbox_check::core::Duration(lease);
+        config.backoff_base = outbox_check::core::Duration(base);
+        config.backoff_cap = outbox_check::core::Duration(cap);
+        for relay in config.relays.iter_mut().filter(|r| r.skew != 0) {
+            relay.skew = skew;
+        }
+        let reduced = OutboxModel::new(config.clone()).checker().spawn_bfs().join();
+        config.time_max = Some(outbox_check::core::Instant(7));
+        let plain = OutboxModel::unreduced(config).checker().spawn_bfs().join();
+        let found = |c: &dyn Fn() -> BTreeSet<&'static str>| c();
+        let (r, p) = (found(&|| reduced.discoveries().keys().copied().collect()), found(&|| plain.discoveries().keys().copied().collect()));
+        assert_eq!(r, p, "{design} lease {lease} backoff {base}-{cap} skew {skew}");
+    }
+}
