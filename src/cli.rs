@@ -1069,7 +1069,13 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, mode: TraceMode,
         let checked = crate::trace::stream_reader(
             &name,
             reader,
-            crate::trace::ReadOptions { strict: mode.strict },
+            crate::trace::ReadOptions {
+                strict: mode.strict,
+                statuses: match variant {
+                    Some(Design::Custom(c)) => c.statuses.as_ref(),
+                    _ => None,
+                },
+            },
             |header| {
                 let oracle = match variant {
                     Some(design) => Oracle::for_header(design, header),

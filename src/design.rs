@@ -16,11 +16,14 @@ pub fn load(path: &Path) -> Result<Design, String> {
 /// [`load`] of a file's text, `origin` naming it in messages.
 pub fn from_text(text: &str, origin: &str) -> Result<Design, String> {
     let file = DesignFile::parse(text).map_err(|e| format!("{origin}:{e}"))?;
+    if let Some(statuses) = &file.statuses {
+        statuses.check().map_err(|e| format!("{origin}: {e}"))?;
+    }
     let policy = file.resolve(&|name| Design::parse(name).map(Design::policy)).map_err(|e| format!("{origin}: {e}"))?;
     // A file may describe a built-in under its own name (`variants reference --toml` is one):
     // it is that design, as long as every switch agrees.
     if let Some(builtin) = Design::parse(&file.name) {
-        if builtin.policy() == policy {
+        if builtin.policy() == policy && file.statuses.is_none() {
             return Ok(builtin);
         }
         let differ: Vec<&str> = policy
@@ -30,14 +33,14 @@ pub fn from_text(text: &str, origin: &str) -> Result<Design, String> {
             .filter(|(a, b)| a.1 != b.1)
             .map(|(a, _)| a.0)
             .collect();
+        let differ = if differ.is_empty() { "statuses".to_string() } else { differ.join(", ") };
         return Err(format!(
-            "{origin}: name = {:?} is a built-in design's, and this file differs from it ({}): give your design a name of its own",
-            file.name,
-            differ.join(", ")
+            "{origin}: name = {:?} is a built-in design's, and this file differs from it ({differ}): give your design a name of its own",
+            file.name
         ));
     }
     let description = file.description.clone().unwrap_or_else(|| format!("the design in {origin}"));
-    CustomDesign::register(CustomDesign { name: file.name, description, policy, origin: origin.to_string() })
+    CustomDesign::register(CustomDesign { name: file.name, description, policy, statuses: file.statuses, origin: origin.to_string() })
         .map(Design::Custom)
         .map_err(|e| format!("{origin}: {e}"))
 }

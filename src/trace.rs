@@ -684,6 +684,9 @@ fn json_message(e: &serde_json::Error) -> String {
 pub struct ReadOptions {
     /// Refuse fields the format does not know, instead of ignoring them with a warning.
     pub strict: bool,
+    /// The status names of the design the history is checked against (its design file's
+    /// `[statuses]`), for a version-2 header that names none.
+    pub statuses: Option<&'static crate::core::design::StatusNames>,
 }
 
 /// Fields a reading ignored (real logs carry their own, such as a timestamp): each path
@@ -812,8 +815,11 @@ pub fn stream_reader<T>(
     let Some(first) = next_line(&mut buffer)? else {
         return Err(error(1, 1, "empty trace: expected a header line".into()));
     };
-    let header: Header = read_header(&buffer, first, options.strict, &mut ignored)
+    let mut header: Header = read_header(&buffer, first, options.strict, &mut ignored)
         .map_err(|(column, message)| error(first, column, format!("bad header: {message}")))?;
+    if let (VERSION, None, Some(names)) = (header.version, &header.statuses, options.statuses) {
+        header.statuses = Some(names.names().into_iter().map(|(name, status)| (name, status.as_str().to_string())).collect());
+    }
     if header.format != FORMAT {
         return Err(error(first, 1, format!("not an outbox-check trace: format is '{}', expected '{FORMAT}'", header.format)));
     }

@@ -224,3 +224,30 @@ fn a_rescuer_by_id_is_found_to_release_a_live_lease() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("maintenance.fence goes with job = \"rescue-expired\""));
 }
+
+/// A design file's `[statuses]` are the names a history and a SQL profile of that design use
+/// when they give none of their own.
+#[test]
+fn a_design_files_status_names_read_a_history_that_names_none() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fixture = std::fs::read_to_string(root.join("tests/traces/valid-release-then-late-write-refused.jsonl")).unwrap();
+    // The same history with a header that names neither statuses nor switches.
+    let mut lines: Vec<String> = fixture.lines().map(String::from).collect();
+    lines[0] = "{\"format\":\"outbox-check-trace\",\"version\":2,\"max_attempts\":3}".into();
+    let history = scratch("named-statuses.jsonl", &(lines.join("\n") + "\n"));
+    let named = scratch(
+        "named-statuses.toml",
+        "name = \"named-statuses\"\nbased_on = \"reference\"\n[statuses]\npending = \"available\"\nin_flight = \"running\"\npublished = \"completed\"\nexhausted = \"discarded\"\n",
+    );
+    let out = run(&["trace", "--design", named.to_str().unwrap(), history.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    // Without the names, "available" is no status the history may use.
+    let out = run(&["trace", "--variant", "reference", history.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("available"));
+    // One name for two statuses is refused.
+    let twice = scratch("twice.toml", "name = \"twice\"\nbased_on = \"reference\"\n[statuses]\npending = \"open\"\nambiguous = \"open\"\n");
+    let out = run(&["check", "--design", twice.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("\"open\" names two statuses"));
+}

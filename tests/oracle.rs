@@ -259,7 +259,7 @@ fn an_event_reads_the_same_whatever_the_position_of_its_tag() {
         let (_, events, ignored) = parse_with("c", &text, ReadOptions::default()).unwrap();
         assert_eq!(events.len(), 1);
         assert_eq!(ignored.get("extra"), Some(&2), "{ignored:?}");
-        let e = parse_with("c", &text, ReadOptions { strict: true }).unwrap_err();
+        let e = parse_with("c", &text, ReadOptions { strict: true, ..ReadOptions::default() }).unwrap_err();
         assert!(e.message.contains("unknown field `extra`") && e.line == 2, "{e}");
     }
     for line in [r#"{"now":5}"#, r#"{}"#] {

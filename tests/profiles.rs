@@ -218,3 +218,21 @@ fn a_migrations_directory_is_applied_in_version_order() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("the profile's schema"));
 }
+
+/// A profile without `[statuses]` reads its table in the status names of its design file.
+#[test]
+fn a_profile_takes_its_status_names_from_its_design_file() {
+    let profile = variant_of("named-by-design.toml", |t| {
+        let start = t.find("[statuses]").unwrap();
+        let end = t.find("[statements]").unwrap();
+        format!("{}{}", &t[..start], &t[end..]).replace("design = \"reference\"", "design = \"jobs-design.toml\"")
+    });
+    std::fs::write(
+        profile.with_file_name("jobs-design.toml"),
+        "name = \"jobs-design\"\nbased_on = \"reference\"\n[statuses]\npending = \"available\"\nin_flight = \"running\"\npublished = \"completed\"\nambiguous = \"unknown\"\nfailed = \"discarded\"\nexhausted = \"dead\"\n",
+    )
+    .unwrap();
+    let out = run(&["conform", "--profile", profile.to_str().unwrap(), "--store", "sqlite", "--cases", "50", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json(&out)["variant"], "jobs-design");
+}

@@ -41,6 +41,56 @@ pub struct DesignFile {
     pub relay: Option<RelaySection>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requeue: Option<RequeueSection>,
+    /// The queue's own names for the model's six statuses (histories and SQL profiles of this
+    /// design use them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statuses: Option<StatusNames>,
+}
+
+/// `[statuses]`: the queue's name for each of the model's six statuses; a status not named keeps
+/// the model's name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusNames {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ambiguous: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exhausted: Option<String>,
+}
+
+impl StatusNames {
+    /// Each status as the queue names it, with the model's name beside it.
+    pub fn names(&self) -> [(String, super::row::Status); 6] {
+        use super::row::Status;
+        let name = |given: &Option<String>, status: Status| (given.clone().unwrap_or_else(|| status.as_str().to_string()), status);
+        [
+            name(&self.pending, Status::Pending),
+            name(&self.in_flight, Status::InFlight),
+            name(&self.published, Status::Published),
+            name(&self.ambiguous, Status::Ambiguous),
+            name(&self.failed, Status::Failed),
+            name(&self.exhausted, Status::Exhausted),
+        ]
+    }
+
+    /// One name for two statuses is an error naming it.
+    pub fn check(&self) -> Result<(), String> {
+        let names = self.names();
+        for (i, (n, _)) in names.iter().enumerate() {
+            if names[..i].iter().any(|(m, _)| m == n) {
+                return Err(format!("statuses: {n:?} names two statuses"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `[claim]`: which rows a claim takes, in what order, and what it writes on them.
@@ -301,6 +351,7 @@ impl DesignFile {
             .iter()
             .map(|(key, _)| *key)
             .filter(|key| !matches!(*key, "description" | "based_on" | "retry.base_ms" | "retry.cap_ms" | "retry.delay_ms" | "maintenance.fence"))
+            .filter(|key| !key.starts_with("statuses."))
             .filter(|key| {
                 let mut at = Some(&written);
                 let parts: Vec<&str> = key.split('.').collect();
@@ -394,6 +445,7 @@ impl DesignFile {
                 republish_after_db_loss: Some(p.relay.republish_after_db_loss),
             }),
             requeue: Some(RequeueSection { resets_token: Some(p.requeue_resets_token) }),
+            statuses: None,
         }
     }
 
@@ -428,7 +480,7 @@ impl DesignFile {
 }
 
 /// What each section is about, for commented files and docs.
-pub const SECTION_DOCS: [(&str, &str); 8] = [
+pub const SECTION_DOCS: [(&str, &str); 9] = [
     ("claim", "Which rows a claim takes, in what order, and what it writes on them.\n"),
     ("attempts", "Where the attempt counter is incremented.\n"),
     ("write", "What a terminal write (mark_published, mark_failed, mark_retry, AMBIGUOUS) checks.\n"),
@@ -437,10 +489,11 @@ pub const SECTION_DOCS: [(&str, &str); 8] = [
     ("maintenance", "The periodic job beside the relays.\n"),
     ("relay", "What the relay process does between the statements.\n"),
     ("requeue", "An operator's requeue of FAILED and EXHAUSTED rows.\n"),
+    ("statuses", "The queue's own names for the model's statuses (optional; histories and SQL profiles use them).\n"),
 ];
 
 /// Every key of a design file, dotted, with its meaning and allowed values.
-pub const KEY_DOCS: [(&str, &str); 29] = [
+pub const KEY_DOCS: [(&str, &str); 35] = [
     ("name", "The design's name, as fleets and reports name it (letters, digits, - and _)."),
     ("description", "One line saying what the design is."),
     ("based_on", "A built-in design to start from; the file then says only what differs."),
@@ -470,6 +523,12 @@ pub const KEY_DOCS: [(&str, &str); 29] = [
     ("relay.publish_before_ack", "true: the row is marked PUBLISHED before the broker acknowledged."),
     ("relay.republish_after_db_loss", "true: after losing the database post-publish, republish at once and record PUBLISHED."),
     ("requeue.resets_token", "true: the operator's requeue resets the token to 0."),
+    ("statuses.pending", "The queue's name for PENDING (waiting to be claimed), e.g. \"available\"."),
+    ("statuses.in_flight", "The queue's name for IN_FLIGHT (claimed, leased), e.g. \"running\"."),
+    ("statuses.published", "The queue's name for PUBLISHED (done), e.g. \"completed\"."),
+    ("statuses.ambiguous", "The queue's name for AMBIGUOUS (outcome unknown, to be retried)."),
+    ("statuses.failed", "The queue's name for FAILED (rejected for good), e.g. \"discarded\"."),
+    ("statuses.exhausted", "The queue's name for EXHAUSTED (budget spent), e.g. \"dead\"."),
 ];
 
 fn set<T>(field: &mut T, value: Option<T>) {

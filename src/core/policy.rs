@@ -474,6 +474,8 @@ pub struct CustomDesign {
     pub name: String,
     pub description: String,
     pub policy: Policy,
+    /// The queue's own status names, where the file gives them.
+    pub statuses: Option<super::design::StatusNames>,
     /// Where it was read from, for messages.
     pub origin: String,
 }

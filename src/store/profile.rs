@@ -33,9 +33,10 @@ pub struct ProfileFile {
     /// (a row back).
     #[serde(default)]
     pub observe: BTreeMap<String, Observe>,
-    /// The profile's status values for the model's six statuses.
+    /// The profile's status values for the model's six statuses (default: the design file's
+    /// `[statuses]`, else the model's names).
     #[serde(default)]
-    pub statuses: Statuses,
+    pub statuses: Option<Statuses>,
 }
 
 /// The statements, by operation.
@@ -131,6 +132,8 @@ impl Statuses {
 #[derive(Clone, Debug)]
 pub struct Profile {
     pub file: ProfileFile,
+    /// The status names in force: the profile's, else its design file's, else the model's.
+    pub statuses: Statuses,
     pub design: Design,
     pub schema_sql: String,
     pub origin: PathBuf,
@@ -191,7 +194,16 @@ impl Profile {
         } else {
             std::fs::read_to_string(&schema_path).map_err(|e| format!("{shown}: schema = {:?}: cannot read {}: {e}", file.schema, schema_path.display()))?
         };
-        let names: Vec<&str> = file.statuses.pairs().iter().map(|(_, n)| *n).collect();
+        let statuses = match (&file.statuses, design) {
+            (Some(given), _) => given.clone(),
+            (None, Design::Custom(c)) if c.statuses.is_some() => {
+                let names = c.statuses.as_ref().expect("checked").names();
+                let of = |i: usize| names[i].0.clone();
+                Statuses { pending: of(0), in_flight: of(1), published: of(2), ambiguous: of(3), failed: of(4), exhausted: of(5) }
+            }
+            (None, _) => Statuses::default(),
+        };
+        let names: Vec<&str> = statuses.pairs().iter().map(|(_, n)| *n).collect();
         if let Some(dup) = names.iter().enumerate().find_map(|(i, n)| names[..i].contains(n).then_some(*n)) {
             return Err(format!("{shown}: statuses: {dup:?} names two statuses"));
         }
@@ -200,7 +212,7 @@ impl Profile {
                 return Err(format!("{shown}: observe.{key}: not a terminal write (mark_published, mark_ambiguous, mark_retry, mark_failed, mark_exhausted)"));
             }
         }
-        Ok(Profile { file, design, schema_sql, origin: path.to_path_buf() })
+        Ok(Profile { file, design, schema_sql, statuses, origin: path.to_path_buf() })
     }
 
     /// A fresh SQLite store over the profile's schema, in memory.
@@ -808,7 +820,7 @@ impl Store for ProfileStore {
     fn rows(&mut self) -> Result<Vec<Row>, StoreError> {
         let sql = self.profile.file.statements.rows.clone();
         let (rows, _) = self.run_quietly("rows", &sql)?;
-        let statuses = self.profile.file.statuses.clone();
+        let statuses = self.profile.statuses.clone();
         let mut out = Vec::new();
         for values in rows {
             let get = |c: &str| as_int("rows", c, values.get(c));
