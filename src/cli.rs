@@ -601,7 +601,11 @@ fn variants(only: Option<Design>, json: bool, toml: bool) -> ExitCode {
             Design::Mutant(m) => format!("reference with one mistake: {}", m.mistake()),
             Design::Custom(c) => c.description.clone(),
         };
-        print!("{}", crate::core::design::DesignFile::complete(design.name(), &about, &design.policy()).to_commented_toml());
+        let mut file = crate::core::design::DesignFile::complete(design.name(), &about, &design.policy());
+        if let Design::Custom(c) = design {
+            file.statuses = c.statuses.clone();
+        }
+        print!("{}", file.to_commented_toml());
         return ExitCode::SUCCESS;
     }
     let designs: Vec<Design> = Variant::ALL
