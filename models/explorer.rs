@@ -45,8 +45,9 @@ impl Explorer {
         &self.normal.config
     }
 
-    /// The model actions a path names, in the world it names.
-    fn walk(&self, path: &str) -> Result<(bool, Vec<Action>, Vec<Action>), BadPath> {
+    /// The model actions a path names, in the world it names; the normalised states along it
+    /// (the initial one first); and the actions enabled at its end.
+    fn walk(&self, path: &str) -> Result<(bool, Vec<Action>, Vec<crate::world::World>, Vec<Action>), BadPath> {
         let path = path.trim_matches('/');
         let (outage, indices) = match path.strip_prefix("outage") {
             Some(rest) => (true, rest.trim_start_matches('/')),
@@ -58,12 +59,13 @@ impl Explorer {
             None | Some("0") => {}
             Some(other) => return Err(BadPath(format!("the path starts at the initial state 0, not at {other:?}"))),
         }
-        let mut state = model.init_states().remove(0);
+        let mut states = vec![model.init_states().remove(0)];
         let (mut actions, mut next) = (Vec::new(), Vec::new());
         for (step, part) in parts.enumerate() {
+            let state = states.last().expect("the initial state");
             let index: usize = part.parse().map_err(|_| BadPath(format!("step {}: {part:?} is not an action index", step + 1)))?;
             next.clear();
-            model.actions(&state, &mut next);
+            model.actions(state, &mut next);
             let Some(&action) = next.get(index) else {
                 return Err(BadPath(format!(
                     "step {}: there is no next action {index} (the state after step {step} has {})",
@@ -72,16 +74,17 @@ impl Explorer {
                 )));
             };
             actions.push(action);
-            state = model.next_state(&state, action).expect("a model step");
+            let after = model.next_state(state, action).expect("a model step");
+            states.push(after);
         }
         next.clear();
-        model.actions(&state, &mut next);
-        Ok((outage, actions, next))
+        model.actions(states.last().expect("the initial state"), &mut next);
+        Ok((outage, actions, states, next))
     }
 
     /// Everything the page shows at one path, as JSON.
     pub fn view(&self, path: &str) -> Result<Value, BadPath> {
-        let (outage, actions, next) = self.walk(path)?;
+        let (outage, actions, states, next) = self.walk(path)?;
         let config = if outage { &self.outage.config } else { &self.normal.config };
         let prefix = if outage { "outage/0" } else { "0" };
         let encoded = |indices: &[String]| std::iter::once(prefix.to_string()).chain(indices.iter().cloned()).collect::<Vec<_>>().join("/");
@@ -158,12 +161,6 @@ impl Explorer {
             }));
         }
         // Reachability: the model's own condition at each state along the path.
-        let model = if outage { &self.outage } else { &self.normal };
-        let mut states = vec![model.init_states().remove(0)];
-        for &a in &actions {
-            let next = model.next_state(states.last().unwrap(), a).expect("a model step");
-            states.push(next);
-        }
         for r in REACHABILITY.iter() {
             let (id, name) = r.name.split_once(' ').unwrap_or((r.name, r.name));
             let first = states.iter().position(|s| (r.reached)(&s.step.seen));

@@ -322,13 +322,12 @@ impl DesignFile {
         if let Some(m) = &self.maintenance {
             if let Some(job) = m.job {
                 p.relay.reaper = job == MaintenanceJob::ExhaustExpired;
-                p.rescue = (job == MaintenanceJob::RescueExpired).then_some(m.fence.unwrap_or(super::outbox::ReleaseFence::Expired));
+                p.rescue = (job == MaintenanceJob::RescueExpired).then_some(super::outbox::ReleaseFence::Expired);
             }
-            if m.fence.is_some() && p.rescue.is_none() {
-                return Err("maintenance.fence goes with job = \"rescue-expired\"".into());
-            }
-            if let (Some(fence), Some(_)) = (m.fence, p.rescue) {
-                p.rescue = Some(fence);
+            // A fence sets the rescuer's, this file's or its base's.
+            if let Some(fence) = m.fence {
+                let rescue = p.rescue.as_mut().ok_or("maintenance.fence goes with job = \"rescue-expired\"")?;
+                *rescue = fence;
             }
         }
         if let Some(r) = &self.relay {

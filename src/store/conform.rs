@@ -564,13 +564,11 @@ pub fn schedules(declared: crate::core::Design, progress: &dyn Fn(&str)) -> Vec<
     }
     let own = WorldConfig::fleet(&[declared; 2], 1, 1, 3, Faults::all());
     let mut out: Vec<Schedule> = Vec::new();
-    let mut seen = std::collections::BTreeSet::new();
     let mut add = |source: String, property: String, config: &WorldConfig, steps: &[crate::model::ReplayStep]| {
         let (_, mut events) = crate::world::World::new_with_events(config);
         events.extend(steps.iter().flat_map(|s| s.events.iter().cloned()));
-        // One schedule per sequence of database operations.
-        let key = format!("{events:?}");
-        if seen.insert(key) {
+        // One schedule per sequence of events.
+        if !out.iter().any(|s| s.events == events) {
             out.push(Schedule { source, property, events });
         }
     };

@@ -15,6 +15,7 @@ use crate::core::{
     ClaimRequest, Design, EnqueueRequest, EnqueueResult, FailureCode, Instant, Lease, LeaseToken, MessageId, Policy, RelayId, Row,
     Status, TenantId, WriteKind, WriteRequest, WriteResult,
 };
+use crate::core::design::StatusNames;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -36,7 +37,7 @@ pub struct ProfileFile {
     /// The profile's status values for the model's six statuses (default: the design file's
     /// `[statuses]`, else the model's names).
     #[serde(default)]
-    pub statuses: Option<Statuses>,
+    pub statuses: Option<StatusNames>,
 }
 
 /// The statements, by operation.
@@ -68,72 +69,12 @@ pub enum Observe {
     Returning,
 }
 
-/// The profile's names for the six statuses.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Statuses {
-    #[serde(default = "pending")]
-    pub pending: String,
-    #[serde(default = "in_flight")]
-    pub in_flight: String,
-    #[serde(default = "published")]
-    pub published: String,
-    #[serde(default = "ambiguous")]
-    pub ambiguous: String,
-    #[serde(default = "failed")]
-    pub failed: String,
-    #[serde(default = "exhausted")]
-    pub exhausted: String,
-}
-
-fn pending() -> String {
-    "PENDING".into()
-}
-fn in_flight() -> String {
-    "IN_FLIGHT".into()
-}
-fn published() -> String {
-    "PUBLISHED".into()
-}
-fn ambiguous() -> String {
-    "AMBIGUOUS".into()
-}
-fn failed() -> String {
-    "FAILED".into()
-}
-fn exhausted() -> String {
-    "EXHAUSTED".into()
-}
-
-impl Default for Statuses {
-    fn default() -> Self {
-        Statuses { pending: pending(), in_flight: in_flight(), published: published(), ambiguous: ambiguous(), failed: failed(), exhausted: exhausted() }
-    }
-}
-
-impl Statuses {
-    fn pairs(&self) -> [(Status, &str); 6] {
-        [
-            (Status::Pending, self.pending.as_str()),
-            (Status::InFlight, self.in_flight.as_str()),
-            (Status::Published, self.published.as_str()),
-            (Status::Ambiguous, self.ambiguous.as_str()),
-            (Status::Failed, self.failed.as_str()),
-            (Status::Exhausted, self.exhausted.as_str()),
-        ]
-    }
-
-    fn parse(&self, text: &str) -> Option<Status> {
-        self.pairs().into_iter().find(|(_, name)| *name == text).map(|(s, _)| s)
-    }
-}
-
 /// A profile read and checked: its design, its schema's text, where it came from.
 #[derive(Clone, Debug)]
 pub struct Profile {
     pub file: ProfileFile,
     /// The status names in force: the profile's, else its design file's, else the model's.
-    pub statuses: Statuses,
+    pub statuses: StatusNames,
     pub design: Design,
     pub schema_sql: String,
     pub origin: PathBuf,
@@ -196,22 +137,10 @@ impl Profile {
         };
         let statuses = match (&file.statuses, design) {
             (Some(given), _) => given.clone(),
-            (None, Design::Custom(c)) if c.statuses.is_some() => {
-                let names = c.statuses.as_ref().expect("checked").names();
-                let of = |i: usize| names[i].0.clone();
-                Statuses { pending: of(0), in_flight: of(1), published: of(2), ambiguous: of(3), failed: of(4), exhausted: of(5) }
-            }
-            (None, _) => Statuses::default(),
+            (None, Design::Custom(c)) => c.statuses.clone().unwrap_or_default(),
+            (None, _) => StatusNames::default(),
         };
-        let names: Vec<&str> = statuses.pairs().iter().map(|(_, n)| *n).collect();
-        if let Some(dup) = names.iter().enumerate().find_map(|(i, n)| names[..i].contains(n).then_some(*n)) {
-            return Err(format!("{shown}: statuses: {dup:?} names two statuses"));
-        }
-        for (key, _) in &file.observe {
-            if !["mark_published", "mark_ambiguous", "mark_retry", "mark_failed", "mark_exhausted"].contains(&key.as_str()) {
-                return Err(format!("{shown}: observe.{key}: not a terminal write (mark_published, mark_ambiguous, mark_retry, mark_failed, mark_exhausted)"));
-            }
-        }
+        statuses.check().map_err(|e| format!("{shown}: {e}"))?;
         Ok(Profile { file, design, schema_sql, statuses, origin: path.to_path_buf() })
     }
 
@@ -734,8 +663,8 @@ impl Store for ProfileStore {
             ("max_attempts", int(req.max_attempts)),
         ];
         // The rows before the claim, to put what it returns in the design's claim order (a
-        // RETURNING clause gives its rows in no set order).
-        let before = self.rows()?;
+        // RETURNING clause gives its rows in no set order); one row has no order to keep.
+        let before = if req.batch > 1 { self.rows()? } else { Vec::new() };
         let sql = self.profile.file.statements.claim.clone();
         let (rows, _) = self.run("claim", &sql, &params)?;
         let mut leases = Vec::new();
@@ -827,7 +756,11 @@ impl Store for ProfileStore {
             let at = |c: &str| get(c).map(|v| v.map(|v| Instant(v as u64)));
             let status = match values.get("status") {
                 Some(V::Text(t)) => {
-                    statuses.parse(t).ok_or_else(|| StoreError::Corrupt(format!("rows: status {t:?} is none of the profile's statuses")))?
+                    statuses
+                        .names()
+                        .into_iter()
+                        .find_map(|(name, status)| (name == *t).then_some(status))
+                        .ok_or_else(|| StoreError::Corrupt(format!("rows: status {t:?} is none of the profile's statuses")))?
                 }
                 other => return Err(StoreError::Corrupt(format!("rows: status {}", other.map_or("missing".into(), render)))),
             };
@@ -1121,16 +1054,8 @@ impl Profile {
         if verdict.is_none() {
             verdict = oracle.finish().err().map(|d| d.to_string());
         }
-        let events_only: Vec<crate::trace::Event> = events.iter().map(|(_, e)| e.clone()).collect();
-        let diverged = verdict.is_some() || !not_terminal.is_empty() || !published_not_stored.is_empty();
-        let history = if diverged {
-            let path = std::env::temp_dir().join(format!("outbox-check-concurrent-seed-{seed}-{}.jsonl", std::process::id()));
-            std::fs::write(&path, crate::trace::to_jsonl(&header, &events_only)).ok().map(|()| path.display().to_string())
-        } else {
-            None
-        };
-        Ok(ConcurrentReport {
-            history,
+        let mut report = ConcurrentReport {
+            history: None,
             relays,
             messages,
             seed,
@@ -1141,6 +1066,12 @@ impl Profile {
             published_not_stored,
             oracle: verdict,
             timed_out: timed_out.load(Ordering::Relaxed),
-        })
+        };
+        if report.diverged() {
+            let path = std::env::temp_dir().join(format!("outbox-check-concurrent-seed-{seed}-{}.jsonl", std::process::id()));
+            let events: Vec<crate::trace::Event> = events.into_iter().map(|(_, e)| e).collect();
+            report.history = std::fs::write(&path, crate::trace::to_jsonl(&header, &events)).ok().map(|()| path.display().to_string());
+        }
+        Ok(report)
     }
 }
