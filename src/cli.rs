@@ -385,7 +385,7 @@ struct FleetArgs {
     backoff_cap: u64,
     /// With the clock-skew fault: how far every second relay's clock runs ahead of true time,
     /// in ticks (0–8). Default: one lease.
-    #[arg(long, value_parser = clap::value_parser!(i64).range(0..=8))]
+    #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(0..=8))]
     skew: Option<i64>,
 }
 
