@@ -54,7 +54,9 @@ fn a_profile_that_does_what_its_design_says_agrees() {
 
 #[test]
 fn sql_that_does_not_do_what_its_design_says_is_caught_with_a_script_that_pastes() {
-    let cases: [(&str, fn(String) -> String, &str); 3] = [
+    let cases: [(&str, fn(String) -> String, &str); 4] = [
+        // The claim forgets the retry clock.
+        ("no-retry-clock.toml", |t| t.replace("AND (run_at IS NULL OR run_at <= :now)", ""), "claim"),
         // Completion by id alone, declared as the reference design.
         ("by-id.toml", |t| t.replace(" AND state = 'running' AND locked_by = :owner AND lock_token = :token", ""), "mark_"),
         // The claim forgets the budget.
@@ -69,6 +71,26 @@ fn sql_that_does_not_do_what_its_design_says_is_caught_with_a_script_that_pastes
     let d = &s1["divergence"];
     assert!(d["finding"].as_str().unwrap().starts_with("your statements let this stale mark_"), "{d}");
     assert!(d["interleaving"].as_array().unwrap().len() >= 3 && d["step"].as_u64().unwrap() >= 3, "{d}");
+    // The claim that forgets the retry clock: S7's schedule names it, step by step, and its
+    // statements paste.
+    let no_clock = variant_of("no-retry-clock-schedules.toml", |t| t.replace("AND (run_at IS NULL OR run_at <= :now)", ""));
+    let out = run(&["conform", "--profile", no_clock.to_str().unwrap(), "--store", "sqlite", "--cases", "20", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    let report = json(&out);
+    let s7 = report["schedules"].as_array().unwrap().iter().find(|s| s["property"] == "S7").expect("an S7 schedule");
+    let d7 = &s7["divergence"];
+    assert!(d7["finding"].as_str().unwrap().contains("before its retry time") && d7["finding"].as_str().unwrap().ends_with("(S7)"), "{d7}");
+    for (profile, d) in [(&by_id, d), (&no_clock, d7)] {
+        let db = rusqlite::Connection::open_in_memory().unwrap();
+        db.execute_batch(&std::fs::read_to_string(profile.with_file_name("schema.sql")).unwrap()).unwrap();
+        for line in d["sql"].as_array().unwrap() {
+            let line = line.as_str().unwrap();
+            assert!(!line.contains(':'), "{line}");
+            let mut stmt = db.prepare(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+            let mut rows = stmt.raw_query();
+            while rows.next().unwrap().is_some() {}
+        }
+    }
     for (name, edit, at) in cases {
         let profile = variant_of(name, edit);
         let out = run(&["conform", "--profile", profile.to_str().unwrap(), "--store", "sqlite", "--cases", "500", "--json"]);

@@ -9,7 +9,7 @@
 use super::bind::{MemoryStore, Store, StoreError};
 use crate::core::{
     AggregateId, ClaimRequest, Duration, EnqueueRequest, FailureCode, Instant, Lease, MessageId, Policy, RelayId, Row,
-    TenantId, WriteKind, WriteRequest, WriteResult,
+    Status, TenantId, WriteKind, WriteRequest, WriteResult,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
@@ -460,9 +460,10 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
                 }
             }
             Event::Claimed { request, db, leases, .. } if *db != DbFate::LostBefore => {
+                let before = model.rows().unwrap_or_default();
                 let (a, b) = (model.claim(request), store.claim(request));
                 if !same(&a, &b) {
-                    let d = diverged("your claim takes other rows, or other leases, than the design's".into(), show(&a), show(&b), &interleaving, store);
+                    let d = diverged(claim_finding(&before, request, &a, &b), show(&a), show(&b), &interleaving, store);
                     return result(operations, Some(d));
                 }
                 for (theirs, ours) in leases.iter().zip(a.iter().flatten()) {
@@ -522,6 +523,41 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
         }
     }
     result(operations, None)
+}
+
+/// What a diverging claim did that the design's does not, in the words of the property it
+/// breaks where one row says it: a row taken before its retry time (S7), over a live lease, with
+/// its budget spent (S3), of another tenant (S9), or a row the design's claim takes and the
+/// statement left.
+fn claim_finding(before: &[Row], request: &ClaimRequest, model: &Result<Vec<Lease>, StoreError>, store: &Result<Vec<Lease>, StoreError>) -> String {
+    let (Ok(ours), Ok(theirs)) = (model, store) else {
+        return "your claim takes other rows, or other leases, than the design's".into();
+    };
+    let now = request.now;
+    for lease in theirs.iter().filter(|l| !ours.iter().any(|o| o.message_id == l.message_id)) {
+        let id = lease.message_id;
+        let Some(row) = before.iter().find(|r| r.message_id == id) else { continue };
+        if let Some(at) = row.next_attempt_at.filter(|at| *at > now && row.status != Status::InFlight) {
+            return format!("your claim takes {id} at t={} before its retry time t={} (S7)", now.0, at.0);
+        }
+        if let (Status::InFlight, Some(until)) = (row.status, row.lease_expires_at.filter(|u| *u > now)) {
+            let owner = row.lease_owner.map_or("another relay".to_string(), |o| o.to_string());
+            return format!("your claim takes {id} at t={} while {owner}'s lease runs until t={} (S6)", now.0, until.0);
+        }
+        if row.attempts >= request.max_attempts {
+            return format!("your claim takes {id} with its budget spent ({} attempts of {}) (S3)", row.attempts, request.max_attempts);
+        }
+        if row.status.is_terminal() {
+            return format!("your claim takes {id}, which is {}", row.status);
+        }
+        if row.tenant_id != request.tenant_id {
+            return format!("your claim for {} takes {id} of {} (S9)", request.tenant_id, row.tenant_id);
+        }
+    }
+    if let Some(left) = ours.iter().find(|o| !theirs.iter().any(|l| l.message_id == o.message_id)) {
+        return format!("your claim leaves {}, which the design's claim takes", left.message_id);
+    }
+    "your claim hands out other leases (token or attempts) than the design's".into()
 }
 
 fn show_rows(r: &Result<Vec<Row>, StoreError>) -> String {
