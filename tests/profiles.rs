@@ -46,10 +46,22 @@ fn a_profile_that_does_what_its_design_says_agrees() {
     assert!(schedules.len() >= 20, "{} schedules", schedules.len());
     assert!(schedules.iter().all(|s| s["divergence"].is_null() && s["operations"].as_u64().unwrap() > 0), "{schedules:?}");
     assert!(schedules.iter().any(|s| s["property"] == "S1") && schedules.iter().any(|s| s["property"] == "R-S6"));
-    // The by-id twin agrees with the by-id design it declares.
+    // The by-id twin does what the by-id design it declares does — and so breaks what that
+    // design breaks: S1 and S4 along the design's own counterexamples (exit 1, "violated").
     let out = run(&["conform", "--profile", "docs/examples/jobs/jobs-by-id.profile.toml", "--store", "sqlite", "--cases", "300", "--json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
-    assert_eq!(json(&out)["variant"], "job-queue-by-id");
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    let report = json(&out);
+    assert_eq!(report["variant"], "job-queue-by-id");
+    assert_eq!(report["verdict"], "violated");
+    assert!(report["divergence"].is_null());
+    let schedules = report["schedules"].as_array().unwrap();
+    assert!(schedules.iter().all(|s| s["divergence"].is_null()), "{schedules:?}");
+    for p in ["S1", "S4"] {
+        assert!(schedules.iter().any(|s| s["property"] == p && s["design_breaks"] == true), "{p}");
+    }
+    // The reference design breaks nothing, so nothing is marked for the reference profile.
+    let out = run(&["conform", "--profile", JOBS, "--store", "sqlite", "--cases", "20", "--json"]);
+    assert!(json(&out)["schedules"].as_array().unwrap().iter().all(|s| s["design_breaks"] == false));
 }
 
 #[test]
@@ -117,7 +129,8 @@ fn sql_that_does_not_do_what_its_design_says_is_caught_with_a_script_that_pastes
 
 #[test]
 fn a_bad_profile_is_one_line_and_exit_2() {
-    let cases: [(&str, fn(String) -> String, &[&str]); 8] = [
+    let cases: [(&str, fn(String) -> String, &[&str]); 9] = [
+        ("counter-token.toml", |t| t.replace("lock_token = lock_token + 1", "lock_token = :token"), &["statements.claim", ":token", "random"]),
         ("clock.toml", |t| t.replace("finished = :now", "finished = CURRENT_TIMESTAMP"), &["statements.mark_published", "CURRENT_TIMESTAMP", ":now"]),
         ("unixepoch.toml", |t| t.replace("locked_until <= :now)\n", "locked_until <= unixepoch())\n"), &["statements.claim", "unixepoch()"]),
         ("unknown-key.toml", |t| t.replace("[statuses]", "colour = \"blue\"\n[statuses]"), &["unknown field `colour`"]),
@@ -186,7 +199,8 @@ fn a_profile_runs_on_postgresql_in_a_scratch_schema() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(json(&out)["verdict"], "diverged");
     // SQLite's two-argument MAX is not PostgreSQL's: the server's own words, on one line.
-    let out = pg(&["conform", "--profile", "docs/examples/jobs/jobs-by-id.profile.toml", "--cases", "5"]);
+    let max = variant_of("pg-max.toml", |t| t.replace("ELSE :retry_at END", "ELSE :now + MAX(1, :retry_at - :now) END"));
+    let out = pg(&["conform", "--profile", max.to_str().unwrap(), "--cases", "5"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("statements.mark_ambiguous") && err.trim_end().lines().count() == 1, "{err}");
@@ -257,4 +271,63 @@ fn a_profile_takes_its_status_names_from_its_design_file() {
     let out = run(&["conform", "--profile", profile.to_str().unwrap(), "--store", "sqlite", "--cases", "50", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(json(&out)["variant"], "jobs-design");
+}
+
+/// Every example profile in docs/examples gives, on each database, the verdict recorded in
+/// reports/profiles.json, with the properties its declared design breaks by itself.
+#[test]
+fn every_example_profile_gives_the_verdict_recorded_in_reports() {
+    let recorded: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/profiles.json")).unwrap()).unwrap();
+    let profiles = recorded["profiles"].as_object().unwrap();
+    // Every profile in docs/examples is recorded.
+    let mut found = Vec::new();
+    for dir in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples")).unwrap() {
+        let dir = dir.unwrap().path();
+        if dir.is_dir() {
+            for f in std::fs::read_dir(&dir).unwrap() {
+                let name = f.unwrap().file_name().to_string_lossy().to_string();
+                if name.ends_with(".profile.toml") {
+                    found.push(format!("docs/examples/{}/{name}", dir.file_name().unwrap().to_string_lossy()));
+                }
+            }
+        }
+    }
+    found.sort();
+    let mut listed: Vec<String> = profiles.keys().cloned().collect();
+    listed.sort();
+    assert_eq!(found, listed, "reports/profiles.json lists every example profile");
+    let url = common::pg_url("the example profiles on PostgreSQL");
+    for (profile, stores) in profiles {
+        for (store, want) in stores.as_object().unwrap() {
+            let mut args = vec!["conform", "--profile", profile.as_str(), "--store", store.as_str(), "--cases", "100", "--json"];
+            if store == "postgres" {
+                let Some(url) = &url else { continue };
+                args.extend(["--database-url", url.as_str()]);
+            }
+            let out = run(&args);
+            if want["verdict"] == "does not run" {
+                assert_eq!(out.status.code(), Some(2), "{profile} on {store}");
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert!(err.trim_end().lines().count() == 1 && err.contains(want["why"].as_str().unwrap()), "{profile} on {store}: {err}");
+                continue;
+            }
+            let report = json(&out);
+            assert_eq!(report["verdict"], want["verdict"], "{profile} on {store}: {}", String::from_utf8_lossy(&out.stdout));
+            assert_eq!(out.status.code(), Some(if want["verdict"] == "agrees" { 0 } else { 1 }), "{profile} on {store}");
+            let mut breaks: Vec<String> = report["schedules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|s| s["design_breaks"] == true && s["divergence"].is_null())
+                .map(|s| s["property"].as_str().unwrap().to_string())
+                .collect();
+            breaks.sort();
+            breaks.dedup();
+            let want_breaks: Vec<String> = want["design_breaks"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+            assert_eq!(breaks, want_breaks, "{profile} on {store}");
+            if let Some(history) = report["concurrent"]["history"].as_str() {
+                let _ = std::fs::remove_file(history);
+            }
+        }
+    }
 }

@@ -36,7 +36,7 @@ pub fn run(args: &ConformArgs) -> ExitCode {
     match sweep(args) {
         Ok(report) => {
             print(args, &report);
-            if report.diverged() {
+            if report.diverged() || report.violated() {
                 ExitCode::from(1)
             } else {
                 ExitCode::SUCCESS
@@ -164,7 +164,7 @@ fn print(args: &ConformArgs, report: &Report) {
             "operations": report.operations,
             "seconds": report.seconds,
             "operations_per_second": report.operations as f64 / report.seconds.max(1e-9),
-            "verdict": if report.diverged() { "diverged" } else { "agrees" },
+            "verdict": report.verdict(),
             "divergence": report.divergence,
             "schedules": report.schedules,
             "concurrent": report.concurrent,
@@ -198,7 +198,7 @@ fn print(args: &ConformArgs, report: &Report) {
             "concurrent run: {} relays × {} messages on PostgreSQL (seed {}), {} backends killed between publish and write, {} events in {:.1} s:",
             c.relays, c.messages, c.seed, c.kills, c.events, c.seconds
         );
-        if !c.diverged() {
+        if !c.diverged() && !c.violated() {
             println!("  every message terminal, every PUBLISHED one stored by the broker, and the history consistent with {} (oracle)", args.against);
         }
         if c.timed_out {
@@ -207,11 +207,25 @@ fn print(args: &ConformArgs, report: &Report) {
         if !c.not_terminal.is_empty() {
             println!("  ✗ not terminal at the end: {}", c.not_terminal.iter().map(|m| format!("m{m}")).collect::<Vec<_>>().join(", "));
         }
+        if !c.left_by_design.is_empty() {
+            println!(
+                "  ✗ left for good by {} (budget spent, not terminal, nothing in the design moves them: L1): {}",
+                args.against,
+                c.left_by_design.iter().map(|m| format!("m{m}")).collect::<Vec<_>>().join(", ")
+            );
+        }
         if !c.published_not_stored.is_empty() {
             println!("  ✗ PUBLISHED but never stored: {}", c.published_not_stored.iter().map(|m| format!("m{m}")).collect::<Vec<_>>().join(", "));
         }
         if let Some(o) = &c.oracle {
             println!("  ✗ the oracle on the recorded history: {}", o.replace('\n', "\n    "));
+            if let Some(p) = &c.design_breaks {
+                let check = match args.against {
+                    crate::core::Design::Custom(_) => "outbox-check check --design on the profile's design file".to_string(),
+                    built_in => format!("outbox-check check --variant {built_in}"),
+                };
+                println!("    your statements did what {0} says: {0} itself breaks {p} ({check} finds it in the model)", args.against);
+            }
         }
         if let Some(h) = &c.history {
             println!("  the history: {h} (outbox-check trace {h} --all --html history.html draws it)");
@@ -220,7 +234,7 @@ fn print(args: &ConformArgs, report: &Report) {
     if args.profile.is_some() {
         let diverged: Vec<_> = report.schedules.iter().filter(|s| s.divergence.is_some()).collect();
         println!(
-            "schedules that matter (the model checker's shortest counterexamples and {}'s reachability examples), replayed on your statements: {} of {} agree",
+            "schedules that matter (the model checker's shortest counterexamples and {}'s reachability examples), replayed on your statements: {} of {} do what the design does",
             args.against,
             report.schedules.len() - diverged.len(),
             report.schedules.len()
@@ -238,6 +252,21 @@ fn print(args: &ConformArgs, report: &Report) {
                     println!("      {l}");
                 }
             }
+        }
+        let check = match args.against {
+            crate::core::Design::Custom(_) => "outbox-check check --design on the profile's design file".to_string(),
+            built_in => format!("outbox-check check --variant {built_in}"),
+        };
+        let breaks = report.design_breaks();
+        if !breaks.is_empty() {
+            println!(
+                "what {} breaks by itself (2 relays, 1 message, every fault) — your statements, doing what it says along its counterexamples, break it too:",
+                args.against
+            );
+            for s in report.schedules.iter().filter(|s| s.design_breaks && s.divergence.is_none()) {
+                println!("  ✗ {}", s.source);
+            }
+            println!("  ({check} shows each path; fix the design, then the statements)");
         }
     }
 }

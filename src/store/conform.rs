@@ -321,6 +321,33 @@ impl Report {
             || self.schedules.iter().any(|s| s.divergence.is_some())
             || self.concurrent.as_ref().is_some_and(|c| c.diverged())
     }
+
+    /// The statements agree with the design, and the concurrent run broke a property the design
+    /// itself breaks.
+    pub fn violated(&self) -> bool {
+        self.concurrent.as_ref().is_some_and(|c| c.violated()) || !self.design_breaks().is_empty()
+    }
+
+    /// The properties the declared design breaks by itself and the statements, agreeing with it
+    /// along its counterexample, break too.
+    pub fn design_breaks(&self) -> Vec<&str> {
+        let mut out: Vec<&str> =
+            self.schedules.iter().filter(|s| s.design_breaks && s.divergence.is_none()).map(|s| s.property.as_str()).collect();
+        out.dedup();
+        out
+    }
+
+    /// `agrees`, `diverged` (the statements depart from the design) or `violated` (they do what
+    /// it says, and a real run broke a property the design breaks).
+    pub fn verdict(&self) -> &'static str {
+        if self.diverged() {
+            "diverged"
+        } else if self.violated() {
+            "violated"
+        } else {
+            "agrees"
+        }
+    }
 }
 
 /// Runs `cases` random sequences: each on a fresh model with `model_policy` and a fresh store
@@ -401,6 +428,9 @@ pub struct Schedule {
     /// The world's events along the path (the application's first enqueues included).
     #[serde(skip)]
     pub events: Vec<crate::world::Event>,
+    /// The path is a counterexample of the declared design itself: statements that agree with
+    /// the design along it break the property as the design does.
+    pub design_breaks: bool,
 }
 
 /// How one schedule went on a store.
@@ -412,6 +442,9 @@ pub struct ScheduleResult {
     pub operations: usize,
     /// `None`: every answer and the table agreed with the model after every operation.
     pub divergence: Option<ScheduleDivergence>,
+    /// The path is the declared design's own counterexample of `property`: agreeing with the
+    /// design along it, the statements break the property as the design does.
+    pub design_breaks: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -440,7 +473,13 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
     // A relay presents the lease its claim gave it: the lease the model's claim issued in place
     // of the one the path's own design issued (their tokens and counts may differ).
     let mut issued: Vec<(Lease, Lease)> = Vec::new();
-    let result = |operations, divergence| ScheduleResult { source: schedule.source.clone(), property: schedule.property.clone(), operations, divergence };
+    let result = |operations, divergence| ScheduleResult {
+        source: schedule.source.clone(),
+        property: schedule.property.clone(),
+        operations,
+        divergence,
+        design_breaks: schedule.design_breaks,
+    };
     for (i, event) in schedule.events.iter().enumerate() {
         interleaving.push(crate::model::describe(event));
         let diverged = |finding: String, expected: String, got: String, interleaving: &Vec<String>, store: &dyn Store| ScheduleDivergence {
@@ -600,12 +639,18 @@ pub fn schedules(declared: crate::core::Design, progress: &dyn Fn(&str)) -> Vec<
     }
     let own = WorldConfig::fleet(&[declared; 2], 1, 1, 3, Faults::all());
     let mut out: Vec<Schedule> = Vec::new();
-    let mut add = |source: String, property: String, config: &WorldConfig, steps: &[crate::model::ReplayStep]| {
+    let mut add = |source: String, property: String, config: &WorldConfig, steps: &[crate::model::ReplayStep], design_breaks: bool| {
         let (_, mut events) = crate::world::World::new_with_events(config);
         events.extend(steps.iter().flat_map(|s| s.events.iter().cloned()));
         // One schedule per sequence of events.
-        if !out.iter().any(|s| s.events == events) {
-            out.push(Schedule { source, property, events });
+        match out.iter_mut().find(|s| s.events == events) {
+            Some(same) if design_breaks && same.property == property => {
+                // The declared design's own counterexample, found for another design too.
+                same.source = format!("{source} (the same path as {}'s)", same.source.rsplit(" of ").next().unwrap_or_default());
+                same.design_breaks = true;
+            }
+            Some(_) => {}
+            None => out.push(Schedule { source, property, events, design_breaks }),
         }
     };
     for (name, config) in &worlds {
@@ -613,15 +658,22 @@ pub fn schedules(declared: crate::core::Design, progress: &dyn Fn(&str)) -> Vec<
         let report = check(config, &options, &|_, _| {});
         for p in report.properties.iter().filter(|p| p.kind == Kind::Safety && p.status == Verdict::Violated) {
             if let Some(steps) = &p.counterexample {
-                add(format!("{} {}: the shortest counterexample of {name}", p.id, p.name), p.id.clone(), config, steps);
+                add(format!("{} {}: the shortest counterexample of {name}", p.id, p.name), p.id.clone(), config, steps, false);
             }
         }
     }
     progress(declared.name());
-    let report = check(&own, &options, &|_, _| {});
+    // The declared design's own world, liveness included: what it breaks by itself, each with
+    // its shortest counterexample (a liveness lasso's prefix and cycle replay as one path).
+    let report = check(&own, &CheckOptions { liveness: true, ..options.clone() }, &|_, _| {});
+    for p in report.properties.iter().filter(|p| p.kind != Kind::Reachability && p.status == Verdict::Violated) {
+        if let Some(steps) = &p.counterexample {
+            add(format!("{} {}: the shortest counterexample of {}", p.id, p.name, declared.name()), p.id.clone(), &own, steps, true);
+        }
+    }
     for p in report.properties.iter().filter(|p| p.kind == Kind::Reachability && p.status == Verdict::Reached) {
         if let Some(steps) = &p.counterexample {
-            add(format!("{} {}: reached by {}", p.id, p.name, declared.name()), p.id.clone(), &own, steps);
+            add(format!("{} {}: reached by {}", p.id, p.name, declared.name()), p.id.clone(), &own, steps, false);
         }
     }
     out

@@ -196,6 +196,8 @@ impl ProfileStore {
             stamp: false,
             last_stamp: 0,
             policy: profile.design.policy(),
+            random_issued: 0,
+            shared_tokens: None,
         };
         store.columns = store.row_columns()?;
         store.check_statements()?;
@@ -214,7 +216,7 @@ fn migration_order(path: &Path) -> (u64, String) {
 /// The named parameters each statement may use.
 pub const PARAMETERS: [(&str, &[&str]); 8] = [
     ("enqueue", &["id", "tenant", "aggregate", "version", "now"]),
-    ("claim", &["now", "owner", "tenant", "batch", "lease_ms", "lease_until", "max_attempts"]),
+    ("claim", &["now", "owner", "tenant", "batch", "lease_ms", "lease_until", "max_attempts", "token"]),
     ("mark_published", WRITE_PARAMETERS),
     ("mark_ambiguous", WRITE_PARAMETERS),
     ("mark_retry", WRITE_PARAMETERS),
@@ -249,6 +251,10 @@ pub struct ProfileStore {
     pub last_stamp: i64,
     /// The design's switches with a run's own backoff (the concurrent run's short retries).
     policy: Policy,
+    /// Random tokens handed to claims so far (designs with random tokens: the core's sequence).
+    random_issued: u64,
+    /// The concurrent run's relays draw from one sequence, so no two claims share a token.
+    shared_tokens: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// A value bound to a parameter or read from a column.
@@ -350,6 +356,8 @@ fn pg_value(key: &str, name: &str, ty: &postgres::types::Type, v: &V) -> Result<
         (&Type::FLOAT8, V::Int(i)) => Box::new(*i as f64),
         (&Type::TEXT | &Type::VARCHAR | &Type::BPCHAR | &Type::NAME, V::Int(i)) => Box::new(i.to_string()),
         (&Type::TEXT | &Type::VARCHAR | &Type::BPCHAR | &Type::NAME, V::Text(t)) => Box::new(t.clone()),
+        (&Type::UUID, V::Text(t)) => Box::new(Uuid(parse_uuid(t).ok_or_else(bad)?)),
+        (&Type::UUID, V::Null) => Box::new(None::<Uuid>),
         (&Type::INT2, V::Null) => Box::new(None::<i16>),
         (&Type::INT4, V::Null) => Box::new(None::<i32>),
         (&Type::INT8, V::Null) => Box::new(None::<i64>),
@@ -367,6 +375,7 @@ fn pg_cell(key: &str, row: &postgres::Row, i: usize) -> Result<V, StoreError> {
         Type::INT4 => row.try_get::<_, Option<i32>>(i).map_err(get_err)?.map_or(V::Null, |v| V::Int(v.into())),
         Type::INT8 => row.try_get::<_, Option<i64>>(i).map_err(get_err)?.map_or(V::Null, V::Int),
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => row.try_get::<_, Option<String>>(i).map_err(get_err)?.map_or(V::Null, V::Text),
+        Type::UUID => row.try_get::<_, Option<Uuid>>(i).map_err(get_err)?.map_or(V::Null, |u| V::Text(uuid_text(u.0))),
         ref other => {
             return Err(StoreError::Setup(format!(
                 "statements.{key}: column {} is {other}; return integers (ms for times) and text (cast it: ::bigint, ::text)",
@@ -374,6 +383,53 @@ fn pg_cell(key: &str, row: &postgres::Row, i: usize) -> Result<V, StoreError> {
             )))
         }
     })
+}
+
+/// A uuid column's 16 bytes, as PostgreSQL sends them: a random token written into a `uuid`
+/// column (seed 003's `lease_token`) without a crate for the one type.
+#[derive(Debug)]
+struct Uuid(u128);
+
+impl postgres::types::ToSql for Uuid {
+    fn to_sql(&self, _: &postgres::types::Type, out: &mut bytes::BytesMut) -> Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(&self.0.to_be_bytes());
+        Ok(postgres::types::IsNull::No)
+    }
+    fn accepts(ty: &postgres::types::Type) -> bool {
+        *ty == postgres::types::Type::UUID
+    }
+    postgres::types::to_sql_checked!();
+}
+
+impl<'a> postgres::types::FromSql<'a> for Uuid {
+    fn from_sql(_: &postgres::types::Type, raw: &'a [u8]) -> Result<Uuid, Box<dyn std::error::Error + Sync + Send>> {
+        let bytes: [u8; 16] = raw.try_into().map_err(|_| "a uuid is 16 bytes")?;
+        Ok(Uuid(u128::from_be_bytes(bytes)))
+    }
+    fn accepts(ty: &postgres::types::Type) -> bool {
+        *ty == postgres::types::Type::UUID
+    }
+}
+
+/// A random token as a profile binds it: uuid-shaped text (its low 64 bits the core's token), so
+/// it fits a `uuid` column as well as a text one.
+fn uuid_text(value: u128) -> String {
+    let h = format!("{value:032x}");
+    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
+fn parse_uuid(text: &str) -> Option<u128> {
+    let hex: String = text.chars().filter(|c| *c != '-').collect();
+    (hex.len() == 32).then(|| u128::from_str_radix(&hex, 16).ok()).flatten()
+}
+
+/// A lease token as the table gives it back: an integer (a counter), or for designs with random
+/// tokens the uuid-shaped text the claim was given.
+fn token_of(key: &str, random: bool, v: Option<&V>) -> Result<u64, StoreError> {
+    match v {
+        Some(V::Text(t)) if random => parse_uuid(t).map(|u| u as u64).ok_or_else(|| StoreError::Corrupt(format!("{key}: lease_token '{t}' is not the token a claim was given"))),
+        other => Ok(as_int(key, "lease_token", other)?.unwrap_or(0) as u64),
+    }
 }
 
 impl ProfileStore {
@@ -435,6 +491,11 @@ impl ProfileStore {
             self.columns_of(key, sql)?;
             let allowed = PARAMETERS.iter().find(|(k, _)| *k == key).map_or(&[][..], |(_, p)| p);
             for (_, _, name) in named_params(sql) {
+                if key == "claim" && name == "token" && self.policy.token_kind != crate::core::policy::TokenKind::Random {
+                    return Err(StoreError::Setup(
+                        "statements.claim: parameter :token is a fresh random token, given only where the design's claim.token is \"random\"".into(),
+                    ));
+                }
                 if !allowed.contains(&name) {
                     let known: Vec<String> = allowed.iter().map(|p| format!(":{p}")).collect();
                     let gets = if known.is_empty() { "none".to_string() } else { known.join(", ") };
@@ -666,7 +727,34 @@ impl Store for ProfileStore {
         // RETURNING clause gives its rows in no set order); one row has no order to keep.
         let before = if req.batch > 1 { self.rows()? } else { Vec::new() };
         let sql = self.profile.file.statements.claim.clone();
-        let (rows, _) = self.run("claim", &sql, &params)?;
+        let random = self.policy.token_kind == crate::core::policy::TokenKind::Random;
+        let rows = if random {
+            // A fresh random token is one value for one row: the claim runs once per row, with
+            // :batch 1 and the core's next token, until it has the batch or finds no row (what
+            // a relay around seed 003's LIMIT 1 claim does).
+            let mut all = Vec::new();
+            for _ in 0..req.batch {
+                let mut params = params.clone();
+                params.retain(|(n, _)| *n != "batch");
+                params.push(("batch", int(1)));
+                let number = match &self.shared_tokens {
+                    Some(shared) => shared.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
+                    None => self.random_issued + 1,
+                };
+                params.push(("token", V::Text(uuid_text(u128::from(crate::core::random_token(number))))));
+                let (rows, _) = self.run("claim", &sql, &params)?;
+                if rows.is_empty() {
+                    break;
+                }
+                self.random_issued += rows.len() as u64;
+                all.extend(rows);
+            }
+            all
+        } else {
+            let mut params = params;
+            params.push(("token", V::Null));
+            self.run("claim", &sql, &params)?.0
+        };
         let mut leases = Vec::new();
         for row in rows {
             let id = as_int("claim", "message_id", row.get("message_id"))?.ok_or_else(|| StoreError::Setup("statements.claim returns no message_id column".into()))?;
@@ -674,7 +762,7 @@ impl Store for ProfileStore {
                 message_id: MessageId(id as u32),
                 tenant_id: TenantId(as_int("claim", "tenant_id", row.get("tenant_id"))?.unwrap_or(i64::from(req.tenant_id.0)) as u16),
                 owner: req.owner,
-                token: LeaseToken(as_int("claim", "lease_token", row.get("lease_token"))?.unwrap_or(0) as u64),
+                token: LeaseToken(token_of("claim", random, row.get("lease_token"))?),
                 attempts: as_int("claim", "attempts", row.get("attempts"))?.unwrap_or(0) as u32,
                 claim_seq: 0,
             });
@@ -702,7 +790,11 @@ impl Store for ProfileStore {
             ("id", int(req.lease.message_id.0)),
             ("tenant", int(req.lease.tenant_id.0)),
             ("owner", int(req.lease.owner.0)),
-            ("token", int(req.lease.token.0 as i64)),
+            ("token", if policy.token_kind == crate::core::policy::TokenKind::Random {
+                V::Text(uuid_text(u128::from(req.lease.token.0)))
+            } else {
+                int(req.lease.token.0 as i64)
+            }),
             ("attempts", int(req.lease.attempts)),
             ("now", int(req.now.0 as i64)),
             ("code", text(req.kind.code().map_or("", FailureCode::as_str))),
@@ -750,6 +842,7 @@ impl Store for ProfileStore {
         let sql = self.profile.file.statements.rows.clone();
         let (rows, _) = self.run_quietly("rows", &sql)?;
         let statuses = self.profile.statuses.clone();
+        let random = self.policy.token_kind == crate::core::policy::TokenKind::Random;
         let mut out = Vec::new();
         for values in rows {
             let get = |c: &str| as_int("rows", c, values.get(c));
@@ -778,7 +871,7 @@ impl Store for ProfileStore {
                 status,
                 attempts: get("attempts")?.unwrap_or(0) as u32,
                 lease_owner: get("lease_owner")?.map(|o| RelayId(o as u16)),
-                lease_token: LeaseToken(get("lease_token")?.unwrap_or(0) as u64),
+                lease_token: LeaseToken(token_of("rows", random, values.get("lease_token"))?),
                 lease_expires_at: at("lease_expires_at")?,
                 next_attempt_at: at("next_attempt_at")?,
                 last_failure_code: code,
@@ -833,12 +926,19 @@ pub struct ConcurrentReport {
     pub kills: u64,
     /// Events in the recorded history.
     pub events: usize,
-    /// Messages not terminal when the run ended.
+    /// Messages not terminal when the run ended that the design could still move.
     pub not_terminal: Vec<u32>,
+    /// Messages the design itself leaves for good: not terminal, their budget spent, so no claim
+    /// takes them, and nothing in the design moves them to a terminal status (L1).
+    pub left_by_design: Vec<u32>,
     /// Messages PUBLISHED in the table that the broker never stored (S5 end to end).
     pub published_not_stored: Vec<u32>,
     /// The oracle's first divergence on the recorded history, in words; `None`: consistent.
     pub oracle: Option<String>,
+    /// Where the oracle's finding is a property the declared design breaks by itself — a safety
+    /// violation on a step the design's core takes too, so the statements did what the design
+    /// says — that property (`S3`); `None` where the statements departed from the design.
+    pub design_breaks: Option<String>,
     /// The run stopped at its deadline before every message was terminal.
     pub timed_out: bool,
     /// Where the recorded history was written when something diverged (`outbox-check trace`
@@ -847,9 +947,29 @@ pub struct ConcurrentReport {
 }
 
 impl ConcurrentReport {
+    /// The statements departed from the design: the oracle caught a step the design does not
+    /// take, a message was left behind, or PUBLISHED without the broker storing it.
     pub fn diverged(&self) -> bool {
-        self.oracle.is_some() || !self.not_terminal.is_empty() || !self.published_not_stored.is_empty()
+        (self.oracle.is_some() && self.design_breaks.is_none()) || !self.not_terminal.is_empty() || !self.published_not_stored.is_empty()
     }
+
+    /// The run broke a property the design itself breaks, the statements doing what it says.
+    pub fn violated(&self) -> bool {
+        self.design_breaks.is_some() || !self.left_by_design.is_empty()
+    }
+}
+
+/// A row no step of the design will move again: not terminal, its budget spent so no claim
+/// takes it, and no maintenance job of the profile's to move it on. (A rescuer only hands it
+/// back to the claim, which still refuses it.)
+fn stranded(policy: &Policy, can_reap: bool, row: &Row, max_attempts: u32) -> bool {
+    use crate::core::policy::BudgetPredicate;
+    let spent = match policy.budget {
+        BudgetPredicate::Strict => row.attempts >= max_attempts,
+        BudgetPredicate::OneOver => row.attempts > max_attempts,
+        BudgetPredicate::Absent => false,
+    };
+    spent && !(can_reap && row.status == Status::InFlight)
 }
 
 impl Profile {
@@ -905,8 +1025,10 @@ impl Profile {
         let timed_out = AtomicBool::new(false);
         let failure: Mutex<Option<String>> = Mutex::new(None);
         let deadline = std::time::Duration::from_secs(60);
+        let tokens = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         std::thread::scope(|scope| {
             for r in 0..relays {
+                let tokens = &tokens;
                 let (trace, stored, kills, done, timed_out, failure, schema) = (&trace, &stored, &kills, &done, &timed_out, &failure, &schema);
                 scope.spawn(move || {
                     let run = || -> Result<(), StoreError> {
@@ -917,6 +1039,7 @@ impl Profile {
                             let mut store = ProfileStore::open(Db::Postgres(std::rc::Rc::new(std::cell::RefCell::new(scratch))), self)?;
                             store.stamp = true;
                             store.policy = policy;
+                            store.shared_tokens = Some(tokens.clone());
                             Ok((store, pid))
                         };
                         let (mut store, mut pid) = connect()?;
@@ -1009,7 +1132,8 @@ impl Profile {
                                 effect = step.effect;
                             }
                             if !claimed_any {
-                                let open = store.rows()?.iter().filter(|row| !row.status.is_terminal()).count();
+                                let can_reap = store.can_reap();
+                                let open = store.rows()?.iter().filter(|row| !row.status.is_terminal() && !stranded(&policy, can_reap, row, max_attempts)).count();
                                 if open == 0 {
                                     done.store(true, Ordering::Relaxed);
                                 }
@@ -1030,7 +1154,11 @@ impl Profile {
         }
         let rows = first.rows()?;
         let stored = stored.into_inner().unwrap_or_else(|e| e.into_inner());
-        let not_terminal: Vec<u32> = rows.iter().filter(|r| !r.status.is_terminal()).map(|r| r.message_id.0).collect();
+        let can_reap = first.can_reap();
+        let not_terminal: Vec<u32> =
+            rows.iter().filter(|r| !r.status.is_terminal() && !stranded(&policy, can_reap, r, max_attempts)).map(|r| r.message_id.0).collect();
+        let left_by_design: Vec<u32> =
+            rows.iter().filter(|r| !r.status.is_terminal() && stranded(&policy, can_reap, r, max_attempts)).map(|r| r.message_id.0).collect();
         let published_not_stored: Vec<u32> =
             rows.iter().filter(|r| r.status == Status::Published && !stored.contains_key(&r.message_id.0)).map(|r| r.message_id.0).collect();
         let mut events = trace.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -1044,16 +1172,20 @@ impl Profile {
             ..crate::trace::Header::new(self.design.name(), max_attempts)
         };
         let mut oracle = crate::oracle::Oracle::for_header(self.design, &header);
-        let mut verdict = None;
+        let mut finding = None;
         for (line, (_, event)) in events.iter().enumerate() {
             if let Err(d) = oracle.feed(line + 2, event) {
-                verdict = Some(d.to_string());
+                finding = Some(d);
                 break;
             }
         }
-        if verdict.is_none() {
-            verdict = oracle.finish().err().map(|d| d.to_string());
+        if finding.is_none() {
+            finding = oracle.finish().err();
         }
+        // A safety finding with nothing the model "allows" instead is a step the design's core
+        // took as the statements did: the design breaks the property, not the SQL.
+        let design_breaks = finding.as_ref().filter(|d| d.kind == "safety" && d.expected.is_empty()).and_then(|d| d.property).map(|p| p.id().to_string());
+        let verdict = finding.map(|d| d.to_string());
         let mut report = ConcurrentReport {
             history: None,
             relays,
@@ -1063,11 +1195,13 @@ impl Profile {
             kills: kills.load(Ordering::Relaxed),
             events: events.len(),
             not_terminal,
+            left_by_design,
             published_not_stored,
             oracle: verdict,
+            design_breaks,
             timed_out: timed_out.load(Ordering::Relaxed),
         };
-        if report.diverged() {
+        if report.diverged() || report.violated() {
             let path = std::env::temp_dir().join(format!("outbox-check-concurrent-seed-{seed}-{}.jsonl", std::process::id()));
             let events: Vec<crate::trace::Event> = events.into_iter().map(|(_, e)| e).collect();
             report.history = std::fs::write(&path, crate::trace::to_jsonl(&header, &events)).ok().map(|()| path.display().to_string());
