@@ -1292,6 +1292,11 @@ impl World {
             }
             old.push(row.created_at.0);
             old.extend(row.next_attempt_at.map(|t| t.0));
+            // A visibility timeout's retry time, kept in the lease's column of a row that is not
+            // IN_FLIGHT, orders the claim as a retry time does (`Row::retry_at`).
+            if row.status != Status::InFlight {
+                old.extend(row.lease_expires_at.map(|t| t.0));
+            }
         }
         // Instants at or before the horizon are past for every clock that may still read them,
         // now and later: only their order among themselves is left to compare.
@@ -1312,8 +1317,16 @@ impl World {
             // Every clock that may still read an expiry reads at least `horizon`, and expiries
             // are only ever compared as `expiry <= clock`: one at or before the horizon has
             // expired for good, however long ago.
-            row.lease_expires_at =
-                row.lease_expires_at.map(|t| Instant(if i128::from(t.0) <= horizon { 0 } else { map(t.0) }));
+            // (A retry time in the lease's column is ranked like the other retry times.)
+            row.lease_expires_at = row.lease_expires_at.map(|t| {
+                Instant(if row.status != Status::InFlight {
+                    map(t.0)
+                } else if i128::from(t.0) <= horizon {
+                    0
+                } else {
+                    map(t.0)
+                })
+            });
             // `published_at` is read only by S4's comparison of a terminal row before and after
             // a step, in fleets where a design may write a terminal row: there it is compared
             // for equality with the `now` of a write to come, which reads at least the horizon.

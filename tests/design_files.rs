@@ -251,3 +251,34 @@ fn a_design_files_status_names_read_a_history_that_names_none() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("\"open\" names two statuses"));
 }
+
+/// Completion by deletion and a visibility timeout are designs like any other: the tools find
+/// what each breaks (the example files in docs/examples), and a deleted row matches nothing.
+#[test]
+fn completion_by_deletion_and_a_visibility_timeout_are_checked() {
+    let violated = |file: &str| -> Vec<String> {
+        let out = run(&["check", "--design", file, "--json", "--quiet", "--no-liveness"]);
+        assert_ne!(out.status.code(), Some(2), "{file}: {}", String::from_utf8_lossy(&out.stderr));
+        let report = json(&out);
+        report["properties"].as_array().unwrap().iter().filter(|p| p["status"] == "violated").map(|p| p["id"].as_str().unwrap().to_string()).collect()
+    };
+    // By id with deletion: the stale completion still applies (S1), and deletes a FAILED job (S4).
+    let out = run(&["check", "--design", "docs/examples/job-queue-delete.toml", "--json", "--quiet", "--no-liveness"]);
+    let report = json(&out);
+    let s4 = report["properties"].as_array().unwrap().iter().find(|p| p["id"] == "S4").unwrap();
+    assert_eq!(s4["status"], "violated");
+    let last = s4["counterexample"].as_array().unwrap().last().unwrap();
+    assert!(last["violations"].as_array().unwrap().iter().any(|v| v["property"] == "S4" && v["detail"].as_str().unwrap().contains("which was FAILED (now deleted)")), "{last}");
+    assert_eq!(violated("docs/examples/job-queue-delete.toml"), ["S1", "S4"]);
+    // Deletion with the reference's fence is as safe as marking.
+    let delete = scratch("delete.toml", "name = \"delete\"\nbased_on = \"reference\"\n[write]\ncompletion = \"delete\"\n");
+    assert!(violated(delete.to_str().unwrap()).is_empty());
+    // The visibility timeout fenced by the receipt holds; its retry clock can still be broken.
+    assert!(violated("docs/examples/visibility-timeout.toml").is_empty());
+    let steals = scratch("vt-steals.toml", "name = \"vt-steals\"\nbased_on = \"reference\"\n[claim]\ntakes_live_leases = true\n[retry]\nin_lease_column = true\n");
+    assert_eq!(violated(steals.to_str().unwrap()), ["S6", "S7"]);
+    // Our own SQL does not cover these axes: conform says so and points to a profile.
+    let out = run(&["conform", "--variant", "docs/examples/job-queue-delete.toml", "--store", "sqlite", "--cases", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SQL profile"), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -137,6 +137,25 @@ fn rescuers() -> Vec<Design> {
         .collect()
 }
 
+/// The real queues' other axes, as design files: completion by deletion (by id), a visibility
+/// timeout (the retry time in the lease's column) fenced by token and by id, and one whose claim
+/// also takes live leases (so its retry clock can be broken).
+fn queue_axes() -> Vec<Design> {
+    [
+        ("delete-by-id", "[write]\nfence = \"message-id-only\"\ncompletion = \"delete\"\n"),
+        ("delete", "[write]\ncompletion = \"delete\"\n"),
+        ("vt-token", "[write]\nfence = \"status-token\"\ncompletion = \"delete\"\n[retry]\nin_lease_column = true\n"),
+        ("vt-by-id", "[write]\nfence = \"message-id-only\"\ncompletion = \"delete\"\n[retry]\nin_lease_column = true\n"),
+        ("vt-steals", "[claim]\ntakes_live_leases = true\n[retry]\nin_lease_column = true\n"),
+    ]
+    .iter()
+    .map(|(name, keys)| {
+        let text = format!("name = \"{name}\"\nbased_on = \"reference\"\n{keys}");
+        outbox_check::design::from_text(&text, &format!("{name}.toml")).expect("a design file")
+    })
+    .collect()
+}
+
 fn every_fleet() -> Vec<Vec<Design>> {
     let mut fleets: Vec<Vec<Design>> = Variant::ALL
         .map(Design::Variant)
@@ -147,6 +166,7 @@ fn every_fleet() -> Vec<Vec<Design>> {
     fleets.push(vec![Design::Variant(Variant::SeedV2), Design::Variant(Variant::LegacyV1)]);
     fleets.push(vec![Design::Variant(Variant::Reference), Design::Mutant(Mutant::WriteIdOnly)]);
     fleets.extend(rescuers().into_iter().map(|d| vec![d, d]));
+    fleets.extend(queue_axes().into_iter().map(|d| vec![d, d]));
     fleets
 }
 
@@ -237,6 +257,7 @@ fn reductions_change_no_verdict() {
             .map(Design::Mutant),
         )
         .chain(rescuers())
+        .chain(queue_axes())
         .collect();
     for design in designs {
         // Distinct relay ids, so the relay symmetry is exercised too.

@@ -256,10 +256,8 @@ impl Auditor {
     /// S4 across one step: a row that was terminal is unchanged.
     fn check_absorbing(&mut self, before: &Row, after: &Row, what: &dyn std::fmt::Display) {
         if before.status.is_terminal() && before != after {
-            self.violated(
-                Property::S4,
-                format!("{what} changed {} which was {} (now {})", before.message_id, before.status, after.status),
-            );
+            let now = if after.deleted { "now deleted".to_string() } else { format!("now {}", after.status) };
+            self.violated(Property::S4, format!("{what} changed {} which was {} ({now})", before.message_id, before.status));
         }
     }
 
@@ -365,7 +363,7 @@ impl Auditor {
                     ),
                 );
             }
-            if let Some(at) = old.next_attempt_at.filter(|&at| at > true_now) {
+            if let Some(at) = old.retry_at().filter(|&at| at > true_now) {
                 self.violated(
                     Property::S7,
                     format!("{what} took {} at true time {true_now}, before its retry time {at}", old.message_id),
@@ -429,14 +427,14 @@ impl Auditor {
                 }
                 if matches!(req.kind, WriteKind::Ambiguous { .. } | WriteKind::Retry { .. })
                     && matches!(new.status, Status::Ambiguous | Status::Pending)
-                    && !new.next_attempt_at.is_some_and(|at| at > req.now)
+                    && !new.retry_at().is_some_and(|at| at > req.now)
                 {
                     self.violated(
                         Property::S7,
                         format!(
                             "{what} left {id} {} with {}, not later than {}",
                             new.status,
-                            new.next_attempt_at.map_or("no retry time".to_string(), |t| format!("retry time {t}")),
+                            new.retry_at().map_or("no retry time".to_string(), |t| format!("retry time {t}")),
                             req.now
                         ),
                     );

@@ -142,6 +142,9 @@ pub struct WriteSection {
     /// A write that matched no row is reported as applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unmatched_reported_as_applied: Option<bool>,
+    /// What mark_published does to the row: `mark` (PUBLISHED) or `delete`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion: Option<super::policy::Completion>,
 }
 
 /// How the retry delay grows.
@@ -175,6 +178,9 @@ pub struct RetrySection {
     /// What the AMBIGUOUS write leaves: `clears-lease` or `keeps-owner`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ambiguous_write: Option<AmbiguousShape>,
+    /// The retry time is kept in the lease's expiry column (a visibility timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_lease_column: Option<bool>,
 }
 
 /// `[exhaustion]`.
@@ -285,10 +291,12 @@ impl DesignFile {
             set(&mut p.write_fence, w.fence);
             set(&mut p.write_checks_tenant, w.checks_tenant);
             set(&mut p.swallow_stale, w.unmatched_reported_as_applied);
+            set(&mut p.completion, w.completion);
         }
         if let Some(r) = &self.retry {
             set(&mut p.retry_clock, r.clock);
             set(&mut p.ambiguous_shape, r.ambiguous_write);
+            set(&mut p.retry_in_lease, r.in_lease_column);
             let kind = r.backoff.unwrap_or(if p.backoff.base == p.backoff.cap { BackoffKind::Fixed } else { BackoffKind::Exponential });
             match kind {
                 BackoffKind::Fixed => {
@@ -349,7 +357,14 @@ impl DesignFile {
         KEY_DOCS
             .iter()
             .map(|(key, _)| *key)
-            .filter(|key| !matches!(*key, "description" | "based_on" | "retry.base_ms" | "retry.cap_ms" | "retry.delay_ms" | "maintenance.fence"))
+            // Optional in a complete file: the fixed or exponential backoff's other keys, the
+            // rescuer's fence, and the two axes added later (default: mark, separate columns).
+            .filter(|key| {
+                !matches!(
+                    *key,
+                    "description" | "based_on" | "retry.base_ms" | "retry.cap_ms" | "retry.delay_ms" | "maintenance.fence" | "write.completion" | "retry.in_lease_column"
+                )
+            })
             .filter(|key| !key.starts_with("statuses."))
             .filter(|key| {
                 let mut at = Some(&written);
@@ -418,6 +433,7 @@ impl DesignFile {
                 fence: Some(p.write_fence),
                 checks_tenant: Some(p.write_checks_tenant),
                 unmatched_reported_as_applied: Some(p.swallow_stale),
+                completion: Some(p.completion),
             }),
             retry: Some(RetrySection {
                 clock: Some(p.retry_clock),
@@ -426,6 +442,7 @@ impl DesignFile {
                 cap_ms: (!fixed).then_some(p.backoff.cap.0),
                 delay_ms: fixed.then_some(p.backoff.base.0),
                 ambiguous_write: Some(p.ambiguous_shape),
+                in_lease_column: Some(p.retry_in_lease),
             }),
             exhaustion: Some(ExhaustionSection { status: Some(p.exhausted_status) }),
             maintenance: Some(MaintenanceSection {
@@ -492,7 +509,7 @@ pub const SECTION_DOCS: [(&str, &str); 9] = [
 ];
 
 /// Every key of a design file, dotted, with its meaning and allowed values.
-pub const KEY_DOCS: [(&str, &str); 35] = [
+pub const KEY_DOCS: [(&str, &str); 37] = [
     ("name", "The design's name, as fleets and reports name it (letters, digits, - and _)."),
     ("description", "One line saying what the design is."),
     ("based_on", "A built-in design to start from; the file then says only what differs."),
@@ -507,12 +524,14 @@ pub const KEY_DOCS: [(&str, &str); 35] = [
     ("write.fence", "\"status-owner-token\", \"status-token\", \"status-owner\" or \"message-id-only\" (by id alone)."),
     ("write.checks_tenant", "true: a terminal write also checks the row's tenant."),
     ("write.unmatched_reported_as_applied", "true: a write that matched no row is reported as applied."),
+    ("write.completion", "\"mark\" (mark_published sets PUBLISHED) or \"delete\" (it deletes the row: no later statement matches it)."),
     ("retry.clock", "true: failure writes set next_attempt_at and the claim waits for it."),
     ("retry.backoff", "\"exponential\" (base_ms doubling per attempt up to cap_ms) or \"fixed\" (delay_ms every time)."),
     ("retry.base_ms", "Exponential backoff: the first delay, in ms (at least 1)."),
     ("retry.cap_ms", "Exponential backoff: the longest delay, in ms (at least base_ms)."),
     ("retry.delay_ms", "Fixed backoff: the delay, in ms (at least 1)."),
     ("retry.ambiguous_write", "\"clears-lease\" (owner and expiry cleared, retry time set) or \"keeps-owner\" (expiry cleared only)."),
+    ("retry.in_lease_column", "true: the retry time is kept in the lease's expiry column (a visibility timeout): a failure sets lease_expires_at to it, and the claim's lease check is its clock."),
     ("exhaustion.status", "true: the design has EXHAUSTED; a failure past the budget moves there."),
     ("maintenance.job", "\"none\", \"exhaust-expired\" (expired leases whose budget is spent move to EXHAUSTED) or \"rescue-expired\" (expired leases move back to PENDING; budget spent: EXHAUSTED)."),
     ("maintenance.fence", "The rescuer's fence: \"expired\" (finds and moves a row in one statement), \"token\" (moves the row it read if the token is still the one it read) or \"id\" (moves the row it read by id, whatever holds it now)."),

@@ -176,6 +176,8 @@ pub enum StaleReason {
     NotInFlight,
     WrongOwner,
     WrongToken,
+    /// The row was deleted (completion by deletion): nothing matches it.
+    Deleted,
 }
 
 impl std::fmt::Display for StaleReason {
@@ -183,6 +185,7 @@ impl std::fmt::Display for StaleReason {
         f.write_str(match self {
             StaleReason::WrongTenant => "the row belongs to another tenant",
             StaleReason::NotInFlight => "the row is no longer IN_FLIGHT",
+            StaleReason::Deleted => "the row was deleted",
             StaleReason::WrongOwner => "another relay holds the lease",
             StaleReason::WrongToken => "the token was superseded",
         })
@@ -346,6 +349,7 @@ impl Outbox {
                 last_failure_code: None,
                 created_at: req.now,
                 published_at: None,
+                deleted: false,
             },
         );
         Ok(EnqueueResult::Applied { version })
@@ -353,7 +357,7 @@ impl Outbox {
 
     /// The claim predicate: may `policy`'s claim for `tenant` at `now` take `row`?
     pub fn is_claimable(policy: &Policy, row: &Row, tenant_id: TenantId, now: Instant, max_attempts: u32) -> bool {
-        if policy.claim_by_tenant && row.tenant_id != tenant_id {
+        if row.deleted || (policy.claim_by_tenant && row.tenant_id != tenant_id) {
             return false;
         }
         let status_ok = matches!(row.status, Status::Pending | Status::Ambiguous | Status::InFlight)
@@ -362,7 +366,8 @@ impl Outbox {
             return false;
         }
         // Only a claim sets the expiry and every write clears it, so a non-null expiry is a
-        // live or expired lease whatever the status says.
+        // live or expired lease whatever the status says — or, where the design keeps its retry
+        // time there (a visibility timeout), the time a failed row becomes visible again.
         let lease_ok = policy.claim_live_leases || row.lease_expires_at.is_none_or(|at| at <= now);
         let clock_ok = !policy.retry_clock || row.next_attempt_at.is_none_or(|at| at <= now);
         let budget_ok = match policy.budget {
@@ -376,7 +381,7 @@ impl Outbox {
     /// The claim's total order, as a sortable key.
     pub fn order_key(order: ClaimOrder, row: &Row) -> (Instant, TenantId, MessageId) {
         match order {
-            ClaimOrder::Due => (row.next_attempt_at.unwrap_or(row.created_at), TenantId(0), row.message_id),
+            ClaimOrder::Due => (row.retry_at().unwrap_or(row.created_at), TenantId(0), row.message_id),
             ClaimOrder::Created => (row.created_at, row.tenant_id, row.message_id),
         }
     }
@@ -465,9 +470,9 @@ impl Outbox {
             ClaimRefusal::OtherTenant
         } else if row.status.is_terminal() {
             ClaimRefusal::Terminal
-        } else if row.lease_expires_at.is_some_and(|at| at > now) {
+        } else if row.status == Status::InFlight && row.lease_expires_at.is_some_and(|at| at > now) {
             ClaimRefusal::LiveLease
-        } else if row.next_attempt_at.is_some_and(|at| at > now) {
+        } else if row.retry_at().is_some_and(|at| at > now) {
             ClaimRefusal::RetryClock
         } else {
             ClaimRefusal::BudgetSpent
@@ -509,6 +514,9 @@ impl Outbox {
 
     /// The fence of a terminal write: `None` when the write matches the row.
     fn fence(policy: &Policy, row: &Row, lease: &Lease) -> Option<StaleReason> {
+        if row.deleted {
+            return Some(StaleReason::Deleted);
+        }
         if policy.write_checks_tenant && row.tenant_id != lease.tenant_id {
             return Some(StaleReason::WrongTenant);
         }
@@ -554,6 +562,7 @@ impl Outbox {
             WriteKind::Published => {
                 row.status = Status::Published;
                 row.published_at = Some(req.now);
+                row.deleted = policy.completion == super::policy::Completion::Delete;
             }
             WriteKind::Ambiguous { code } | WriteKind::Retry { code } => {
                 let spent = policy.failure_spends_budget(row.attempts, req.max_attempts);
@@ -565,7 +574,12 @@ impl Outbox {
                     row.status =
                         if matches!(req.kind, WriteKind::Ambiguous { .. }) { Status::Ambiguous } else { Status::Pending };
                     if policy.retry_clock && !keeps_owner {
-                        row.next_attempt_at = Some(req.now.plus(policy.backoff.delay(row.attempts)));
+                        let at = req.now.plus(policy.backoff.delay(row.attempts));
+                        if policy.retry_in_lease {
+                            row.lease_expires_at = Some(at);
+                        } else {
+                            row.next_attempt_at = Some(at);
+                        }
                     }
                 }
             }
@@ -586,6 +600,9 @@ impl Outbox {
     pub fn release(&mut self, req: &ReleaseRequest) -> Result<WriteResult, CoreError> {
         let i = self.index(req.lease.message_id).ok_or(CoreError::UnknownMessage(req.lease.message_id))?;
         let row = &mut self.rows[i];
+        if row.deleted {
+            return Ok(WriteResult::Stale { reason: StaleReason::Deleted });
+        }
         let matches = match req.fence {
             ReleaseFence::Token => row.status == Status::InFlight && row.lease_token == req.lease.token,
             ReleaseFence::Expired => row.status == Status::InFlight && row.lease_expires_at.is_some_and(|at| at <= req.now),

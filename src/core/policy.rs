@@ -167,8 +167,28 @@ pub struct Policy {
     /// statement after reading it (the job queue's "rescuer").
     #[serde(default)]
     pub rescue: Option<super::outbox::ReleaseFence>,
+    /// What a successful publication's write does to the row: marks it PUBLISHED, or deletes it
+    /// (a job queue's `DELETE … WHERE id = ?`): the row is gone, and no later statement matches it.
+    #[serde(default)]
+    pub completion: Completion,
+    /// The retry time is kept in the lease's expiry column (a visibility timeout): a failure
+    /// write sets `lease_expires_at` to the retry time instead of `next_attempt_at`, and the
+    /// claim's lease predicate is the only clock it checks.
+    #[serde(default)]
+    pub retry_in_lease: bool,
     pub backoff: Backoff,
     pub relay: RelayPolicy,
+}
+
+/// What `mark_published` does to the row.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Completion {
+    /// `status = PUBLISHED` (the outbox's way).
+    #[default]
+    Mark,
+    /// The row is deleted.
+    Delete,
 }
 
 /// The retry clock's delay: exponential in the attempt count, with a cap.
@@ -408,6 +428,8 @@ impl Policy {
             swallow_stale: false,
             requeue_resets_token: false,
             rescue: None,
+            completion: Completion::Mark,
+            retry_in_lease: false,
             backoff: Backoff { base: super::time::Duration(1), cap: super::time::Duration(1) },
             relay: RelayPolicy {
                 idempotency_key: IdempotencyKeyPolicy::MessageId,
@@ -438,6 +460,8 @@ impl Policy {
             ("token_kind", s(&self.token_kind)),
             ("claim_order", s(&self.claim_order)),
             ("retry_clock", s(&self.retry_clock)),
+            ("retry_in_lease", s(&self.retry_in_lease)),
+            ("completion", s(&self.completion)),
             ("exhausted_status", s(&self.exhausted_status)),
             ("claim_by_tenant", s(&self.claim_by_tenant)),
             ("write_checks_tenant", s(&self.write_checks_tenant)),

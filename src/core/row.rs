@@ -140,6 +140,19 @@ pub struct Row {
     pub last_failure_code: Option<FailureCode>,
     pub created_at: Instant,
     pub published_at: Option<Instant>,
+    /// The row was deleted by a design that completes by deletion: it stays here as PUBLISHED
+    /// for the properties' sake, and no statement matches it (SQL no longer shows it).
+    #[serde(default)]
+    pub deleted: bool,
+}
+
+impl Row {
+    /// When the row may be claimed again after a failure: its retry time, or, where the design
+    /// keeps that time in the lease's column (a visibility timeout), the expiry of a row that is
+    /// not IN_FLIGHT (every write of the other designs clears it).
+    pub fn retry_at(&self) -> Option<Instant> {
+        self.next_attempt_at.or(if self.status == Status::InFlight { None } else { self.lease_expires_at })
+    }
 }
 
 /// What a claim hands to the relay for one row: the proof it must show on its terminal write.
@@ -175,6 +188,7 @@ impl std::hash::Hash for Row {
             | present(self.lease_expires_at.is_some(), 41)
             | present(self.next_attempt_at.is_some(), 42)
             | present(self.published_at.is_some(), 43)
+            | present(self.deleted, 44)
             | code << 48;
         state.write_u64(u64::from(self.message_id.0) | u64::from(self.aggregate_id.0) << 32);
         state.write_u64(u64::from(self.aggregate_version) | u64::from(self.attempts) << 32);

@@ -95,7 +95,8 @@ impl Store for MemoryStore {
         Ok(self.outbox.reap(now, max_attempts))
     }
     fn rows(&mut self) -> Result<Vec<Row>, StoreError> {
-        Ok(self.outbox.rows().to_vec())
+        // A deleted row is gone from a table, as a SELECT sees it.
+        Ok(self.outbox.rows().iter().filter(|r| !r.deleted).copied().collect())
     }
 }
 
@@ -181,6 +182,7 @@ impl RawRow {
                 .transpose()?,
             created_at: Instant(self.created_at as u64),
             published_at: self.published_at.map(|t| Instant(t as u64)),
+            deleted: false,
         })
     }
 }
@@ -253,6 +255,11 @@ struct Common {
 
 impl Common {
     fn new(policy: Policy, dialect: Dialect) -> Result<Common, StoreError> {
+        if policy.completion == crate::core::policy::Completion::Delete || policy.retry_in_lease {
+            return Err(StoreError::Setup(
+                "outbox-check writes no SQL of its own for completion by deletion or a retry time in the lease's column: describe yours in a SQL profile (conform --profile, docs/sql-profile.md)".into(),
+            ));
+        }
         let table = Table::of(&policy);
         if table == Table::OutboxEvents {
             // outbox_events' statements are seed 003's: only its switches are bound.

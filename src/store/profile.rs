@@ -64,9 +64,15 @@ pub struct Statements {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Observe {
+    /// The statement changed a row.
     #[default]
     RowsAffected,
+    /// The statement returned a row.
     Returning,
+    /// The row is gone afterwards (a completion by DELETE whose driver reports no count).
+    RowGone,
+    /// The row's `row_version` column, as the rows SELECT gives it, moved.
+    RowVersion,
 }
 
 /// A profile read and checked: its design, its schema's text, where it came from.
@@ -80,8 +86,10 @@ pub struct Profile {
     pub origin: PathBuf,
 }
 
-/// The row fields a profile's SELECT may give, by column name.
-const COLUMNS: [&str; 11] = [
+/// The row fields a profile's SELECT may give, by column name (`row_version` is read only to
+/// observe writes with `observe = "row-version"`, never compared).
+const COLUMNS: [&str; 12] = [
+    "row_version",
     "message_id",
     "tenant_id",
     "status",
@@ -433,6 +441,18 @@ fn token_of(key: &str, random: bool, v: Option<&V>) -> Result<u64, StoreError> {
 }
 
 impl ProfileStore {
+    /// The `row_version` the rows SELECT gives for `id` (`None` once the row is gone).
+    fn row_version(&mut self, id: MessageId) -> Result<Option<V>, StoreError> {
+        let sql = self.profile.file.statements.rows.clone();
+        let (rows, _) = self.run_quietly("rows", &sql)?;
+        for row in rows {
+            if as_int("rows", "message_id", row.get("message_id"))? == Some(i64::from(id.0)) {
+                return Ok(row.get("row_version").cloned());
+            }
+        }
+        Ok(None)
+    }
+
     /// The column names a statement returns.
     fn columns_of(&mut self, key: &str, sql: &str) -> Result<Vec<String>, StoreError> {
         let setup = |e: String| StoreError::Setup(format!("statements.{key}: {e}"));
@@ -459,6 +479,11 @@ impl ProfileStore {
         }
         if let Some(other) = names.iter().find(|n| !COLUMNS.contains(&n.as_str())) {
             return Err(StoreError::Setup(format!("statements.rows: column {other:?} is none of the model's ({})", COLUMNS.join(", "))));
+        }
+        if let Some((key, _)) = self.profile.file.observe.iter().find(|(_, o)| **o == Observe::RowVersion) {
+            if !names.iter().any(|n| n == "row_version") {
+                return Err(StoreError::Setup(format!("observe.{key} = \"row-version\", and statements.rows gives no row_version column")));
+            }
         }
         Ok(names)
     }
@@ -803,23 +828,29 @@ impl Store for ProfileStore {
             ("backoff_cap_ms", int(policy.backoff.cap.0 as i64)),
             ("max_attempts", int(req.max_attempts)),
         ];
+        let observe = self.profile.file.observe.get(key).copied().unwrap_or_default();
+        let id = req.lease.message_id;
+        let version_before = if observe == Observe::RowVersion { Some(self.row_version(id)?) } else { None };
         let (rows, changed) = self.run(key, &sql, &params)?;
         // The write's own stamp, not that of reading the row back.
         let stamp = self.last_stamp;
-        let observe = self.profile.file.observe.get(key).copied().unwrap_or_default();
+        let after = self.rows()?.into_iter().find(|r| r.message_id == id);
         let applied = match observe {
             Observe::RowsAffected => changed > 0,
             Observe::Returning => !rows.is_empty(),
+            Observe::RowGone => after.is_none(),
+            Observe::RowVersion => version_before != Some(self.row_version(id)?),
         };
         if !applied {
             return Ok(WriteResult::Stale { reason: crate::core::StaleReason::WrongToken });
         }
-        let status = self
-            .rows()?
-            .into_iter()
-            .find(|r| r.message_id == req.lease.message_id)
-            .map(|r| r.status)
-            .ok_or_else(|| StoreError::Corrupt(format!("{key} applied, and the rows SELECT no longer shows {}", req.lease.message_id)))?;
+        let deletes = policy.completion == crate::core::policy::Completion::Delete && req.kind == WriteKind::Published;
+        let status = match after {
+            Some(row) => row.status,
+            // Completion by deletion: the row is gone, PUBLISHED as the model keeps it.
+            None if deletes => Status::Published,
+            None => return Err(StoreError::Corrupt(format!("{key} applied, and the rows SELECT no longer shows {id}"))),
+        };
         self.last_stamp = stamp;
         Ok(WriteResult::Applied { status })
     }
@@ -877,6 +908,7 @@ impl Store for ProfileStore {
                 last_failure_code: code,
                 created_at: at("created_at")?.unwrap_or(Instant(0)),
                 published_at: at("published_at")?,
+                deleted: false,
             });
         }
         out.sort_by_key(|r| r.message_id);
