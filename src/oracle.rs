@@ -1078,7 +1078,7 @@ impl Oracle {
             let mut next = Vec::with_capacity(out.len() * 2);
             for b in out {
                 let mut applied = b.clone();
-                let ok = applied.auditor.write(&mut applied.outbox, &self.policy, &d.req).is_ok();
+                let ok = applied.auditor.write(&mut applied.outbox, &completing(self.policy, &d.write), &d.req).is_ok();
                 let ok = ok && chosen_retry(&mut applied.outbox, d.req.lease.message_id, d.retry_at, d.req.now).is_ok();
                 if ok && applied.auditor.take_violations().is_empty() {
                     applied.resolutions.push(format!("line {}: {} committed", d.line, d.write));
@@ -1378,7 +1378,7 @@ impl Oracle {
                 let applied = b;
                 let model = applied
                     .auditor
-                    .write(&mut applied.outbox, &self.policy, &req)
+                    .write(&mut applied.outbox, &completing(self.policy, write), &req)
                     .map_err(|e| diverge(conformance(Conformance::C7), "a write to a known row".into(), e.to_string(), &before))?;
                 match result {
                     WriteReport::Unknown => unreachable!("an unknown write is deferred above"),
@@ -1393,7 +1393,7 @@ impl Oracle {
                             let latest = applied.auditor.ghost(id).is_some_and(|g| g.claims == req.lease.claim_seq);
                             let property = match (model, *result) {
                                 (WriteResult::Stale { reason: crate::core::StaleReason::WrongTenant }, _) => Some(Property::S9),
-                                (WriteResult::Stale { reason: crate::core::StaleReason::NotInFlight }, _)
+                                (WriteResult::Stale { reason: crate::core::StaleReason::NotInFlight | crate::core::StaleReason::Deleted }, _)
                                     if latest && before.first().is_some_and(|r| r.status.is_terminal()) =>
                                 {
                                     Some(Property::S4)
@@ -1791,6 +1791,15 @@ fn event_json(event: &Event) -> serde_json::Value {
     serde_json::to_value(event).unwrap_or_else(|_| serde_json::Value::String(event.name().to_string()))
 }
 
+/// The policy a write runs under: a `delete` or `archive` takes the row out of the table, so no
+/// later statement matches it (the core's completion by deletion), whatever the design marks.
+fn completing(mut policy: Policy, write: &str) -> Policy {
+    if matches!(write, "delete" | "archive") {
+        policy.completion = crate::core::policy::Completion::Delete;
+    }
+    policy
+}
+
 fn write_kind(name: &str, code: Option<FailureCode>) -> Option<WriteKind> {
     Some(match name {
         "mark_published" => WriteKind::Published,
@@ -1798,8 +1807,8 @@ fn write_kind(name: &str, code: Option<FailureCode>) -> Option<WriteKind> {
         "mark_retry" => WriteKind::Retry { code: code.unwrap_or(FailureCode::Unavailable) },
         "mark_failed" => WriteKind::Failed { code: code.unwrap_or(FailureCode::Rejected) },
         "mark_exhausted" => WriteKind::Exhausted { code: code.unwrap_or(FailureCode::BudgetSpent) },
-        // A completion that takes the row out of the table: the model's PUBLISHED, never to
-        // change again (a claim that returns it again breaks S4).
+        // A completion that takes the row out of the table: the model's PUBLISHED, deleted, so
+        // nothing matches it again (see `completing`).
         "delete" | "archive" => WriteKind::Published,
         _ => return None,
     })

@@ -69,7 +69,8 @@ pub enum Observe {
     RowsAffected,
     /// The statement returned a row.
     Returning,
-    /// The row is gone afterwards (a completion by DELETE whose driver reports no count).
+    /// The row was there before the statement and is gone after it (a completion by DELETE
+    /// whose driver reports no count).
     RowGone,
     /// The row's `row_version` column, as the rows SELECT gives it, moved.
     RowVersion,
@@ -796,7 +797,7 @@ impl Store for ProfileStore {
         leases.sort_by_key(|l| {
             let row = before.iter().find(|r| r.message_id == l.message_id);
             let due = row.map_or(Instant(0), |r| match order {
-                crate::core::policy::ClaimOrder::Due => r.next_attempt_at.unwrap_or(r.created_at),
+                crate::core::policy::ClaimOrder::Due => r.retry_at().unwrap_or(r.created_at),
                 crate::core::policy::ClaimOrder::Created => r.created_at,
             });
             let tenant = if order == crate::core::policy::ClaimOrder::Created { row.map_or(0, |r| r.tenant_id.0) } else { 0 };
@@ -831,6 +832,7 @@ impl Store for ProfileStore {
         let observe = self.profile.file.observe.get(key).copied().unwrap_or_default();
         let id = req.lease.message_id;
         let version_before = if observe == Observe::RowVersion { Some(self.row_version(id)?) } else { None };
+        let there_before = observe != Observe::RowGone || self.rows()?.iter().any(|r| r.message_id == id);
         let (rows, changed) = self.run(key, &sql, &params)?;
         // The write's own stamp, not that of reading the row back.
         let stamp = self.last_stamp;
@@ -838,7 +840,7 @@ impl Store for ProfileStore {
         let applied = match observe {
             Observe::RowsAffected => changed > 0,
             Observe::Returning => !rows.is_empty(),
-            Observe::RowGone => after.is_none(),
+            Observe::RowGone => there_before && after.is_none(),
             Observe::RowVersion => version_before != Some(self.row_version(id)?),
         };
         if !applied {
@@ -1191,8 +1193,16 @@ impl Profile {
             rows.iter().filter(|r| !r.status.is_terminal() && !stranded(&policy, can_reap, r, max_attempts)).map(|r| r.message_id.0).collect();
         let left_by_design: Vec<u32> =
             rows.iter().filter(|r| !r.status.is_terminal() && stranded(&policy, can_reap, r, max_attempts)).map(|r| r.message_id.0).collect();
-        let published_not_stored: Vec<u32> =
-            rows.iter().filter(|r| r.status == Status::Published && !stored.contains_key(&r.message_id.0)).map(|r| r.message_id.0).collect();
+        // A message no longer in the table was deleted by its completion: PUBLISHED, as the model
+        // keeps it, so the broker must have stored it too.
+        let mut published_not_stored: Vec<u32> = rows
+            .iter()
+            .filter(|r| r.status == Status::Published)
+            .map(|r| r.message_id.0)
+            .chain((0..messages).filter(|m| !rows.iter().any(|r| r.message_id.0 == *m)))
+            .filter(|m| !stored.contains_key(m))
+            .collect();
+        published_not_stored.sort_unstable();
         let mut events = trace.into_inner().unwrap_or_else(|e| e.into_inner());
         events.sort_by_key(|(key, _)| *key);
         let header = crate::trace::Header {
