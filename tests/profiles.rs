@@ -331,3 +331,33 @@ fn every_example_profile_gives_the_verdict_recorded_in_reports() {
         }
     }
 }
+
+/// The visibility-timeout example observes its DELETE by the row being gone and mark_failed by
+/// the row's version: a DELETE that forgets the receipt lets a stale completion apply, and is
+/// caught so; observing by a version the SELECT does not give is one line and exit 2.
+#[test]
+fn writes_observed_by_the_row_being_gone_or_its_version() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("profiles/visibility");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(root.join("docs/examples/visibility/schema.sql"), dir.join("schema.sql")).unwrap();
+    std::fs::copy(root.join("docs/examples/visibility-timeout.toml"), Path::new(env!("CARGO_TARGET_TMPDIR")).join("profiles/visibility-timeout.toml")).unwrap();
+    let text = std::fs::read_to_string(root.join("docs/examples/visibility/visibility.profile.toml")).unwrap();
+    let write = |name: &str, text: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let forgets = write("forgets-receipt.toml", text.replace("AND state = 'reading' AND receipt = :token\"", "\""));
+    assert_ne!(std::fs::read_to_string(&forgets).unwrap(), text, "the edit applies");
+    let out = run(&["conform", "--profile", forgets.to_str().unwrap(), "--store", "sqlite", "--cases", "300", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    let report = json(&out);
+    let s1 = report["schedules"].as_array().unwrap().iter().find(|s| s["property"] == "S1" && !s["divergence"].is_null()).expect("an S1 schedule diverges");
+    assert!(s1["divergence"]["finding"].as_str().unwrap().starts_with("your statements let this stale mark_published apply"), "{s1}");
+    let no_version = write("no-version.toml", text.replace(", version AS row_version", ""));
+    let out = run(&["conform", "--profile", no_version.to_str().unwrap(), "--store", "sqlite", "--cases", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.trim_end().lines().count() == 1 && err.contains("observe.mark_failed") && err.contains("row_version"), "{err}");
+}
