@@ -727,7 +727,7 @@ impl World {
     /// The first row (by id) whose lease has expired, as the rescuer reads it: its lease as it
     /// stands (the latest claim's).
     fn rescuable(&self) -> Option<Lease> {
-        let row = self.outbox.rows().iter().find(|row| row.status == Status::InFlight && row.lease_expires_at.is_some_and(|at| at <= self.now))?;
+        let row = self.outbox.rescuable(self.now)?;
         Some(Lease {
             message_id: row.message_id,
             tenant_id: row.tenant_id,

@@ -361,3 +361,30 @@ fn writes_observed_by_the_row_being_gone_or_its_version() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.trim_end().lines().count() == 1 && err.contains("observe.mark_failed") && err.contains("row_version"), "{err}");
 }
+
+/// A rescuer's statements are held against the design's rescuer: the typical job queue's
+/// by-id rescuer agrees with a design that says "by id", and the same statements declared as a
+/// token-fenced rescuer are caught moving a row they read that is no longer what they read.
+#[test]
+fn a_rescuers_statements_are_held_against_the_designs_rescuer() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = run(&["conform", "--profile", "docs/examples/jobs/job-queue.profile.toml", "--store", "sqlite", "--json"]);
+    let report = json(&out);
+    assert!(report["divergence"].is_null(), "{}", report["divergence"]);
+    assert_eq!(report["verdict"], "violated");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("profiles/rescuer/jobs");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(root.join("docs/examples/jobs/schema.sql"), dir.join("schema.sql")).unwrap();
+    let design = std::fs::read_to_string(root.join("docs/examples/job-queue.toml")).unwrap();
+    let token = design.replace("fence = \"id\"", "fence = \"token\"").replace("name = \"job-queue\"", "name = \"job-queue-token-rescuer\"");
+    assert_ne!(token, design);
+    std::fs::write(dir.parent().unwrap().join("job-queue.toml"), token).unwrap();
+    std::fs::copy(root.join("docs/examples/jobs/job-queue.profile.toml"), dir.join("job-queue.profile.toml")).unwrap();
+    let out = run(&["conform", "--profile", dir.join("job-queue.profile.toml").to_str().unwrap(), "--store", "sqlite", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report = json(&out);
+    assert_eq!(report["verdict"], "diverged");
+    let d = &report["divergence"];
+    assert!(d["ops"].as_array().unwrap().iter().any(|op| op["op"] == "rescue"), "{d}");
+    assert!(d["sql"].as_array().unwrap().iter().any(|l| l.as_str().unwrap().contains("state = CASE WHEN attempt >=")), "{d}");
+}

@@ -623,6 +623,11 @@ impl Outbox {
         Ok(WriteResult::Applied { status: row.status })
     }
 
+    /// The rescuer's read: the first row, by id, whose lease has expired at `now`.
+    pub fn rescuable(&self, now: Instant) -> Option<&Row> {
+        self.rows.iter().find(|row| row.status == Status::InFlight && row.lease_expires_at.is_some_and(|at| at <= now))
+    }
+
     /// The reaper's predicate: IN_FLIGHT, lease expired, budget spent.
     pub fn is_reapable(row: &Row, now: Instant, max_attempts: u32) -> bool {
         row.status == Status::InFlight && row.lease_expires_at.is_some_and(|at| at <= now) && row.attempts >= max_attempts

@@ -67,6 +67,23 @@ pub trait Store {
     fn view(&self, row: Row) -> Row {
         row
     }
+    /// The rescuer's read: the first row, by id, whose lease has expired at `now` — its message
+    /// and the token it holds (a design's maintenance job "rescue-expired").
+    fn rescue_read(&mut self, _now: Instant) -> Result<Option<(MessageId, LeaseToken)>, StoreError> {
+        Err(StoreError::Setup("this store has no rescuer".into()))
+    }
+    /// The rescuer's move of the row it read, fenced as the design says.
+    fn rescue(&mut self, _req: &crate::core::ReleaseRequest, _max_attempts: u32) -> Result<WriteResult, StoreError> {
+        Err(StoreError::Setup("this store has no rescuer".into()))
+    }
+    /// Whether the store runs a rescuer.
+    fn can_rescue(&self) -> bool {
+        false
+    }
+    /// The design's switches, where the store is the core itself.
+    fn core_policy(&self) -> Option<Policy> {
+        None
+    }
 }
 
 /// The core itself, as a store.
@@ -97,6 +114,19 @@ impl Store for MemoryStore {
     fn rows(&mut self) -> Result<Vec<Row>, StoreError> {
         // A deleted row is gone from a table, as a SELECT sees it.
         Ok(self.outbox.rows().iter().filter(|r| !r.deleted).copied().collect())
+    }
+    fn rescue_read(&mut self, now: Instant) -> Result<Option<(MessageId, LeaseToken)>, StoreError> {
+        Ok(self.outbox.rescuable(now).map(|row| (row.message_id, row.lease_token)))
+    }
+    fn rescue(&mut self, req: &crate::core::ReleaseRequest, _max_attempts: u32) -> Result<WriteResult, StoreError> {
+        // The request's `to` already says where a spent budget goes.
+        Ok(self.outbox.release(req)?)
+    }
+    fn can_rescue(&self) -> bool {
+        self.policy.rescue.is_some()
+    }
+    fn core_policy(&self) -> Option<Policy> {
+        Some(self.policy)
     }
 }
 
@@ -255,9 +285,9 @@ struct Common {
 
 impl Common {
     fn new(policy: Policy, dialect: Dialect) -> Result<Common, StoreError> {
-        if policy.completion == crate::core::policy::Completion::Delete || policy.retry_in_lease {
+        if policy.completion == crate::core::policy::Completion::Delete || policy.retry_in_lease || policy.rescue.is_some() {
             return Err(StoreError::Setup(
-                "outbox-check writes no SQL of its own for completion by deletion or a retry time in the lease's column: describe yours in a SQL profile (conform --profile, docs/sql-profile.md)".into(),
+                "outbox-check writes no SQL of its own for completion by deletion, a retry time in the lease's column or a rescuer: describe yours in a SQL profile (conform --profile, docs/sql-profile.md)".into(),
             ));
         }
         let table = Table::of(&policy);

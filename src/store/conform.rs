@@ -26,6 +26,11 @@ pub enum Op {
     /// or superseded.
     Write { pick: usize, kind: u8, code: u8 },
     Reap,
+    /// The rescuer reads the first expired lease (designs with a rescuer).
+    RescueRead,
+    /// The rescuer moves the row of the `pick`-th read so far (mod their number): the latest,
+    /// or one read before the row was claimed again.
+    Rescue { pick: usize },
     Advance { ms: u64 },
 }
 
@@ -53,6 +58,8 @@ pub fn ops(bounds: Bounds) -> impl Strategy<Value = Vec<Op>> {
         4 => (0..owners, 0..tenants, 1..4u32).prop_map(|(owner, tenant, batch)| Op::Claim { owner, tenant, batch }),
         5 => (any::<usize>(), 0..5u8, 0..4u8).prop_map(|(pick, kind, code)| Op::Write { pick, kind, code }),
         1 => Just(Op::Reap),
+        1 => Just(Op::RescueRead),
+        1 => any::<usize>().prop_map(|pick| Op::Rescue { pick }),
         3 => prop_oneof![Just(1u64), Just(50), Just(100), Just(150), Just(1000), Just(20_000)].prop_map(|ms| Op::Advance { ms }),
     ];
     prop::collection::vec(op, 1..=bounds.max_ops.max(1))
@@ -80,6 +87,8 @@ impl std::fmt::Display for Op {
             Op::Claim { owner, tenant, batch } => write!(f, "claim by {} for {}, batch {batch}", RelayId(owner), TenantId(tenant)),
             Op::Write { pick, kind: k, code } => write!(f, "{} presenting one of the leases issued so far (pick {pick})", kind(k, code).name()),
             Op::Reap => f.write_str("reap"),
+            Op::RescueRead => f.write_str("the rescuer reads the first expired lease"),
+            Op::Rescue { pick } => write!(f, "the rescuer moves a row it read (pick {pick})"),
             Op::Advance { ms } => write!(f, "time advances {ms} ms"),
         }
     }
@@ -180,6 +189,7 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
     let mut now = Instant(1_000);
     let mut next_message = 0u32;
     let mut leases: Vec<Lease> = Vec::new();
+    let mut reads: Vec<(MessageId, crate::core::LeaseToken)> = Vec::new();
     let diverge = |step: usize, expected: String, got: String, store: &dyn Store| Divergence {
         step: step + 1,
         op: ops[step].clone(),
@@ -252,6 +262,28 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
                     return Err(diverge(step, show(&a), show(&b), store));
                 }
             }
+            Op::RescueRead | Op::Rescue { .. } if !(model.can_rescue() && store.can_rescue()) => continue,
+            Op::RescueRead => {
+                let (a, b) = (model.rescue_read(now), store.rescue_read(now));
+                if !same(&a, &b) {
+                    return Err(diverge(step, read_said(&a), read_said(&b), store));
+                }
+                reads.extend(a.ok().flatten());
+            }
+            Op::Rescue { pick } => {
+                if reads.is_empty() {
+                    continue;
+                }
+                let req = rescue_request(model, reads[pick % reads.len()], now, bounds.max_attempts).map_err(|e| diverge(step, "rows".into(), e.to_string(), store))?;
+                let (a, b) = (model.rescue(&req, bounds.max_attempts), store.rescue(&req, bounds.max_attempts));
+                let same = match (&a, &b) {
+                    (Ok(x), Ok(y)) => same_write(x, y),
+                    _ => same(&a, &b),
+                };
+                if !same {
+                    return Err(diverge(step, show(&a), show(&b), store));
+                }
+            }
             Op::Advance { ms } => now = now.plus(Duration(ms)),
         }
         let (a, b) = (model.rows().map(|rows| rows.into_iter().map(|r| store.view(r)).collect::<Vec<_>>()), store.rows());
@@ -262,6 +294,31 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
         }
     }
     Ok(ops.len())
+}
+
+/// The rescuer's move of the row it read as `read`: back to PENDING with budget left, else to
+/// EXHAUSTED (FAILED in a design without it), as the world's rescuer does; fenced as the model's
+/// design says.
+fn rescue_request(model: &mut dyn Store, read: (MessageId, crate::core::LeaseToken), now: Instant, max_attempts: u32) -> Result<crate::core::ReleaseRequest, StoreError> {
+    let policy = model.core_policy().ok_or_else(|| StoreError::Setup("the model is the core".into()))?;
+    let rows = model.rows()?;
+    let row = rows.iter().find(|r| r.message_id == read.0);
+    let spent = row.is_some_and(|r| r.attempts >= max_attempts);
+    let to = match (spent, policy.exhausted_status) {
+        (false, _) => crate::core::Status::Pending,
+        (true, true) => crate::core::Status::Exhausted,
+        (true, false) => crate::core::Status::Failed,
+    };
+    let lease = Lease {
+        message_id: read.0,
+        tenant_id: row.map_or(TenantId(0), |r| r.tenant_id),
+        owner: RelayId(u16::MAX),
+        token: read.1,
+        attempts: row.map_or(0, |r| r.attempts),
+        claim_seq: 0,
+    };
+    let fence = policy.rescue.ok_or_else(|| StoreError::Setup("the design has no rescuer".into()))?;
+    Ok(crate::core::ReleaseRequest { lease, fence, to, retry_at: None, now })
 }
 
 /// The first row where two tables differ, in words: the fields that differ, by name.
@@ -473,6 +530,7 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
     // A relay presents the lease its claim gave it: the lease the model's claim issued in place
     // of the one the path's own design issued (their tokens and counts may differ).
     let mut issued: Vec<(Lease, Lease)> = Vec::new();
+    let mut rescue_read: Option<(MessageId, crate::core::LeaseToken)> = None;
     let result = |operations, divergence| ScheduleResult {
         source: schedule.source.clone(),
         property: schedule.property.clone(),
@@ -547,6 +605,49 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
                     return result(operations, Some(d));
                 }
             }
+            Event::RescueRead { .. } | Event::Rescued { .. } if !(store.can_rescue() && model.can_rescue()) => {
+                return result(operations, None);
+            }
+            Event::RescueRead { now, .. } => {
+                let (a, b) = (model.rescue_read(*now), store.rescue_read(*now));
+                if !same(&a, &b) {
+                    let d = diverged("your rescuer reads another expired lease than the design's".into(), read_said(&a), read_said(&b), &interleaving, store);
+                    return result(operations, Some(d));
+                }
+                rescue_read = a.ok().flatten();
+            }
+            Event::Rescued { request, .. } => {
+                // A rescuer that finds and moves in one statement reads as it moves.
+                let read = match rescue_read.take() {
+                    Some(read) => Some(read),
+                    None if request.fence == crate::core::ReleaseFence::Expired => {
+                        let (a, b) = (model.rescue_read(request.now), store.rescue_read(request.now));
+                        if !same(&a, &b) {
+                            let d = diverged("your rescuer finds another expired lease than the design's".into(), read_said(&a), read_said(&b), &interleaving, store);
+                            return result(operations, Some(d));
+                        }
+                        a.ok().flatten()
+                    }
+                    None => None,
+                };
+                let Some(read) = read else { return result(operations, None) };
+                let max = model_policy_max(schedule);
+                let Ok(req) = rescue_request(&mut model, read, request.now, max) else { return result(operations, None) };
+                let (a, b) = (model.rescue(&req, max), store.rescue(&req, max));
+                let agree = match (&a, &b) {
+                    (Ok(x), Ok(y)) => same_write(x, y),
+                    _ => same(&a, &b),
+                };
+                if !agree {
+                    let finding = match (&a, &b) {
+                        (Ok(WriteResult::Stale { .. }), Ok(WriteResult::Applied { .. })) => "your rescuer moves a row it read that another relay claimed since".to_string(),
+                        (Ok(WriteResult::Applied { .. }), Ok(WriteResult::Stale { .. })) => "your rescuer refuses a move the design makes".to_string(),
+                        _ => "your rescuer leaves another result than the design's".to_string(),
+                    };
+                    let d = diverged(finding, show(&a), show(&b), &interleaving, store);
+                    return result(operations, Some(d));
+                }
+            }
             Event::Requeued { .. } => return result(operations, None),
             _ => continue,
         }
@@ -597,6 +698,14 @@ fn claim_finding(before: &[Row], request: &ClaimRequest, model: &Result<Vec<Leas
         return format!("your claim leaves {}, which the design's claim takes", left.message_id);
     }
     "your claim hands out other leases (token or attempts) than the design's".into()
+}
+
+fn read_said(r: &Result<Option<(MessageId, crate::core::LeaseToken)>, StoreError>) -> String {
+    match r {
+        Ok(Some((m, t))) => format!("{m} (token {t})"),
+        Ok(None) => "no expired lease".into(),
+        Err(e) => format!("error: {e}"),
+    }
 }
 
 fn show_rows(r: &Result<Vec<Row>, StoreError>) -> String {

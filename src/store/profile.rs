@@ -55,6 +55,12 @@ pub struct Statements {
     pub mark_exhausted: Option<String>,
     /// The maintenance job; returns the ids it moved (`message_id`).
     pub reap: Option<String>,
+    /// A rescuer's read (designs with `maintenance.job = "rescue-expired"`): the rows whose lease
+    /// has expired at `:now`, each with `message_id` and `lease_token`; the first by id is taken.
+    pub rescue_read: Option<String>,
+    /// A rescuer's move of the row it read (`:id`, `:token` as read, `:now`): back to PENDING,
+    /// or with its budget spent to EXHAUSTED (FAILED without one). Observed like a write.
+    pub rescue: Option<String>,
     /// Every row in the model's shape, ordered by `message_id`: `message_id` and `status`, and
     /// whichever of `tenant_id`, `attempts`, `lease_owner`, `lease_token`, `lease_expires_at`,
     /// `next_attempt_at`, `last_failure_code`, `created_at`, `published_at` the table keeps.
@@ -223,7 +229,7 @@ fn migration_order(path: &Path) -> (u64, String) {
 }
 
 /// The named parameters each statement may use.
-pub const PARAMETERS: [(&str, &[&str]); 8] = [
+pub const PARAMETERS: [(&str, &[&str]); 10] = [
     ("enqueue", &["id", "tenant", "aggregate", "version", "now"]),
     ("claim", &["now", "owner", "tenant", "batch", "lease_ms", "lease_until", "max_attempts", "token"]),
     ("mark_published", WRITE_PARAMETERS),
@@ -232,6 +238,8 @@ pub const PARAMETERS: [(&str, &[&str]); 8] = [
     ("mark_failed", WRITE_PARAMETERS),
     ("mark_exhausted", WRITE_PARAMETERS),
     ("reap", &["now", "max_attempts"]),
+    ("rescue_read", &["now"]),
+    ("rescue", &["id", "tenant", "token", "now", "max_attempts"]),
 ];
 
 const WRITE_PARAMETERS: &[&str] =
@@ -493,7 +501,7 @@ impl ProfileStore {
     /// the first case, as a problem of the profile (exit 2), not as a divergence.
     fn check_statements(&mut self) -> Result<(), StoreError> {
         let s = self.profile.file.statements.clone();
-        let all: [(&str, Option<&String>); 9] = [
+        let all: [(&str, Option<&String>); 11] = [
             ("enqueue", Some(&s.enqueue)),
             ("claim", Some(&s.claim)),
             ("mark_published", Some(&s.mark_published)),
@@ -502,6 +510,8 @@ impl ProfileStore {
             ("mark_failed", s.mark_failed.as_ref()),
             ("mark_exhausted", s.mark_exhausted.as_ref()),
             ("reap", s.reap.as_ref()),
+            ("rescue_read", s.rescue_read.as_ref()),
+            ("rescue", s.rescue.as_ref()),
             ("rows", Some(&s.rows)),
         ];
         for (key, sql) in all {
@@ -929,6 +939,55 @@ impl Store for ProfileStore {
         self.profile.file.statements.reap.is_some()
     }
 
+    fn can_rescue(&self) -> bool {
+        self.profile.file.statements.rescue_read.is_some() && self.profile.file.statements.rescue.is_some()
+    }
+
+    fn rescue_read(&mut self, now: Instant) -> Result<Option<(MessageId, LeaseToken)>, StoreError> {
+        let Some(sql) = self.profile.file.statements.rescue_read.clone() else { return Ok(None) };
+        let (rows, _) = self.run("rescue_read", &sql, &vec![("now", int(now.0 as i64))])?;
+        let random = self.policy.token_kind == crate::core::policy::TokenKind::Random;
+        let mut first: Option<(MessageId, LeaseToken)> = None;
+        for row in rows {
+            let id = as_int("rescue_read", "message_id", row.get("message_id"))?
+                .ok_or_else(|| StoreError::Setup("statements.rescue_read returns no message_id column".into()))?;
+            let token = LeaseToken(token_of("rescue_read", random, row.get("lease_token"))?);
+            if first.is_none_or(|(m, _)| id < i64::from(m.0)) {
+                first = Some((MessageId(id as u32), token));
+            }
+        }
+        Ok(first)
+    }
+
+    fn rescue(&mut self, req: &crate::core::ReleaseRequest, max_attempts: u32) -> Result<WriteResult, StoreError> {
+        let Some(sql) = self.profile.file.statements.rescue.clone() else {
+            return Err(StoreError::Setup("the profile has no rescue statement".into()));
+        };
+        let random = self.policy.token_kind == crate::core::policy::TokenKind::Random;
+        let params: Params = vec![
+            ("id", int(req.lease.message_id.0)),
+            ("tenant", int(req.lease.tenant_id.0)),
+            ("token", if random { V::Text(uuid_text(u128::from(req.lease.token.0))) } else { int(req.lease.token.0 as i64) }),
+            ("now", int(req.now.0 as i64)),
+            ("max_attempts", int(max_attempts)),
+        ];
+        let (rows, changed) = self.run("rescue", &sql, &params)?;
+        let applied = match self.profile.file.observe.get("rescue").copied().unwrap_or_default() {
+            Observe::Returning => !rows.is_empty(),
+            _ => changed > 0,
+        };
+        if !applied {
+            return Ok(WriteResult::Stale { reason: crate::core::StaleReason::WrongToken });
+        }
+        let status = self
+            .rows()?
+            .into_iter()
+            .find(|r| r.message_id == req.lease.message_id)
+            .map(|r| r.status)
+            .ok_or_else(|| StoreError::Corrupt(format!("rescue applied, and the rows SELECT no longer shows {}", req.lease.message_id)))?;
+        Ok(WriteResult::Applied { status })
+    }
+
     /// The model's row as the profile's SELECT shows it: what it has no column for is cleared.
     fn view(&self, row: Row) -> Row {
         let has = |c: &str| self.columns.iter().any(|n| n == c);
@@ -1095,6 +1154,40 @@ impl Profile {
                                     }
                                 }
                             }
+                            // The rescuer beside the relays: a read, then the move of the row it
+                            // read, each its own statement — another relay may claim between.
+                            if let (0, Some(fence)) = (r, policy.rescue.filter(|_| store.can_rescue())) {
+                                let at = Instant(now());
+                                if let Ok(Some((message, token))) = store.rescue_read(at) {
+                                    let lease = Lease { message_id: message, tenant_id: TenantId(0), owner: RelayId(u16::MAX), token, attempts: 0, claim_seq: 0 };
+                                    let request = crate::core::ReleaseRequest { lease, fence, to: Status::Pending, retry_at: None, now: Instant(now()) };
+                                    if let Ok(result) = store.rescue(&request, max_attempts) {
+                                        let (to, applied) = match result {
+                                            WriteResult::Applied { status } => (status, true),
+                                            WriteResult::Stale { .. } => (Status::Pending, false),
+                                        };
+                                        let fence = match fence {
+                                            crate::core::ReleaseFence::Token => "token",
+                                            crate::core::ReleaseFence::Expired => "expired",
+                                            crate::core::ReleaseFence::Id => "id",
+                                        };
+                                        trace.lock().unwrap_or_else(|e| e.into_inner()).push((
+                                            2 * store.last_stamp,
+                                            T::Release {
+                                                relay: Some("rescuer".into()),
+                                                message: names(message),
+                                                now: request.now.0,
+                                                to: to.as_str().to_string(),
+                                                next_attempt_at: None,
+                                                fence: fence.into(),
+                                                token: Some(token.0.to_string()),
+                                                attempt: None,
+                                                result: if applied { "applied" } else { "stale" }.into(),
+                                            },
+                                        ));
+                                    }
+                                }
+                            }
                             let (mut cycle, mut effect) = Cycle::start(&config, Clocks::same(Instant(now())));
                             let mut claimed_any = false;
                             loop {
@@ -1166,7 +1259,7 @@ impl Profile {
                                 effect = step.effect;
                             }
                             if !claimed_any {
-                                let can_reap = store.can_reap();
+                                let can_reap = store.can_reap() || store.can_rescue();
                                 let open = store.rows()?.iter().filter(|row| !row.status.is_terminal() && !stranded(&policy, can_reap, row, max_attempts)).count();
                                 if open == 0 {
                                     done.store(true, Ordering::Relaxed);
@@ -1188,7 +1281,7 @@ impl Profile {
         }
         let rows = first.rows()?;
         let stored = stored.into_inner().unwrap_or_else(|e| e.into_inner());
-        let can_reap = first.can_reap();
+        let can_reap = first.can_reap() || first.can_rescue();
         let not_terminal: Vec<u32> =
             rows.iter().filter(|r| !r.status.is_terminal() && !stranded(&policy, can_reap, r, max_attempts)).map(|r| r.message_id.0).collect();
         let left_by_design: Vec<u32> =
