@@ -4,7 +4,7 @@ use super::profile::{Peer, Profile, Scheduled};
 use super::SimConfig;
 use crate::core::{
     AggregateId, Auditor, ClaimRequest, EnqueueRequest, EnqueueResult, IdempotencyKey, Instant, Lease, MessageId, Outbox,
-    Property, Status, Violation, WriteRequest, WriteResult,
+    Property, RelayId, Status, Violation, WriteRequest, WriteResult,
 };
 use crate::oracle::Oracle;
 use crate::relay::{Clocks, Cycle, Effect, Input, PublishOutcome};
@@ -365,6 +365,62 @@ async fn database(shared: Shared) {
                 if !reaped.is_empty() {
                     st.recorder.events.push(Event::Reap { now, messages: reaped.into_iter().map(message).collect() });
                 }
+            }
+        });
+    }
+    // The rescuer (designs with `maintenance.job = "rescue-expired"`): every period it reads the
+    // first expired lease and moves that row back — in the same statement (fenced by the expiry),
+    // or, fenced by the token it read or by id, after a pause in which a relay may claim it.
+    if let Some(fence) = shared.setup.world.rescue() {
+        let s = shared.clone();
+        madsim::task::spawn(async move {
+            loop {
+                sleep(ms(s.setup.sim.reap_ms)).await;
+                let read = {
+                    let st = s.lock();
+                    let now = st.now_ms();
+                    st.outbox.rescuable(Instant(now)).map(|row| Lease {
+                        message_id: row.message_id,
+                        tenant_id: row.tenant_id,
+                        owner: row.lease_owner.unwrap_or(RelayId(u16::MAX)),
+                        token: row.lease_token,
+                        attempts: row.attempts,
+                        claim_seq: st.auditor.ghost(row.message_id).map_or(0, |g| g.claims),
+                    })
+                };
+                let Some(lease) = read else { continue };
+                if fence != crate::core::ReleaseFence::Expired {
+                    sleep(ms(1 + madsim::rand::random::<u64>() % s.setup.sim.reap_ms.max(1))).await;
+                }
+                let mut st = s.lock();
+                let now = st.now_ms();
+                let policy = s.setup.world.policy(0);
+                let spent = st.outbox.row(lease.message_id).is_some_and(|row| row.attempts >= s.setup.world.max_attempts);
+                let to = match (spent, policy.exhausted_status) {
+                    (false, _) => Status::Pending,
+                    (true, true) => Status::Exhausted,
+                    (true, false) => Status::Failed,
+                };
+                let request = crate::core::ReleaseRequest { lease, fence, to, retry_at: None, now: Instant(now) };
+                let State { outbox, auditor, .. } = &mut *st;
+                let Ok(result) = auditor.release(outbox, &request) else { continue };
+                st.audit();
+                let fence = match fence {
+                    crate::core::ReleaseFence::Token => "token",
+                    crate::core::ReleaseFence::Expired => "expired",
+                    crate::core::ReleaseFence::Id => "id",
+                };
+                st.recorder.events.push(Event::Release {
+                    relay: Some("rescuer".into()),
+                    message: message(lease.message_id),
+                    now,
+                    to: to.as_str().to_string(),
+                    next_attempt_at: None,
+                    fence: fence.into(),
+                    token: Some(lease.token.0.to_string()),
+                    attempt: None,
+                    result: if matches!(result, WriteResult::Applied { .. }) { "applied" } else { "stale" }.into(),
+                });
             }
         });
     }

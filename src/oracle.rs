@@ -1461,14 +1461,20 @@ impl Oracle {
                             }
                     })
                     .map(|h| h.lease);
+                // A token no claim of the history handed out matches no row — unless the history
+                // never learnt the row's latest lease (that claim's reply was lost, no relay
+                // reported it): then the token may be that lease's or an older one's, and the
+                // release is taken as the history reports it (checked both ways).
+                let latest_known = b.held.iter().any(|h| h.lease.message_id == id && h.lease.claim_seq == latest);
+                let named = token.is_some() || attempt.is_some();
+                let stale = named && (latest_known || result != "applied");
                 let lease = read.unwrap_or(Lease {
                     message_id: id,
                     tenant_id: row.tenant_id,
                     owner: relay,
-                    // A token no claim of the history handed out matches no row.
-                    token: if token.is_some() || attempt.is_some() { LeaseToken(u64::MAX) } else { row.lease_token },
+                    token: if stale { LeaseToken(u64::MAX) } else { row.lease_token },
                     attempts: row.attempts,
-                    claim_seq: if token.is_some() || attempt.is_some() { u32::MAX } else { latest },
+                    claim_seq: if stale { u32::MAX } else { latest },
                 });
                 let req = ReleaseRequest { lease, fence, to, retry_at: next_attempt_at.map(Instant), now: Instant(*now) };
                 let model = b

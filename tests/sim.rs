@@ -159,3 +159,32 @@ fn a_streamed_summary_equals_the_summary_of_every_run() {
     assert_eq!(json(&streamed), json(&whole));
     assert!(whole.failed_runs > 0 && whole.publish_latency_p50_ms.is_some());
 }
+
+/// The rescuer runs in the simulations: by id it reopens finished jobs (S4) and ends leases it
+/// never read (S1), and the oracle, reading those histories, agrees; fenced by the token it read
+/// or by the expiry it holds everything over the same seeds — and the rescuer really ran.
+#[test]
+fn the_rescuer_runs_in_the_simulations_and_the_oracle_agrees() {
+    let design = |fence: &str| {
+        let text = format!("name = \"sim-rescue-by-{fence}\"\nbased_on = \"reference\"\n[maintenance]\njob = \"rescue-expired\"\nfence = \"{fence}\"\n");
+        outbox_check::design::from_text(&text, &format!("sim-rescue-by-{fence}.toml")).expect("a design file")
+    };
+    let by_id = results(&SimConfig::new(vec![design("id"); 3], 20), 150);
+    let broke = |p: Property| by_id.iter().filter(|r| r.violations.iter().any(|v| v.property == p)).count();
+    assert!(broke(Property::S4) > 0, "the by-id rescuer never reopened a job in 150 seeds");
+    // The oracle, reading the failing histories, rejects them too — except where the history
+    // does not show the lease the rescuer read (the claim that issued it lost its reply, and so
+    // did the one after): then no reading of it proves the release stale, and it is accepted.
+    let failing: Vec<&RunResult> = by_id.iter().filter(|r| !r.violations.is_empty()).collect();
+    let rejected = failing.iter().filter(|r| matches!(&r.oracle, OracleVerdict::Diverged { .. })).count();
+    println!("by-id rescuer: {} failing seeds, the oracle rejects {rejected}", failing.len());
+    assert!(rejected * 10 >= failing.len() * 8, "the oracle rejected only {rejected} of {} failing histories", failing.len());
+    assert!(by_id.iter().any(|r| matches!(&r.oracle, OracleVerdict::Diverged { property: Some(Property::S4 | Property::S1), .. })));
+    for fence in ["token", "expired"] {
+        let runs = results(&SimConfig::new(vec![design(fence); 3], 20), 150);
+        let failed: Vec<u64> = runs.iter().filter(|r| !r.violations.is_empty() || !matches!(r.oracle, OracleVerdict::Accepted)).map(|r| r.seed).collect();
+        assert!(failed.is_empty(), "rescue by {fence}: seeds {failed:?} failed");
+    }
+    let history = run(&SimConfig::new(vec![design("token"); 3], 20), 3).history;
+    assert!(history.contains("\"event\":\"release\""), "the rescuer never ran");
+}
