@@ -282,3 +282,28 @@ fn completion_by_deletion_and_a_visibility_timeout_are_checked() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("SQL profile"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// For each built-in variant, its file from `variants NAME --toml`, renamed so it is a design of
+/// its own, gets from `check --design` the verdicts `check --variant NAME` gives — safety,
+/// reachability and liveness, with counterexamples of the same length.
+#[test]
+fn each_variants_file_checks_as_the_variant_does() {
+    for name in ["reference", "legacy-v1", "seed-v2", "seed-tenant"] {
+        let text = String::from_utf8(run(&["variants", name, "--toml"]).stdout).unwrap();
+        let file = scratch(&format!("as-file-{name}.toml"), &text.replacen(&format!("name = \"{name}\""), &format!("name = \"as-file-{name}\""), 1));
+        let verdicts = |args: &[&str]| -> Vec<(String, String, usize)> {
+            let out = run(args);
+            assert_ne!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            json(&out)["properties"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| (p["id"].as_str().unwrap().to_string(), p["status"].as_str().unwrap().to_string(), p["counterexample"].as_array().map_or(0, Vec::len)))
+                .collect()
+        };
+        let builtin = verdicts(&["check", "--variant", name, "--json", "--quiet"]);
+        let from_file = verdicts(&["check", "--design", file.to_str().unwrap(), "--json", "--quiet"]);
+        assert!(builtin.len() >= 20, "{name}: {builtin:?}");
+        assert_eq!(from_file, builtin, "{name}");
+    }
+}

@@ -564,7 +564,7 @@ fn line_column(text: &str, at: usize) -> (usize, usize) {
 
 /// The dotted key written on the line at byte `at` (`retry.base_ms`), from the section header
 /// above it.
-fn key_at(text: &str, at: usize) -> Option<String> {
+pub(crate) fn key_at(text: &str, at: usize) -> Option<String> {
     let start = text[..at.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
     let line = text[start..].lines().next()?.trim();
     let (key, _) = line.split_once('=')?;

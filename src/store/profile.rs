@@ -119,7 +119,12 @@ impl Profile {
         let file: ProfileFile = toml::from_str(&text).map_err(|e| {
             let at = e.span().map_or(0, |s| s.start);
             let line = text[..at.min(text.len())].matches('\n').count() + 1;
-            format!("{shown}:{line}: {}", e.message().replace('\n', " "))
+            let message = e.message().replace('\n', " ");
+            // The key the problem is at, where the message does not name it.
+            match crate::core::design::key_at(&text, at) {
+                Some(key) if !message.contains(&key) => format!("{shown}:{line}: {key}: {message}"),
+                _ => format!("{shown}:{line}: {message}"),
+            }
         })?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let design = if file.design.ends_with(".toml") || file.design.contains('/') {
