@@ -307,3 +307,15 @@ fn each_variants_file_checks_as_the_variant_does() {
         assert_eq!(from_file, builtin, "{name}");
     }
 }
+
+/// `verify --design` on a design our SQL does not cover (a rescuer) gives its model and
+/// simulation verdicts, says where its SQL is checked, and is not an environment problem.
+#[test]
+fn verify_takes_a_design_our_sql_does_not_cover() {
+    let out = run(&["verify", "--design", "docs/examples/job-queue.toml", "--sim-seeds", "50"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let row = text.lines().find(|l| l.starts_with("job-queue ")).expect("its row");
+    assert!(row.contains("(your SQL: conform --profile)"), "{row}");
+    assert!(!text.contains("could not run"), "{text}");
+}

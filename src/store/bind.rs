@@ -283,9 +283,15 @@ struct Common {
     log: Vec<String>,
 }
 
+/// Whether outbox-check's own SQL (built from the policy's switches) covers the design: it has
+/// no statements for completion by deletion, a retry time in the lease's column, or a rescuer.
+pub fn ours_cover(policy: &Policy) -> bool {
+    policy.completion == crate::core::policy::Completion::Mark && !policy.retry_in_lease && policy.rescue.is_none()
+}
+
 impl Common {
     fn new(policy: Policy, dialect: Dialect) -> Result<Common, StoreError> {
-        if policy.completion == crate::core::policy::Completion::Delete || policy.retry_in_lease || policy.rescue.is_some() {
+        if !ours_cover(&policy) {
             return Err(StoreError::Setup(
                 "outbox-check writes no SQL of its own for completion by deletion, a retry time in the lease's column or a rescuer: describe yours in a SQL profile (conform --profile, docs/sql-profile.md)".into(),
             ));
