@@ -4,7 +4,7 @@ use super::profile::{Peer, Profile, Scheduled};
 use super::SimConfig;
 use crate::core::{
     AggregateId, Auditor, ClaimRequest, EnqueueRequest, EnqueueResult, IdempotencyKey, Instant, Lease, MessageId, Outbox,
-    Property, RelayId, Status, Violation, WriteRequest, WriteResult,
+    Property, Status, Violation, WriteRequest, WriteResult,
 };
 use crate::oracle::Oracle;
 use crate::relay::{Clocks, Cycle, Effect, Input, PublishOutcome};
@@ -379,14 +379,7 @@ async fn database(shared: Shared) {
                 let read = {
                     let st = s.lock();
                     let now = st.now_ms();
-                    st.outbox.rescuable(Instant(now)).map(|row| Lease {
-                        message_id: row.message_id,
-                        tenant_id: row.tenant_id,
-                        owner: row.lease_owner.unwrap_or(RelayId(u16::MAX)),
-                        token: row.lease_token,
-                        attempts: row.attempts,
-                        claim_seq: st.auditor.ghost(row.message_id).map_or(0, |g| g.claims),
-                    })
+                    st.outbox.rescuable(Instant(now)).map(|row| Lease::of_row(row, st.auditor.ghost(row.message_id).map_or(0, |g| g.claims)))
                 };
                 let Some(lease) = read else { continue };
                 if fence != crate::core::ReleaseFence::Expired {
@@ -394,22 +387,13 @@ async fn database(shared: Shared) {
                 }
                 let mut st = s.lock();
                 let now = st.now_ms();
-                let policy = s.setup.world.policy(0);
-                let spent = st.outbox.row(lease.message_id).is_some_and(|row| row.attempts >= s.setup.world.max_attempts);
-                let to = match (spent, policy.exhausted_status) {
-                    (false, _) => Status::Pending,
-                    (true, true) => Status::Exhausted,
-                    (true, false) => Status::Failed,
-                };
+                let attempts = st.outbox.row(lease.message_id).map_or(0, |row| row.attempts);
+                let to = s.setup.world.policy(0).rescue_target(attempts, s.setup.world.max_attempts);
                 let request = crate::core::ReleaseRequest { lease, fence, to, retry_at: None, now: Instant(now) };
                 let State { outbox, auditor, .. } = &mut *st;
                 let Ok(result) = auditor.release(outbox, &request) else { continue };
                 st.audit();
-                let fence = match fence {
-                    crate::core::ReleaseFence::Token => "token",
-                    crate::core::ReleaseFence::Expired => "expired",
-                    crate::core::ReleaseFence::Id => "id",
-                };
+                let fence = fence.name();
                 st.recorder.events.push(Event::Release {
                     relay: Some("rescuer".into()),
                     message: message(lease.message_id),

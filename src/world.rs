@@ -728,26 +728,14 @@ impl World {
     /// stands (the latest claim's).
     fn rescuable(&self) -> Option<Lease> {
         let row = self.outbox.rescuable(self.now)?;
-        Some(Lease {
-            message_id: row.message_id,
-            tenant_id: row.tenant_id,
-            owner: row.lease_owner.unwrap_or(RelayId(u16::MAX)),
-            token: row.lease_token,
-            attempts: row.attempts,
-            claim_seq: self.auditor.ghost(row.message_id).map_or(0, |g| g.claims),
-        })
+        Some(Lease::of_row(row, self.auditor.ghost(row.message_id).map_or(0, |g| g.claims)))
     }
 
     /// The rescuer's move of the row of `lease`: back to PENDING with its budget left, else to
     /// EXHAUSTED (FAILED in a design without it). The attempts stay.
     fn rescue(&mut self, config: &WorldConfig, lease: Lease, fence: crate::core::ReleaseFence, report: &mut StepReport) {
-        let policy = config.policy(0);
-        let spent = self.outbox.row(lease.message_id).is_some_and(|row| row.attempts >= config.max_attempts);
-        let to = match (spent, policy.exhausted_status) {
-            (false, _) => Status::Pending,
-            (true, true) => Status::Exhausted,
-            (true, false) => Status::Failed,
-        };
+        let attempts = self.outbox.row(lease.message_id).map_or(0, |row| row.attempts);
+        let to = config.policy(0).rescue_target(attempts, config.max_attempts);
         let request = crate::core::ReleaseRequest { lease, fence, to, retry_at: None, now: self.now };
         if let Ok(result) = self.auditor.release(&mut self.outbox, &request) {
             self.step.seen.exhausted |= matches!(result, WriteResult::Applied { status: Status::Exhausted });

@@ -408,6 +408,17 @@ impl Policy {
         Variant::Reference.policy()
     }
 
+    /// Where the rescuer moves a row it found with an expired lease: back to PENDING with budget
+    /// left, else to EXHAUSTED (FAILED in a design without it). The attempts stay.
+    pub fn rescue_target(&self, attempts: u32, max_attempts: u32) -> super::row::Status {
+        use super::row::Status;
+        match (attempts >= max_attempts, self.exhausted_status) {
+            (false, _) => Status::Pending,
+            (true, true) => Status::Exhausted,
+            (true, false) => Status::Failed,
+        }
+    }
+
     /// A policy every switch of which a complete design file sets: the base such a file is
     /// applied to, never seen itself.
     pub(crate) fn unset() -> Policy {

@@ -201,6 +201,21 @@ impl std::hash::Hash for Row {
     }
 }
 
+impl Lease {
+    /// The lease a row holds as a maintenance job reads it: its token and attempts, its owner
+    /// (none named: `u16::MAX`), and which claim of the row issued it.
+    pub fn of_row(row: &Row, claim_seq: u32) -> Lease {
+        Lease {
+            message_id: row.message_id,
+            tenant_id: row.tenant_id,
+            owner: row.lease_owner.unwrap_or(RelayId(u16::MAX)),
+            token: row.lease_token,
+            attempts: row.attempts,
+            claim_seq,
+        }
+    }
+}
+
 impl std::hash::Hash for Lease {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         state.write_u64(u64::from(self.message_id.0) | u64::from(self.tenant_id.0) << 32 | u64::from(self.owner.0) << 48);

@@ -303,12 +303,7 @@ fn rescue_request(model: &mut dyn Store, read: (MessageId, crate::core::LeaseTok
     let policy = model.core_policy().ok_or_else(|| StoreError::Setup("the model is the core".into()))?;
     let rows = model.rows()?;
     let row = rows.iter().find(|r| r.message_id == read.0);
-    let spent = row.is_some_and(|r| r.attempts >= max_attempts);
-    let to = match (spent, policy.exhausted_status) {
-        (false, _) => crate::core::Status::Pending,
-        (true, true) => crate::core::Status::Exhausted,
-        (true, false) => crate::core::Status::Failed,
-    };
+    let to = policy.rescue_target(row.map_or(0, |r| r.attempts), max_attempts);
     let lease = Lease {
         message_id: read.0,
         tenant_id: row.map_or(TenantId(0), |r| r.tenant_id),

@@ -1171,11 +1171,7 @@ impl Profile {
                                             WriteResult::Applied { status } => (status, true),
                                             WriteResult::Stale { .. } => (Status::Pending, false),
                                         };
-                                        let fence = match fence {
-                                            crate::core::ReleaseFence::Token => "token",
-                                            crate::core::ReleaseFence::Expired => "expired",
-                                            crate::core::ReleaseFence::Id => "id",
-                                        };
+                                        let fence = fence.name();
                                         trace.lock().unwrap_or_else(|e| e.into_inner()).push((
                                             2 * store.last_stamp,
                                             T::Release {
