@@ -5,7 +5,7 @@
 //!
 //! - a **database** node serving the core (through the [`Auditor`](crate::core::Auditor), which
 //!   checks SPEC §7's safety properties at every statement) over simulated RPC, with the
-//!   application's enqueues and, for designs that have one, the reaper job;
+//!   application's enqueues and, for designs that have one, the reaper job or the rescuer;
 //! - a **broker** node that stores publications by idempotency key and feeds a consumer that
 //!   counts effects and drops duplicates;
 //! - one **relay** node per relay of the fleet, each running the sans-IO
@@ -46,7 +46,7 @@ pub struct SimConfig {
     pub poll_ms: u64,
     /// A relay gives a statement or a publication up as lost after this long.
     pub timeout_ms: u64,
-    /// The reaper job's period (designs with a reaper).
+    /// The reaper's and the rescuer's period (designs with one).
     pub reap_ms: u64,
     /// The application enqueues its messages evenly over this window.
     pub enqueue_window_ms: u64,
