@@ -393,18 +393,7 @@ async fn database(shared: Shared) {
                 let State { outbox, auditor, .. } = &mut *st;
                 let Ok(result) = auditor.release(outbox, &request) else { continue };
                 st.audit();
-                let fence = fence.name();
-                st.recorder.events.push(Event::Release {
-                    relay: Some("rescuer".into()),
-                    message: message(lease.message_id),
-                    now,
-                    to: to.as_str().to_string(),
-                    next_attempt_at: None,
-                    fence: fence.into(),
-                    token: Some(lease.token.0.to_string()),
-                    attempt: None,
-                    result: if matches!(result, WriteResult::Applied { .. }) { "applied" } else { "stale" }.into(),
-                });
+                st.recorder.events.push(Event::rescue_of(message(lease.message_id), &request, to, result));
             }
         });
     }

@@ -598,6 +598,22 @@ impl<'de> serde::de::Visitor<'de> for EventVisitor {
 }
 
 impl Event {
+    /// A rescuer's release of `message`, as `request` asked it, that moved the row to `to`
+    /// (where it applied) with `result`.
+    pub fn rescue_of(message: String, request: &crate::core::ReleaseRequest, to: crate::core::Status, result: crate::core::WriteResult) -> Event {
+        Event::Release {
+            relay: Some("rescuer".into()),
+            message,
+            now: request.now.0,
+            to: to.as_str().to_string(),
+            next_attempt_at: None,
+            fence: request.fence.name().into(),
+            token: Some(request.lease.token.0.to_string()),
+            attempt: None,
+            result: if matches!(result, crate::core::WriteResult::Applied { .. }) { "applied" } else { "stale" }.into(),
+        }
+    }
+
     /// A claim as committed, with the leases it returned; `message` names the messages.
     pub fn claim_of(
         relay: String,

@@ -1306,15 +1306,8 @@ impl World {
             // are only ever compared as `expiry <= clock`: one at or before the horizon has
             // expired for good, however long ago.
             // (A retry time in the lease's column is ranked like the other retry times.)
-            row.lease_expires_at = row.lease_expires_at.map(|t| {
-                Instant(if row.status != Status::InFlight {
-                    map(t.0)
-                } else if i128::from(t.0) <= horizon {
-                    0
-                } else {
-                    map(t.0)
-                })
-            });
+            let in_flight = row.status == Status::InFlight;
+            row.lease_expires_at = row.lease_expires_at.map(|t| Instant(if in_flight && i128::from(t.0) <= horizon { 0 } else { map(t.0) }));
             // `published_at` is read only by S4's comparison of a terminal row before and after
             // a step, in fleets where a design may write a terminal row: there it is compared
             // for equality with the `now` of a write to come, which reads at least the horizon.

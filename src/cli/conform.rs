@@ -220,10 +220,7 @@ fn print(args: &ConformArgs, report: &Report) {
         if let Some(o) = &c.oracle {
             println!("  ✗ the oracle on the recorded history: {}", o.replace('\n', "\n    "));
             if let Some(p) = &c.design_breaks {
-                let check = match args.against {
-                    crate::core::Design::Custom(_) => "outbox-check check --design on the profile's design file".to_string(),
-                    built_in => format!("outbox-check check --variant {built_in}"),
-                };
+                let check = check_command(args.against);
                 println!("    your statements did what {0} says: {0} itself breaks {p} ({check} finds it in the model)", args.against);
             }
         }
@@ -253,10 +250,7 @@ fn print(args: &ConformArgs, report: &Report) {
                 }
             }
         }
-        let check = match args.against {
-            crate::core::Design::Custom(_) => "outbox-check check --design on the profile's design file".to_string(),
-            built_in => format!("outbox-check check --variant {built_in}"),
-        };
+        let check = check_command(args.against);
         let breaks = report.design_breaks();
         if !breaks.is_empty() {
             println!(
@@ -268,5 +262,13 @@ fn print(args: &ConformArgs, report: &Report) {
             }
             println!("  ({check} shows each path; fix the design, then the statements)");
         }
+    }
+}
+
+/// The command that shows a declared design's own counterexamples.
+fn check_command(design: crate::core::Design) -> String {
+    match design {
+        crate::core::Design::Custom(_) => "outbox-check check --design on the profile's design file".to_string(),
+        built_in => format!("outbox-check check --variant {built_in}"),
     }
 }

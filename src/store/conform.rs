@@ -385,6 +385,7 @@ impl Report {
     pub fn design_breaks(&self) -> Vec<&str> {
         let mut out: Vec<&str> =
             self.schedules.iter().filter(|s| s.design_breaks && s.divergence.is_none()).map(|s| s.property.as_str()).collect();
+        out.sort_unstable();
         out.dedup();
         out
     }

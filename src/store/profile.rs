@@ -455,6 +455,50 @@ fn token_of(key: &str, random: bool, v: Option<&V>) -> Result<u64, StoreError> {
 }
 
 impl ProfileStore {
+    /// The design draws random tokens (bound and read back uuid-shaped).
+    fn random_tokens(&self) -> bool {
+        self.policy.token_kind == crate::core::policy::TokenKind::Random
+    }
+
+    /// A lease's token as a statement binds it.
+    fn token_param(&self, token: LeaseToken) -> V {
+        if self.random_tokens() {
+            V::Text(uuid_text(u128::from(token.0)))
+        } else {
+            int(token.0 as i64)
+        }
+    }
+
+    /// Runs a statement that ends a lease (a terminal write, the rescuer's move) and observes
+    /// whether it applied as `observe.<key>` says; applied, the row's status as the rows SELECT
+    /// reads it (gone: PUBLISHED where the statement `deletes`). The statement's own stamp is
+    /// kept, not that of reading rows around it.
+    fn run_observed(&mut self, key: &'static str, sql: &str, params: &Params, id: MessageId, deletes: bool) -> Result<WriteResult, StoreError> {
+        let observe = self.profile.file.observe.get(key).copied().unwrap_or_default();
+        let version_before = if observe == Observe::RowVersion { Some(self.row_version(id)?) } else { None };
+        let there_before = observe != Observe::RowGone || self.rows()?.iter().any(|r| r.message_id == id);
+        let (returned, changed) = self.run(key, sql, params)?;
+        let stamp = self.last_stamp;
+        let after = self.rows()?.into_iter().find(|r| r.message_id == id);
+        let applied = match observe {
+            Observe::RowsAffected => changed > 0,
+            Observe::Returning => !returned.is_empty(),
+            Observe::RowGone => there_before && after.is_none(),
+            Observe::RowVersion => version_before != Some(self.row_version(id)?),
+        };
+        self.last_stamp = stamp;
+        if !applied {
+            return Ok(WriteResult::Stale { reason: crate::core::StaleReason::WrongToken });
+        }
+        let status = match after {
+            Some(row) => row.status,
+            // Completion by deletion: the row is gone, PUBLISHED as the model keeps it.
+            None if deletes => Status::Published,
+            None => return Err(StoreError::Corrupt(format!("{key} applied, and the rows SELECT no longer shows {id}"))),
+        };
+        Ok(WriteResult::Applied { status })
+    }
+
     /// The `row_version` the rows SELECT gives for `id` (`None` once the row is gone).
     fn row_version(&mut self, id: MessageId) -> Result<Option<V>, StoreError> {
         let sql = self.profile.file.statements.rows.clone();
@@ -532,7 +576,7 @@ impl ProfileStore {
             self.columns_of(key, sql)?;
             let allowed = PARAMETERS.iter().find(|(k, _)| *k == key).map_or(&[][..], |(_, p)| p);
             for (_, _, name) in named_params(sql) {
-                if key == "claim" && name == "token" && self.policy.token_kind != crate::core::policy::TokenKind::Random {
+                if key == "claim" && name == "token" && !self.random_tokens() {
                     return Err(StoreError::Setup(
                         "statements.claim: parameter :token is a fresh random token, given only where the design's claim.token is \"random\"".into(),
                     ));
@@ -768,7 +812,7 @@ impl Store for ProfileStore {
         // RETURNING clause gives its rows in no set order); one row has no order to keep.
         let before = if req.batch > 1 { self.rows()? } else { Vec::new() };
         let sql = self.profile.file.statements.claim.clone();
-        let random = self.policy.token_kind == crate::core::policy::TokenKind::Random;
+        let random = self.random_tokens();
         let rows = if random {
             // A fresh random token is one value for one row: the claim runs once per row, with
             // :batch 1 and the core's next token, until it has the batch or finds no row (what
@@ -809,14 +853,12 @@ impl Store for ProfileStore {
             });
         }
         let order = self.profile.design.policy().claim_order;
+        // The core's own claim order, on the rows as they were before the claim.
         leases.sort_by_key(|l| {
-            let row = before.iter().find(|r| r.message_id == l.message_id);
-            let due = row.map_or(Instant(0), |r| match order {
-                crate::core::policy::ClaimOrder::Due => r.retry_at().unwrap_or(r.created_at),
-                crate::core::policy::ClaimOrder::Created => r.created_at,
-            });
-            let tenant = if order == crate::core::policy::ClaimOrder::Created { row.map_or(0, |r| r.tenant_id.0) } else { 0 };
-            (due, tenant, l.message_id)
+            before
+                .iter()
+                .find(|r| r.message_id == l.message_id)
+                .map_or((Instant(0), TenantId(0), l.message_id), |r| crate::core::Outbox::order_key(order, r))
         });
         Ok(leases)
     }
@@ -831,11 +873,7 @@ impl Store for ProfileStore {
             ("id", int(req.lease.message_id.0)),
             ("tenant", int(req.lease.tenant_id.0)),
             ("owner", int(req.lease.owner.0)),
-            ("token", if policy.token_kind == crate::core::policy::TokenKind::Random {
-                V::Text(uuid_text(u128::from(req.lease.token.0)))
-            } else {
-                int(req.lease.token.0 as i64)
-            }),
+            ("token", self.token_param(req.lease.token)),
             ("attempts", int(req.lease.attempts)),
             ("now", int(req.now.0 as i64)),
             ("code", text(req.kind.code().map_or("", FailureCode::as_str))),
@@ -844,32 +882,8 @@ impl Store for ProfileStore {
             ("backoff_cap_ms", int(policy.backoff.cap.0 as i64)),
             ("max_attempts", int(req.max_attempts)),
         ];
-        let observe = self.profile.file.observe.get(key).copied().unwrap_or_default();
-        let id = req.lease.message_id;
-        let version_before = if observe == Observe::RowVersion { Some(self.row_version(id)?) } else { None };
-        let there_before = observe != Observe::RowGone || self.rows()?.iter().any(|r| r.message_id == id);
-        let (rows, changed) = self.run(key, &sql, &params)?;
-        // The write's own stamp, not that of reading the row back.
-        let stamp = self.last_stamp;
-        let after = self.rows()?.into_iter().find(|r| r.message_id == id);
-        let applied = match observe {
-            Observe::RowsAffected => changed > 0,
-            Observe::Returning => !rows.is_empty(),
-            Observe::RowGone => there_before && after.is_none(),
-            Observe::RowVersion => version_before != Some(self.row_version(id)?),
-        };
-        if !applied {
-            return Ok(WriteResult::Stale { reason: crate::core::StaleReason::WrongToken });
-        }
         let deletes = policy.completion == crate::core::policy::Completion::Delete && req.kind == WriteKind::Published;
-        let status = match after {
-            Some(row) => row.status,
-            // Completion by deletion: the row is gone, PUBLISHED as the model keeps it.
-            None if deletes => Status::Published,
-            None => return Err(StoreError::Corrupt(format!("{key} applied, and the rows SELECT no longer shows {id}"))),
-        };
-        self.last_stamp = stamp;
-        Ok(WriteResult::Applied { status })
+        self.run_observed(key, &sql, &params, req.lease.message_id, deletes)
     }
 
     fn reap(&mut self, now: Instant, max_attempts: u32) -> Result<Vec<MessageId>, StoreError> {
@@ -890,7 +904,7 @@ impl Store for ProfileStore {
         let sql = self.profile.file.statements.rows.clone();
         let (rows, _) = self.run_quietly("rows", &sql)?;
         let statuses = self.profile.statuses.clone();
-        let random = self.policy.token_kind == crate::core::policy::TokenKind::Random;
+        let random = self.random_tokens();
         let mut out = Vec::new();
         for values in rows {
             let get = |c: &str| as_int("rows", c, values.get(c));
@@ -951,7 +965,7 @@ impl Store for ProfileStore {
     fn rescue_read(&mut self, now: Instant) -> Result<Option<(MessageId, LeaseToken)>, StoreError> {
         let Some(sql) = self.profile.file.statements.rescue_read.clone() else { return Ok(None) };
         let (rows, _) = self.run("rescue_read", &sql, &vec![("now", int(now.0 as i64))])?;
-        let random = self.policy.token_kind == crate::core::policy::TokenKind::Random;
+        let random = self.random_tokens();
         let mut first: Option<(MessageId, LeaseToken)> = None;
         for row in rows {
             let id = as_int("rescue_read", "message_id", row.get("message_id"))?
@@ -968,29 +982,14 @@ impl Store for ProfileStore {
         let Some(sql) = self.profile.file.statements.rescue.clone() else {
             return Err(StoreError::Setup("the profile has no rescue statement".into()));
         };
-        let random = self.policy.token_kind == crate::core::policy::TokenKind::Random;
         let params: Params = vec![
             ("id", int(req.lease.message_id.0)),
             ("tenant", int(req.lease.tenant_id.0)),
-            ("token", if random { V::Text(uuid_text(u128::from(req.lease.token.0))) } else { int(req.lease.token.0 as i64) }),
+            ("token", self.token_param(req.lease.token)),
             ("now", int(req.now.0 as i64)),
             ("max_attempts", int(max_attempts)),
         ];
-        let (rows, changed) = self.run("rescue", &sql, &params)?;
-        let applied = match self.profile.file.observe.get("rescue").copied().unwrap_or_default() {
-            Observe::Returning => !rows.is_empty(),
-            _ => changed > 0,
-        };
-        if !applied {
-            return Ok(WriteResult::Stale { reason: crate::core::StaleReason::WrongToken });
-        }
-        let status = self
-            .rows()?
-            .into_iter()
-            .find(|r| r.message_id == req.lease.message_id)
-            .map(|r| r.status)
-            .ok_or_else(|| StoreError::Corrupt(format!("rescue applied, and the rows SELECT no longer shows {}", req.lease.message_id)))?;
-        Ok(WriteResult::Applied { status })
+        self.run_observed("rescue", &sql, &params, req.lease.message_id, false)
     }
 
     /// The model's row as the profile's SELECT shows it: what it has no column for is cleared.
@@ -1167,25 +1166,13 @@ impl Profile {
                                     let lease = Lease { message_id: message, tenant_id: TenantId(0), owner: RelayId(u16::MAX), token, attempts: 0, claim_seq: 0 };
                                     let request = crate::core::ReleaseRequest { lease, fence, to: Status::Pending, retry_at: None, now: Instant(now()) };
                                     if let Ok(result) = store.rescue(&request, max_attempts) {
-                                        let (to, applied) = match result {
-                                            WriteResult::Applied { status } => (status, true),
-                                            WriteResult::Stale { .. } => (Status::Pending, false),
+                                        // The statement decides where the row goes; applied, it says.
+                                        let to = match result {
+                                            WriteResult::Applied { status } => status,
+                                            WriteResult::Stale { .. } => request.to,
                                         };
-                                        let fence = fence.name();
-                                        trace.lock().unwrap_or_else(|e| e.into_inner()).push((
-                                            2 * store.last_stamp,
-                                            T::Release {
-                                                relay: Some("rescuer".into()),
-                                                message: names(message),
-                                                now: request.now.0,
-                                                to: to.as_str().to_string(),
-                                                next_attempt_at: None,
-                                                fence: fence.into(),
-                                                token: Some(token.0.to_string()),
-                                                attempt: None,
-                                                result: if applied { "applied" } else { "stale" }.into(),
-                                            },
-                                        ));
+                                        let event = T::rescue_of(names(message), &request, to, result);
+                                        trace.lock().unwrap_or_else(|e| e.into_inner()).push((2 * store.last_stamp, event));
                                     }
                                 }
                             }
