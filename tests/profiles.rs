@@ -129,7 +129,9 @@ fn sql_that_does_not_do_what_its_design_says_is_caught_with_a_script_that_pastes
 
 #[test]
 fn a_bad_profile_is_one_line_and_exit_2() {
-    let cases: [(&str, fn(String) -> String, &[&str]); 12] = [
+    let cases: [(&str, fn(String) -> String, &[&str]); 14] = [
+        ("observe-typo.toml", |t| t.replace("[statuses]", "[observe]\nmark_publishd = \"returning\"\n\n[statuses]"), &["observe.mark_publishd", "mark_published"]),
+        ("observe-value.toml", |t| t.replace("[statuses]", "[observe]\nmark_published = \"gone\"\n\n[statuses]"), &["observe.mark_published", "row-gone"]),
         ("wrong-type.toml", |t| t.replace("design = \"reference\"", "design = 3"), &["design", "invalid type"]),
         ("does-not-parse.toml", |t| t.replace("UPDATE jobs SET locked_until = NULL, locked_by = NULL, state = 'discarded'", "UPDATE jobs SET SET locked_until = NULL, state = 'discarded'"), &["statements.mark_failed", "syntax error"]),
         ("no-such-column.toml", |t| t.replace("finished AS published_at", "finish_time AS published_at"), &["statements.rows", "finish_time"]),

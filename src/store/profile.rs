@@ -126,6 +126,11 @@ impl Profile {
                 _ => format!("{shown}:{line}: {message}"),
             }
         })?;
+        // `observe` names statements that end a lease: a misspelt one would be silently unused.
+        const OBSERVED: [&str; 6] = ["mark_published", "mark_ambiguous", "mark_retry", "mark_failed", "mark_exhausted", "rescue"];
+        if let Some(key) = file.observe.keys().find(|k| !OBSERVED.contains(&k.as_str())) {
+            return Err(format!("{shown}: observe.{key}: not a statement whose result is observed (one of {})", OBSERVED.join(", ")));
+        }
         let dir = path.parent().unwrap_or(Path::new("."));
         let design = if file.design.ends_with(".toml") || file.design.contains('/') {
             crate::design::load(&dir.join(&file.design))?
