@@ -12,7 +12,7 @@ use crate::liveness::{check_l1, check_l2, check_l3, Graph, LassoVerdict};
 use crate::model::{replay, replay_with, OutboxModel, ReplayStep, REACHABILITY, SAFETY_NAMES};
 use crate::world::{Action, WorldConfig};
 use serde::Serialize;
-use stateright::{Checker, Model};
+use stateright::Model;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -30,11 +30,13 @@ pub struct CheckOptions {
     pub liveness: bool,
     /// The liveness graph's size limit; past it liveness is reported as not checked.
     pub liveness_states_max: usize,
+    /// Search only this part of the state space (safety and reachability; no liveness).
+    pub shard: Option<crate::graph::Shard>,
 }
 
 impl Default for CheckOptions {
     fn default() -> Self {
-        CheckOptions { threads: 2, timeout: None, max_memory: None, liveness: true, liveness_states_max: 2_000_000 }
+        CheckOptions { threads: 2, timeout: None, max_memory: None, liveness: true, liveness_states_max: 50_000_000, shard: None }
     }
 }
 
@@ -85,7 +87,7 @@ pub fn memory_resident() -> Option<u64> {
     Some(pages * u64::try_from(page).ok()?)
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     Safety,
@@ -93,7 +95,7 @@ pub enum Kind {
     Liveness,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Holds,
@@ -108,7 +110,7 @@ pub enum Verdict {
     NotExercised,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct PropertyResult {
     pub id: String,
     pub name: String,
@@ -127,7 +129,7 @@ pub struct PropertyResult {
     pub message: Option<u32>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct CheckReport {
     pub fleet: Vec<String>,
     pub config: WorldConfig,
@@ -144,7 +146,21 @@ pub struct CheckReport {
     pub path_search_states: usize,
     pub complete: bool,
     pub liveness_states: Option<usize>,
+    /// The part of the search this run covered, when it was one shard of several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardInfo>,
+    /// When this report merges the reports of a sharded search: how many shards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged_shards: Option<u32>,
     pub properties: Vec<PropertyResult>,
+}
+
+/// Which part of a sharded search a report covers: shard `index` of `count`, split at `depth`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ShardInfo {
+    pub index: u32,
+    pub count: u32,
+    pub depth: usize,
 }
 
 impl CheckReport {
@@ -198,32 +214,37 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
         .filter(|(_, r)| paths.iter().all(|(n, _, _)| *n != r.name))
         .fold(0u16, |mask, (i, _)| mask | 1 << i);
 
-    let model = OutboxModel::for_safety(config.clone(), tracked);
-    let stop = model.stop.clone();
+    // The complete check: every state, edges labelled with what each step broke and reached
+    // (see crate::graph). Where no reachability flag is still tracked, its graph is the
+    // liveness graph too, kept as it is built.
     let search_started = Instant::now();
-    let checker = model.checker().threads(options.threads.max(1)).spawn_bfs();
-    // Progress every 200 ms; the budget and whether the search is done every 5 ms, so a small
-    // check does not wait out a 200 ms sleep. A search over budget is stopped by the model
-    // itself, which then offers no more steps, and drains at once.
-    let mut reported = search_started;
-    while !checker.is_done() {
-        if reported.elapsed() >= Duration::from_millis(200) {
-            progress(checker.state_count(), checker.unique_state_count());
-            reported = Instant::now();
-            if budget.exceeded().is_some() {
-                stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let checker = checker.join();
-    // stateright rebuilds each discovery's path by replaying the model's steps: offer them again.
-    stop.store(false, std::sync::atomic::Ordering::Relaxed);
+    let stop = || budget.exceeded().is_some();
+    let normalisation = tracked & crate::world::ABSTRACTION_READS;
+    let share = options.liveness && normalisation == 0 && options.shard.is_none();
+    let job = crate::graph::Explore {
+        config,
+        normalisation: Some(normalisation),
+        threads: options.threads.max(1),
+        keep_graph: share,
+        graph_limit: options.liveness_states_max,
+        limit_stops: false,
+        shard: options.shard,
+    };
+    let mut found = crate::graph::explore(&job, &stop, progress);
+    let shared = share.then(|| match found.graph.take() {
+        Some(graph) if found.complete => Ok(graph),
+        _ => Err(crate::liveness::TooLarge { states: found.unique, budget: budget.exceeded() }),
+    });
     let search_seconds = search_started.elapsed().as_secs_f64();
-    // stateright's BFS keeps the last path it met for a discovery, not the first, and this one
-    // ran on the abstract model: the shortest paths come from the exact model, breadth-first.
+    let discovered: BTreeSet<&'static str> = SAFETY_NAMES
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| found.violated & (1 << i) != 0)
+        .map(|(_, n)| *n)
+        .chain(REACHABILITY.iter().enumerate().filter(|(i, _)| found.reached & tracked & (1 << i) != 0).map(|(_, r)| r.name))
+        .collect();
     let missing: BTreeSet<&'static str> =
-        checker.discoveries().keys().copied().filter(|name| paths.iter().all(|(n, _, _)| n != name)).collect();
+        discovered.into_iter().filter(|name| paths.iter().all(|(n, _, _)| n != name)).collect();
     let mut unconfirmed = BTreeSet::new();
     if !missing.is_empty() {
         let (more, seen) = bfs_paths(&exact, &missing, &|found| found.len() == missing.len(), None, Some(&budget));
@@ -309,16 +330,18 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
     }
     let mut liveness_states = None;
     if options.liveness {
-        let (results, states) = liveness(config, options.liveness_states_max, &budget);
+        let (results, states) = liveness(config, options, shared, &budget);
         liveness_states = states;
         properties.extend(results);
     }
     CheckReport {
         fleet: config.relays.iter().map(|r| r.design.name().to_string()).collect(),
         config: config.clone(),
-        states: checker.state_count(),
-        unique_states: checker.unique_state_count(),
-        max_depth: checker.max_depth(),
+        states: found.generated,
+        unique_states: found.unique,
+        max_depth: found.max_depth,
+        merged_shards: None,
+        shard: options.shard.map(|s| ShardInfo { index: s.index, count: s.count, depth: found.shard_depth.unwrap_or(0) }),
         seconds,
         search_seconds,
         path_search_states,
@@ -326,6 +349,75 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
         liveness_states,
         properties,
     }
+}
+
+/// Combines the reports of the shards of one sharded search (`check --shard I/N`, every `I`
+/// once) into the verdict of the whole search. Safety and reachability are decided as by one
+/// unsharded check when every shard completed: a property is violated (or a situation
+/// reached) where any shard found it, with the shortest of their paths; it holds only where
+/// every shard completed without breaking it and some shard reached its witness. Liveness is
+/// not decided by a sharded run. Returns the problem, in one line, where the reports are not
+/// the shards of one search.
+pub fn merge_shards(reports: Vec<(String, CheckReport)>) -> Result<CheckReport, String> {
+    let Some((first_name, first)) = reports.first() else { return Err("no shard reports given".into()) };
+    let Some(info) = first.shard else {
+        return Err(format!("{first_name} is not a shard's report (it was written without --shard)"));
+    };
+    let mut seen = vec![None::<&str>; info.count as usize];
+    for (name, report) in &reports {
+        let Some(shard) = report.shard else {
+            return Err(format!("{name} is not a shard's report (it was written without --shard)"));
+        };
+        if shard.count != info.count {
+            return Err(format!("{name} is shard {}/{} but {first_name} is one of {}", shard.index, shard.count, info.count));
+        }
+        if report.config != first.config || report.fleet != first.fleet {
+            return Err(format!("{name} checked another configuration than {first_name} ({})", report.fleet.join(", ")));
+        }
+        if let Some(other) = seen[shard.index as usize].replace(name) {
+            return Err(format!("shard {}/{} is given twice: {other} and {name}", shard.index, shard.count));
+        }
+    }
+    let absent: Vec<String> = seen.iter().enumerate().filter(|(_, s)| s.is_none()).map(|(i, _)| format!("{i}/{}", info.count)).collect();
+    if !absent.is_empty() {
+        return Err(format!("shards missing: {} (every shard of the search is needed for its verdict)", absent.join(", ")));
+    }
+    let complete = reports.iter().all(|(_, r)| r.complete);
+    let shortest = |found: Vec<&PropertyResult>| {
+        found.into_iter().min_by_key(|p| p.counterexample.as_ref().map_or(usize::MAX, |c| c.len())).cloned()
+    };
+    let mut properties = Vec::new();
+    for p in first.properties.iter().filter(|p| p.kind != Kind::Liveness) {
+        let all: Vec<&PropertyResult> = reports.iter().filter_map(|(_, r)| r.property(&p.id)).collect();
+        let with = |v: Verdict| all.iter().copied().filter(|q| q.status == v).collect::<Vec<_>>();
+        let merged = if let Some(found) = shortest(with(Verdict::Violated)).or_else(|| shortest(with(Verdict::Reached))) {
+            found
+        } else if let Some(unknown) = with(Verdict::Unknown).first() {
+            (*unknown).clone()
+        } else if let Some(holds) = with(Verdict::Holds).first() {
+            (*holds).clone()
+        } else {
+            all[0].clone()
+        };
+        properties.push(merged);
+    }
+    let sum = |f: &dyn Fn(&CheckReport) -> usize| reports.iter().map(|(_, r)| f(r)).sum::<usize>();
+    let longest = |f: &dyn Fn(&CheckReport) -> f64| reports.iter().map(|(_, r)| f(r)).fold(0.0, f64::max);
+    Ok(CheckReport {
+        fleet: first.fleet.clone(),
+        config: first.config.clone(),
+        states: sum(&|r| r.states),
+        unique_states: sum(&|r| r.unique_states),
+        max_depth: reports.iter().map(|(_, r)| r.max_depth).max().unwrap_or(0),
+        seconds: longest(&|r| r.seconds),
+        search_seconds: longest(&|r| r.search_seconds),
+        path_search_states: sum(&|r| r.path_search_states),
+        complete,
+        liveness_states: None,
+        shard: None,
+        merged_shards: Some(info.count),
+        properties,
+    })
 }
 
 /// One property over the model's worlds of a fleet: violated where any world breaks it,
@@ -522,7 +614,16 @@ pub fn world_of(config: &WorldConfig, id: &str) -> WorldConfig {
     world
 }
 
-fn liveness(config: &WorldConfig, states_max: usize, budget: &Budget) -> (Vec<PropertyResult>, Option<usize>) {
+/// L1–L3: on the complete check's own graph where it was kept (`shared`), else on a graph of
+/// their own; L2 always on the graph of the world with a permanent outage.
+fn liveness(
+    config: &WorldConfig,
+    options: &CheckOptions,
+    shared: Option<Result<Graph, crate::liveness::TooLarge>>,
+    budget: &Budget,
+) -> (Vec<PropertyResult>, Option<usize>) {
+    let states_max = options.liveness_states_max;
+    let threads = options.threads.max(1);
     use crate::core::Property as P;
     let result = |p: P, verdict: Option<LassoVerdict>, world: &WorldConfig, note: Option<String>| {
         let (mut status, mut counterexample, mut cycle_from, mut note, mut message) = (Verdict::Unknown, None, None, note, None);
@@ -562,7 +663,8 @@ fn liveness(config: &WorldConfig, states_max: usize, budget: &Budget) -> (Vec<Pr
     let mut out = Vec::new();
     let mut states = None;
     let stop = || budget.exceeded();
-    match Graph::build(config, states_max, &stop) {
+    let main = shared.unwrap_or_else(|| Graph::build(config, states_max, threads, &stop));
+    match main {
         Ok(graph) => {
             states = Some(graph.len());
             out.push(result(P::L1, Some(check_l1(&graph, config)), config, None));
@@ -575,7 +677,7 @@ fn liveness(config: &WorldConfig, states_max: usize, budget: &Budget) -> (Vec<Pr
         }
     }
     let outage = world_of(config, P::L2.id());
-    match Graph::build(&outage, states_max, &stop) {
+    match Graph::build(&outage, states_max, threads, &stop) {
         Ok(graph) => out.insert(1, result(P::L2, Some(check_l2(&graph, &outage)), &outage, None)),
         Err(stopped) => {
             out.insert(1, result(P::L2, None, &outage, Some(format!("not checked: {}", stopped.reason("the outage graph")))))

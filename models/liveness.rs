@@ -35,25 +35,84 @@ const MAINTENANCE: [Action; 4] = [Action::Reap, Action::Rescue, Action::RescueRe
 /// reachability flag tracked.
 pub const LIVENESS_NORMALISATION: Option<u16> = Some(0);
 
-/// The explored graph: states by index, each with its parent (for paths) and its edges.
+/// What the liveness checks read of one state, a byte per message after a byte of flags:
+/// [`PAUSES`] and the maintenance jobs enabled ([`JOB`] bits); per message [`PRESENT`],
+/// [`TERMINAL`], [`EXHAUSTED`], [`PUBLISHED`], [`DELIVERABLE`].
+#[derive(Clone, Debug, Default)]
+pub struct Summary(smallvec::SmallVec<[u8; 8]>);
+
+const PAUSES: u8 = 1;
+const JOB: u8 = 2;
+const PRESENT: u8 = 1;
+const TERMINAL: u8 = 2;
+const EXHAUSTED: u8 = 4;
+const PUBLISHED: u8 = 8;
+const DELIVERABLE: u8 = 16;
+
+impl Summary {
+    /// The summary of `world`, whose enabled steps are `actions`.
+    pub fn of(world: &World, config: &WorldConfig, actions: &[Action]) -> Summary {
+        let mut flags = if pauses(world, config) { PAUSES } else { 0 };
+        for (j, job) in MAINTENANCE.iter().enumerate() {
+            if actions.contains(job) {
+                flags |= JOB << j;
+            }
+        }
+        let mut bytes = smallvec::smallvec![flags];
+        for m in 0..config.messages {
+            let m = MessageId(m);
+            let mut b = 0;
+            if let Some(status) = row_status(world, m) {
+                b |= PRESENT;
+                b |= if status.is_terminal() { TERMINAL } else { 0 };
+                b |= if status == Status::Exhausted { EXHAUSTED } else { 0 };
+                b |= if status == Status::Published { PUBLISHED } else { 0 };
+            }
+            if deliverable(world, config, m) {
+                b |= DELIVERABLE;
+            }
+            bytes.push(b);
+        }
+        Summary(bytes)
+    }
+}
+
+/// A step's class, as the fairness conditions read it: [`FAULT`], [`TICK`], the maintenance
+/// job it is ([`EDGE_JOB`] bits), and its relay plus one from bit [`RELAY_SHIFT`] (0: none).
+pub fn class_of(action: Action, config: &WorldConfig) -> u16 {
+    let mut class = if is_fault(action, config.permanent_outage) { FAULT } else { 0 };
+    if action == Action::Tick {
+        class |= TICK;
+    }
+    if let Some(j) = MAINTENANCE.iter().position(|job| *job == action) {
+        class |= EDGE_JOB << j;
+    }
+    if let Some(r) = relay_of(action) {
+        class |= (r + 1) << RELAY_SHIFT;
+    }
+    class
+}
+
+const FAULT: u16 = 1;
+const TICK: u16 = 2;
+const EDGE_JOB: u16 = 4;
+const RELAY_SHIFT: u16 = 6;
+
+/// The explored graph, built by [`crate::graph::explore`]: states by number (breadth-first
+/// order), each with its parent in the search tree (for paths), its edges in the order of
+/// [`World::actions`] and what the liveness checks read of it. The worlds themselves are not
+/// kept: a path is rebuilt by replaying its steps' positions from the initial state.
 pub struct Graph {
-    pub states: Vec<World>,
-    parent: Vec<Option<(u32, Action)>>,
-    edges: Vec<Vec<(u32, Action)>>,
-}
-
-/// The outcome of one liveness property.
-#[derive(Clone, Debug)]
-pub struct LassoVerdict {
-    /// `None`: the property holds. Otherwise the prefix and the cycle of a fair run breaking it.
-    pub lasso: Option<Lasso>,
-    pub message: Option<MessageId>,
-}
-
-#[derive(Clone, Debug)]
-pub struct Lasso {
-    pub prefix: Vec<Action>,
-    pub cycle: Vec<Action>,
+    config: WorldConfig,
+    normalisation: Option<u16>,
+    stride: usize,
+    /// Edges of state `i`: `offsets[i]..offsets[i + 1]`.
+    offsets: Vec<u32>,
+    targets: Vec<u32>,
+    classes: Vec<u16>,
+    /// The parent of state `i + 1` and the position of the step from it.
+    parents: Vec<(u32, u16)>,
+    summaries: Vec<u8>,
 }
 
 /// Why the graph could not be built: it passed its size limit, or the check's budget (time,
@@ -74,178 +133,269 @@ impl TooLarge {
     }
 }
 
+/// The actions of a path given as steps' positions (in [`World::actions`]) from the initial
+/// state, under `normalisation`.
+fn actions_at(config: &WorldConfig, normalisation: Option<u16>, positions: &[u16]) -> Vec<Action> {
+    let facts = crate::world::FleetFacts::of(config);
+    let mut world = crate::graph::initial(config, &facts, normalisation);
+    let mut path = Vec::with_capacity(positions.len());
+    let mut enabled = Vec::new();
+    for &k in positions {
+        enabled.clear();
+        world.actions(config, &mut enabled);
+        let action = enabled[k as usize];
+        path.push(action);
+        world = crate::graph::successor(config, &facts, normalisation, &world, action).0;
+    }
+    path
+}
+
 impl Graph {
-    /// Explores every state reachable from the initial world, up to `states_max`.
-    ///
-    /// States are normalised with the safety check's abstractions ([`LIVENESS_NORMALISATION`]):
-    /// they change only ghost counters and flags no liveness check reads, never a step, so they
-    /// merge states liveness cannot tell apart. A path of this graph names relay slots as this
-    /// normalisation ordered them: replay it with [`crate::model::replay_with`] and the same.
-    pub fn build(config: &WorldConfig, states_max: usize, stop: &dyn Fn() -> Option<String>) -> Result<Graph, TooLarge> {
-        let facts = crate::world::FleetFacts::of(config);
-        let mut init = World::new(config);
-        init.normalise_by(config, &facts, LIVENESS_NORMALISATION);
-        // States by fingerprint, as the checker dedups them; the states themselves live once, in
-        // `graph.states`.
-        let fingerprint = crate::world::fingerprint::<World>;
-        let mut index: HashMap<u64, u32> = HashMap::new();
-        index.insert(fingerprint(&init), 0);
-        let mut graph = Graph { states: vec![init], parent: vec![None], edges: Vec::new() };
-        let mut actions = Vec::new();
-        let mut next = 0usize;
-        while next < graph.states.len() {
-            if next % 4096 == 0 {
-                if let Some(reason) = stop() {
-                    return Err(TooLarge { states: graph.states.len(), budget: Some(reason) });
-                }
-            }
-            let state = graph.states[next].clone();
-            actions.clear();
-            state.actions(config, &mut actions);
-            let mut out = Vec::with_capacity(actions.len());
-            for &action in &actions {
-                let mut successor = state.clone();
-                successor.advance(config, action);
-                successor.normalise_by(config, &facts, LIVENESS_NORMALISATION);
-                successor.step = Default::default();
-                let key = fingerprint(&successor);
-                let target = match index.get(&key) {
-                    Some(&i) => i,
-                    None => {
-                        let i = graph.states.len() as u32;
-                        if graph.states.len() >= states_max {
-                            return Err(TooLarge { states: graph.states.len(), budget: None });
-                        }
-                        index.insert(key, i);
-                        graph.states.push(successor);
-                        graph.parent.push(Some((next as u32, action)));
-                        i
-                    }
-                };
-                out.push((target, action));
-            }
-            graph.edges.push(out);
-            next += 1;
+    pub fn new(config: &WorldConfig, normalisation: Option<u16>) -> Graph {
+        Graph {
+            config: config.clone(),
+            normalisation,
+            stride: config.messages as usize + 1,
+            offsets: vec![0],
+            targets: Vec::new(),
+            classes: Vec::new(),
+            parents: Vec::new(),
+            summaries: Vec::new(),
         }
-        Ok(graph)
+    }
+
+    /// Explores every state reachable from the initial world, up to `states_max`, with the
+    /// liveness normalisation ([`LIVENESS_NORMALISATION`]): the safety abstractions change only
+    /// ghost counters and flags no liveness check reads, never a step, so they merge states
+    /// liveness cannot tell apart. A path of this graph names relay slots as this
+    /// normalisation ordered them: replay it with [`crate::model::replay_with`] and the same.
+    pub fn build(
+        config: &WorldConfig,
+        states_max: usize,
+        threads: usize,
+        stop: &(dyn Fn() -> Option<String> + Sync),
+    ) -> Result<Graph, TooLarge> {
+        Graph::build_with(config, LIVENESS_NORMALISATION, states_max, threads, stop).map(|(graph, _)| graph)
+    }
+
+    /// [`Graph::build`] under `normalisation`, returning the search's findings too.
+    pub fn build_with(
+        config: &WorldConfig,
+        normalisation: Option<u16>,
+        states_max: usize,
+        threads: usize,
+        stop: &(dyn Fn() -> Option<String> + Sync),
+    ) -> Result<(Graph, crate::graph::Explored), TooLarge> {
+        let job = crate::graph::Explore {
+            config,
+            normalisation,
+            threads,
+            keep_graph: true,
+            graph_limit: states_max,
+            limit_stops: true,
+            shard: None,
+        };
+        let mut found = crate::graph::explore(&job, &|| stop().is_some(), &|_, _| {});
+        match found.graph.take() {
+            Some(graph) => Ok((graph, found)),
+            None => Err(TooLarge { states: found.unique, budget: stop() }),
+        }
+    }
+
+    pub(crate) fn add_parent(&mut self, from: u32, position: u16) {
+        self.parents.push((from, position));
+    }
+
+    pub(crate) fn add_state(&mut self, targets: &[u32], classes: &[u16], summary: Summary) {
+        self.targets.extend_from_slice(targets);
+        self.classes.extend_from_slice(classes);
+        self.offsets.push(self.targets.len() as u32);
+        self.summaries.extend_from_slice(&summary.0);
+    }
+
+    pub(crate) fn finish(&mut self, states: usize) {
+        debug_assert_eq!(self.offsets.len(), states + 1);
+        self.targets.shrink_to_fit();
+        self.classes.shrink_to_fit();
     }
 
     pub fn len(&self) -> usize {
-        self.states.len()
+        self.offsets.len() - 1
     }
 
     pub fn is_empty(&self) -> bool {
-        self.states.is_empty()
+        self.len() == 0
     }
 
-    /// The actions from the initial state to `state`.
-    fn path_to(&self, mut state: u32) -> Vec<Action> {
+    /// Bytes the graph holds.
+    pub fn bytes(&self) -> usize {
+        self.offsets.capacity() * 4
+            + self.targets.capacity() * 4
+            + self.classes.capacity() * 2
+            + self.parents.capacity() * 8
+            + self.summaries.capacity()
+    }
+
+    fn edges(&self, state: u32) -> std::ops::Range<usize> {
+        self.offsets[state as usize] as usize..self.offsets[state as usize + 1] as usize
+    }
+
+    fn flags(&self, state: u32) -> u8 {
+        self.summaries[state as usize * self.stride]
+    }
+
+    fn message(&self, state: u32, m: MessageId) -> u8 {
+        self.summaries[state as usize * self.stride + 1 + m.0 as usize]
+    }
+
+    /// Position of edge `e` among its state's steps.
+    fn position(&self, from: u32, e: usize) -> u16 {
+        (e - self.offsets[from as usize] as usize) as u16
+    }
+
+    /// The steps' positions from the initial state to `state`.
+    fn positions_to(&self, mut state: u32) -> Vec<u16> {
         let mut path = Vec::new();
-        while let Some((parent, action)) = self.parent[state as usize] {
-            path.push(action);
+        while state != 0 {
+            let (parent, position) = self.parents[state as usize - 1];
+            path.push(position);
             state = parent;
         }
         path.reverse();
         path
     }
 
-    /// Searches a fair lasso inside `inside` (states allowed on the cycle) whose component also
-    /// satisfies `entry_ok` somewhere reachable backwards through `inside` (for L3); returns the
-    /// first found.
-    fn fair_lasso(
-        &self,
-        config: &WorldConfig,
-        inside: &dyn Fn(&World) -> bool,
-        start_ok: Option<&dyn Fn(&World) -> bool>,
-    ) -> Option<Lasso> {
-        let n = self.states.len();
-        let allowed: Vec<bool> = self.states.iter().map(inside).collect();
-        let fault_free: Vec<Vec<(u32, Action)>> = self
-            .edges
-            .iter()
-            .enumerate()
-            .map(|(i, out)| {
-                if !allowed[i] {
-                    return Vec::new();
+    /// Searches a fair lasso inside the states `allowed` marks (those allowed on the cycle)
+    /// whose component is reachable backwards through them from a state `start_ok` marks (for
+    /// L3); returns the first found.
+    fn fair_lasso(&self, allowed: &[bool], start_ok: Option<&[bool]>) -> Option<Lasso> {
+        let n = self.len();
+        // A fault-free step between allowed states: no fault, no pause past a lease.
+        let fault_free = |from: u32, e: usize| {
+            let class = self.classes[e];
+            allowed[from as usize]
+                && allowed[self.targets[e] as usize]
+                && class & FAULT == 0
+                && !(class & TICK != 0 && self.flags(from) & PAUSES != 0)
+        };
+        let components = tarjan(n, self, &fault_free);
+        // For L3: the states fault-free steps reach from a marked one, so a component none of
+        // them reaches is passed over at once.
+        let reached_from_start = start_ok.map(|ok| {
+            let mut reached = ok.to_vec();
+            let mut queue: std::collections::VecDeque<u32> = (0..n as u32).filter(|&i| ok[i as usize]).collect();
+            while let Some(s) = queue.pop_front() {
+                for e in self.edges(s) {
+                    let t = self.targets[e] as usize;
+                    if !reached[t] && fault_free(s, e) {
+                        reached[t] = true;
+                        queue.push_back(t as u32);
+                    }
                 }
-                let state = &self.states[i];
-                out.iter()
-                    .copied()
-                    .filter(|&(t, a)| {
-                        allowed[t as usize] && !is_fault(a, config.permanent_outage) && !(a == Action::Tick && pauses(state, config))
-                    })
-                    .collect()
-            })
-            .collect();
-        let components = tarjan(n, &fault_free);
-        let relays = config.relays.len();
-        for component in components {
-            let members: std::collections::HashSet<u32> = component.iter().copied().collect();
-            let internal = |i: u32| fault_free[i as usize].iter().filter(|(t, _)| members.contains(t));
-            let has_edge = |pred: &dyn Fn(Action) -> bool| component.iter().any(|&i| internal(i).any(|&(_, a)| pred(a)));
-            if !has_edge(&|a| a == Action::Tick) {
+            }
+            reached
+        });
+        let relays = self.config.relays.len();
+        let mut member = vec![u32::MAX; n];
+        for (c, component) in components.iter().enumerate() {
+            for &i in component {
+                member[i as usize] = c as u32;
+            }
+            let c = c as u32;
+            let member = &member;
+            let fault_free = &fault_free;
+            let internal_classes = component.iter().flat_map(|&i| {
+                self.edges(i).filter(move |&e| fault_free(i, e) && member[self.targets[e] as usize] == c).map(|e| self.classes[e])
+            });
+            let mut seen_classes = 0u64; // tick, jobs, relays
+            for class in internal_classes {
+                if class & TICK != 0 {
+                    seen_classes |= 1;
+                }
+                seen_classes |= u64::from((class >> 2) & 0xf) << 1;
+                let relay = class >> RELAY_SHIFT;
+                if relay > 0 && relay < 59 {
+                    seen_classes |= 1 << (4 + relay);
+                }
+            }
+            if seen_classes & 1 == 0 {
                 continue;
             }
-            if !(0..relays).all(|r| has_edge(&|a| relay_of(a) == Some(r as u16))) {
+            if !(0..relays).all(|r| seen_classes & (1 << (5 + r)) != 0) {
                 continue;
             }
             // Weak fairness for the maintenance jobs: each one enabled somewhere in the
             // component runs in it.
-            let jobs: Vec<Action> = MAINTENANCE
-                .into_iter()
-                .filter(|job| {
-                    component.iter().any(|&i| {
-                        let mut acts = Vec::new();
-                        self.states[i as usize].actions(config, &mut acts);
-                        acts.contains(job)
-                    })
-                })
-                .collect();
-            if !jobs.iter().all(|job| has_edge(&|a| a == *job)) {
+            let enabled = component.iter().fold(0u8, |acc, &i| acc | self.flags(i) >> 1) & 0xf;
+            if u64::from(enabled) & (seen_classes >> 1) != u64::from(enabled) {
                 continue;
             }
-            // The component is fair. For L3 it must be reachable, through allowed fault-free
-            // steps, from a state where the message was still deliverable.
+            let jobs: Vec<u16> = (0..4).filter(|j| enabled & (1 << j) != 0).map(|j| EDGE_JOB << j).collect();
+            if reached_from_start.as_ref().is_some_and(|r| component.iter().all(|&i| !r[i as usize])) {
+                continue;
+            }
             let entry = match start_ok {
                 None => component[0],
-                Some(ok) => match self.backward_start(&fault_free, &members, ok) {
+                Some(ok) => match self.backward_start(fault_free, member, c, ok) {
                     Some(start) => start,
                     None => continue,
                 },
             };
-            let mut prefix = self.path_to(entry);
+            let mut prefix = self.positions_to(entry);
             let target = component[0];
             if entry != target {
-                prefix.extend(self.bfs_path(&fault_free, entry, &|i| i == target, None).0);
+                prefix.extend(self.bfs_path(fault_free, entry, &|i| i == target, None).0);
             }
-            let cycle = self.fair_cycle(&fault_free, &members, target, relays, &jobs);
-            return Some(Lasso { prefix, cycle });
+            let cycle = self.fair_cycle(fault_free, member, c, target, relays, &jobs);
+            let mut all = prefix.clone();
+            all.extend(&cycle);
+            let actions = actions_at(&self.config, self.normalisation, &all);
+            let (prefix, cycle) = actions.split_at(prefix.len());
+            return Some(Lasso { prefix: prefix.to_vec(), cycle: cycle.to_vec() });
         }
         None
     }
 
-    /// A state satisfying `ok` from which the component is reachable through `edges`.
-    fn backward_start(
-        &self,
-        edges: &[Vec<(u32, Action)>],
-        members: &std::collections::HashSet<u32>,
-        ok: &dyn Fn(&World) -> bool,
-    ) -> Option<u32> {
-        let mut reverse: HashMap<u32, Vec<u32>> = HashMap::new();
-        for (from, out) in edges.iter().enumerate() {
-            for &(to, _) in out {
-                reverse.entry(to).or_default().push(from as u32);
+    /// The lowest-numbered state marked in `ok` from which component `c` is reachable through
+    /// fault-free steps.
+    fn backward_start(&self, fault_free: &dyn Fn(u32, usize) -> bool, member: &[u32], c: u32, ok: &[bool]) -> Option<u32> {
+        let n = self.len();
+        // Reverse edges of the fault-free graph, as a compact adjacency list.
+        let mut count = vec![0u32; n + 1];
+        for from in 0..n as u32 {
+            for e in self.edges(from) {
+                if fault_free(from, e) {
+                    count[self.targets[e] as usize + 1] += 1;
+                }
             }
         }
-        let mut seen: std::collections::HashSet<u32> = members.clone();
-        let mut queue: std::collections::VecDeque<u32> = members.iter().copied().collect();
+        for i in 0..n {
+            count[i + 1] += count[i];
+        }
+        let mut fill = count.clone();
+        let mut sources = vec![0u32; count[n] as usize];
+        for from in 0..n as u32 {
+            for e in self.edges(from) {
+                if fault_free(from, e) {
+                    let t = self.targets[e] as usize;
+                    sources[fill[t] as usize] = from;
+                    fill[t] += 1;
+                }
+            }
+        }
+        let mut seen = vec![false; n];
+        let mut queue: std::collections::VecDeque<u32> = (0..n as u32).filter(|&i| member[i as usize] == c).collect();
+        for &i in &queue {
+            seen[i as usize] = true;
+        }
         let mut found: Option<u32> = None;
         while let Some(s) = queue.pop_front() {
-            if ok(&self.states[s as usize]) && found.is_none_or(|f| s < f) {
+            if ok[s as usize] && found.is_none_or(|f| s < f) {
                 found = Some(s);
             }
-            for &p in reverse.get(&s).into_iter().flatten() {
-                if seen.insert(p) {
+            for &p in &sources[count[s as usize] as usize..count[s as usize + 1] as usize] {
+                if !seen[p as usize] {
+                    seen[p as usize] = true;
                     queue.push_back(p);
                 }
             }
@@ -253,36 +403,38 @@ impl Graph {
         found
     }
 
-    /// Shortest non-empty path from `from` to a state satisfying `goal`, through `edges`
-    /// (restricted to `within` when given): the actions and the state it ends in.
+    /// Shortest non-empty path from `from` to a state satisfying `goal`, through fault-free
+    /// steps (within component `within` when given): the steps' positions and the state it
+    /// ends in.
     fn bfs_path(
         &self,
-        edges: &[Vec<(u32, Action)>],
+        fault_free: &dyn Fn(u32, usize) -> bool,
         from: u32,
         goal: &dyn Fn(u32) -> bool,
-        within: Option<&std::collections::HashSet<u32>>,
-    ) -> (Vec<Action>, u32) {
+        within: Option<(&[u32], u32)>,
+    ) -> (Vec<u16>, u32) {
         // Nodes are (state, depth > 0) so a path back to `from` itself is found too.
-        let mut back: HashMap<(u32, bool), ((u32, bool), Action)> = HashMap::new();
+        let mut back: HashMap<(u32, bool), ((u32, bool), u16)> = HashMap::new();
         let start = (from, false);
         let mut queue = std::collections::VecDeque::from([start]);
         let mut seen = std::collections::HashSet::from([start]);
         while let Some(node) = queue.pop_front() {
-            for &(t, a) in &edges[node.0 as usize] {
-                if within.is_some_and(|w| !w.contains(&t)) {
+            for e in self.edges(node.0) {
+                let t = self.targets[e];
+                if !fault_free(node.0, e) || within.is_some_and(|(member, c)| member[t as usize] != c) {
                     continue;
                 }
                 let next = (t, true);
                 if !seen.insert(next) {
                     continue;
                 }
-                back.insert(next, (node, a));
+                back.insert(next, (node, self.position(node.0, e)));
                 if goal(t) {
                     let mut path = Vec::new();
                     let mut at = next;
                     while at != start {
-                        let (p, a) = back[&at];
-                        path.push(a);
+                        let (p, k) = back[&at];
+                        path.push(k);
                         at = p;
                     }
                     path.reverse();
@@ -294,43 +446,61 @@ impl Graph {
         (Vec::new(), from)
     }
 
-    /// A cycle from `start` through the component that ticks, steps every relay and runs every
-    /// maintenance job of `jobs` (those enabled somewhere in it).
+    /// A cycle from `start` through component `c` that ticks, steps every relay and runs every
+    /// maintenance job of `jobs` (their edge classes: those enabled somewhere in it).
     fn fair_cycle(
         &self,
-        edges: &[Vec<(u32, Action)>],
-        members: &std::collections::HashSet<u32>,
+        fault_free: &dyn Fn(u32, usize) -> bool,
+        member: &[u32],
+        c: u32,
         start: u32,
         relays: usize,
-        jobs: &[Action],
-    ) -> Vec<Action> {
-        let mut wanted: Vec<Box<dyn Fn(Action) -> bool>> = vec![Box::new(|a| a == Action::Tick)];
+        jobs: &[u16],
+    ) -> Vec<u16> {
+        let mut wanted: Vec<Box<dyn Fn(u16) -> bool>> = vec![Box::new(|class| class & TICK != 0)];
         for r in 0..relays {
-            wanted.push(Box::new(move |a| relay_of(a) == Some(r as u16)));
+            wanted.push(Box::new(move |class| class >> RELAY_SHIFT == r as u16 + 1));
         }
         for &job in jobs {
-            wanted.push(Box::new(move |a| a == job));
+            wanted.push(Box::new(move |class| class & job != 0));
         }
+        let within = Some((member, c));
+        let wanted_edge = |i: u32, want: &dyn Fn(u16) -> bool| {
+            self.edges(i).find(|&e| fault_free(i, e) && member[self.targets[e] as usize] == c && want(self.classes[e]))
+        };
         let mut cycle = Vec::new();
         let mut at = start;
         for want in &wanted {
-            let has_wanted = |i: u32| edges[i as usize].iter().any(|&(t, a)| members.contains(&t) && want(a));
-            if !has_wanted(at) {
-                let (path, end) = self.bfs_path(edges, at, &has_wanted, Some(members));
+            if wanted_edge(at, want.as_ref()).is_none() {
+                let (path, end) = self.bfs_path(fault_free, at, &|i| wanted_edge(i, want.as_ref()).is_some(), within);
                 cycle.extend(path);
                 at = end;
             }
-            if let Some(&(t, a)) = edges[at as usize].iter().find(|&&(t, a)| members.contains(&t) && want(a)) {
-                cycle.push(a);
-                at = t;
+            if let Some(e) = wanted_edge(at, want.as_ref()) {
+                cycle.push(self.position(at, e));
+                at = self.targets[e];
             }
         }
         if at != start {
-            let (path, _) = self.bfs_path(edges, at, &|i| i == start, Some(members));
+            let (path, _) = self.bfs_path(fault_free, at, &|i| i == start, within);
             cycle.extend(path);
         }
         cycle
     }
+}
+
+/// The outcome of one liveness property.
+#[derive(Clone, Debug)]
+pub struct LassoVerdict {
+    /// `None`: the property holds. Otherwise the prefix and the cycle of a fair run breaking it.
+    pub lasso: Option<Lasso>,
+    pub message: Option<MessageId>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Lasso {
+    pub prefix: Vec<Action>,
+    pub cycle: Vec<Action>,
 }
 
 /// A step that is a fault of SPEC §6. Under a permanent outage the broker's refusal is the
@@ -379,8 +549,9 @@ fn relay_of(action: Action) -> Option<u16> {
     }
 }
 
-/// Strongly connected components with at least one internal edge (iterative Tarjan).
-fn tarjan(n: usize, edges: &[Vec<(u32, Action)>]) -> Vec<Vec<u32>> {
+/// Strongly connected components, through the edges `keep` admits, with at least one internal
+/// edge (iterative Tarjan); each component's states in ascending order.
+fn tarjan(n: usize, graph: &Graph, keep: &dyn Fn(u32, usize) -> bool) -> Vec<Vec<u32>> {
     let mut index = vec![u32::MAX; n];
     let mut low = vec![0u32; n];
     let mut on_stack = vec![false; n];
@@ -388,10 +559,10 @@ fn tarjan(n: usize, edges: &[Vec<(u32, Action)>]) -> Vec<Vec<u32>> {
     let mut components = Vec::new();
     let mut counter = 0u32;
     for root in 0..n {
-        if index[root] != u32::MAX || edges[root].is_empty() {
+        if index[root] != u32::MAX || !graph.edges(root as u32).any(|e| keep(root as u32, e)) {
             continue;
         }
-        let mut call: Vec<(u32, usize)> = vec![(root as u32, 0)];
+        let mut call: Vec<(u32, usize)> = vec![(root as u32, graph.edges(root as u32).start)];
         index[root] = counter;
         low[root] = counter;
         counter += 1;
@@ -399,8 +570,12 @@ fn tarjan(n: usize, edges: &[Vec<(u32, Action)>]) -> Vec<Vec<u32>> {
         on_stack[root] = true;
         while let Some(&mut (v, ref mut next)) = call.last_mut() {
             let vu = v as usize;
-            if *next < edges[vu].len() {
-                let (w, _) = edges[vu][*next];
+            let end = graph.edges(v).end;
+            while *next < end && !keep(v, *next) {
+                *next += 1;
+            }
+            if *next < end {
+                let w = graph.targets[*next];
                 *next += 1;
                 let wu = w as usize;
                 if index[wu] == u32::MAX {
@@ -409,7 +584,7 @@ fn tarjan(n: usize, edges: &[Vec<(u32, Action)>]) -> Vec<Vec<u32>> {
                     counter += 1;
                     stack.push(w);
                     on_stack[wu] = true;
-                    call.push((w, 0));
+                    call.push((w, graph.edges(w).start));
                 } else if on_stack[wu] {
                     low[vu] = low[vu].min(index[wu]);
                 }
@@ -428,7 +603,7 @@ fn tarjan(n: usize, edges: &[Vec<(u32, Action)>]) -> Vec<Vec<u32>> {
                             break;
                         }
                     }
-                    let cyclic = component.len() > 1 || edges[vu].iter().any(|&(t, _)| t == v);
+                    let cyclic = component.len() > 1 || graph.edges(v).any(|e| keep(v, e) && graph.targets[e] == v);
                     if cyclic {
                         component.sort_unstable();
                         components.push(component);
@@ -483,24 +658,29 @@ fn first_message(config: &WorldConfig, mut find: impl FnMut(MessageId) -> Option
         .unwrap_or(LassoVerdict { lasso: None, message: None })
 }
 
+impl Graph {
+    /// Each state's byte of message `m`, through `test`.
+    fn marked(&self, m: MessageId, test: impl Fn(u8) -> bool) -> Vec<bool> {
+        (0..self.len() as u32).map(|i| test(self.message(i, m))).collect()
+    }
+}
+
 /// L1 for every message of `graph`.
 pub fn check_l1(graph: &Graph, config: &WorldConfig) -> LassoVerdict {
-    first_message(config, |m| graph.fair_lasso(config, &move |w: &World| row_status(w, m).is_some_and(|s| !s.is_terminal()), None))
+    first_message(config, |m| graph.fair_lasso(&graph.marked(m, |b| b & PRESENT != 0 && b & TERMINAL == 0), None))
 }
 
 /// L2 on a graph built with `permanent_outage`.
 pub fn check_l2(graph: &Graph, config: &WorldConfig) -> LassoVerdict {
     // A message the application has not enqueued (yet, or ever) owes nothing.
-    first_message(config, |m| {
-        graph.fair_lasso(config, &move |w: &World| row_status(w, m).is_some_and(|s| s != Status::Exhausted), None)
-    })
+    first_message(config, |m| graph.fair_lasso(&graph.marked(m, |b| b & PRESENT != 0 && b & EXHAUSTED == 0), None))
 }
 
 /// L3 for every message of `graph`.
 pub fn check_l3(graph: &Graph, config: &WorldConfig) -> LassoVerdict {
     first_message(config, |m| {
-        let start = move |w: &World| deliverable(w, config, m);
-        graph.fair_lasso(config, &move |w: &World| row_status(w, m) != Some(Status::Published), Some(&start))
+        let start = graph.marked(m, |b| b & DELIVERABLE != 0);
+        graph.fair_lasso(&graph.marked(m, |b| b & PUBLISHED == 0), Some(&start))
     })
 }
 

@@ -403,7 +403,7 @@ pub fn describe(event: &Event) -> String {
 }
 
 /// One step of a replayed path, in the unnormalised world: real relay ids and real times.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct ReplayStep {
     pub index: usize,
     /// The action with the relay named as the fleet names it.

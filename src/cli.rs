@@ -117,9 +117,15 @@ enum Command {
         /// being killed by the system [default: 80% of the machine's memory].
         #[arg(long, value_name = "GB", value_parser = parse_gigabytes)]
         max_memory: Option<f64>,
-        /// Skip L1–L3 (they build the state graph a second time, in memory).
+        /// Skip L1–L3 (they keep the state graph's edges in memory, and search a second graph
+        /// with a permanent broker outage for L2).
         #[arg(long)]
         no_liveness: bool,
+        /// Search only part I of N (0 <= I < N) of the state space, for one job of a CI matrix
+        /// or an indexed job; `outbox-check merge` combines the N shards' --json into the
+        /// search's verdict. Safety and reachability only: liveness needs the whole graph.
+        #[arg(long, value_parser = parse_shard, value_name = "I/N")]
+        shard: Option<(u64, u64)>,
         /// Write each counterexample under DIR/<fleet>/ (Markdown, JSON, trace, ITF). Without
         /// it nothing is written.
         #[arg(long, value_name = "DIR")]
@@ -166,6 +172,22 @@ enum Command {
         /// Port on 127.0.0.1 (1–65535).
         #[arg(long, default_value_t = 3000, value_parser = port)]
         port: u16,
+    },
+    /// Combine the --json reports of a sharded check (`check --shard I/N --json`, every I
+    /// once) into the verdict of the whole search.
+    #[command(after_help = "Example:\n  for i in 0 1 2 3; do outbox-check check --variant reference --messages 3 --shard $i/4 --json > shard-$i.json; done\n  outbox-check merge shard-*.json\n\n\
+        Safety and reachability are decided as by one unsharded check when every shard completed:\n\
+        violated (or reached) where any shard found it, with the shortest counterexample among\n\
+        them; holds only where every shard completed. Liveness (L1-L3) is not decided by a sharded\n\
+        run. Exit: 0 every safety property holds (or was not exercised), 1 one is violated or\n\
+        undecided, 2 a file cannot be read or the files are not every shard of one search.")]
+    Merge {
+        /// The shards' reports, as `check --shard I/N --json` printed them.
+        #[arg(required = true, value_name = "SHARD.json")]
+        files: Vec<std::path::PathBuf>,
+        /// Print one JSON object (the check's format) instead of the table.
+        #[arg(long)]
+        json: bool,
     },
     /// Check every mutant (docs/designs.md) and say which property kills it, at what depth.
     #[command(after_help = "Example: outbox-check mutants --json\n\nExit: 0 every mutant is killed, 1 one survives.")]
@@ -506,18 +528,28 @@ pub fn main() -> ExitCode {
             clap_complete::generate(shell, &mut command, "outbox-check", &mut std::io::stdout());
             ExitCode::SUCCESS
         }
-        Command::Check { fleet, threads, timeout, max_memory, no_liveness, out, no_write: _, explorer_port, json, quiet } => {
+        Command::Check { fleet, threads, timeout, max_memory, no_liveness, shard, out, no_write: _, explorer_port, json, quiet } => {
+            let shard = match shard.map(|(index, count)| (u32::try_from(index), u32::try_from(count))) {
+                None => None,
+                Some((Ok(index), Ok(count))) => Some(crate::graph::Shard { index, count }),
+                Some(_) => {
+                    eprintln!("outbox-check: --shard: at most {} shards", u32::MAX);
+                    return ExitCode::from(2);
+                }
+            };
             let options = CheckOptions {
                 threads: threads as usize,
                 timeout: timeout.map(std::time::Duration::from_secs),
                 max_memory: max_memory.map(|gb| (gb * 1e9) as u64).or_else(|| memory_total().map(|total| total / 10 * 8)),
-                liveness: !no_liveness,
+                liveness: !no_liveness && shard.is_none(),
+                shard,
                 ..CheckOptions::default()
             };
             check_command(&fleet, &options, out.as_deref(), explorer_port, json, quiet)
         }
         Command::Replay { file, designs: _, json, quiet: _ } => replay(&file, json),
         Command::Explore { fleet, port } => explore(&fleet, port),
+        Command::Merge { files, json } => merge(&files, json),
         Command::Mutants { threads, json, quiet } => mutants(threads as usize, json, quiet),
         Command::Sim {
             variant, fleet, relays, messages, tenants, max_attempts, seed, seeds, from, shard, threads, out, no_write,
@@ -736,13 +768,7 @@ fn check_command(
         }
     }
     if json {
-        let mut value = serde_json::to_value(&report).expect("JSON of plain values");
-        value["schema"] = "outbox-check/check/v1".into();
-        value["variant"] = match fleet.variant {
-            Some(d) => serde_json::Value::String(d.name().to_string()),
-            None => serde_json::Value::Null,
-        };
-        println!("{}", serde_json::to_string_pretty(&value).expect("JSON of plain values"));
+        print_check_json(&report, fleet.variant.map(|d| d.name().to_string()));
     } else {
         print_check(&report, explorer_port, &written);
     }
@@ -832,6 +858,66 @@ fn replay(file: &std::path::Path, json: bool) -> ExitCode {
     }
 }
 
+/// `check --json`'s object (also `merge --json`'s).
+fn print_check_json(report: &CheckReport, variant: Option<String>) {
+    let mut value = serde_json::to_value(report).expect("JSON of plain values");
+    value["schema"] = "outbox-check/check/v1".into();
+    value["variant"] = variant.map_or(serde_json::Value::Null, serde_json::Value::String);
+    println!("{}", serde_json::to_string_pretty(&value).expect("JSON of plain values"));
+}
+
+/// `outbox-check merge`: the shards' reports, read and combined.
+fn merge(files: &[std::path::PathBuf], json: bool) -> ExitCode {
+    let mut reports = Vec::new();
+    let mut variant = None;
+    for file in files {
+        let name = file.display().to_string();
+        let text = match std::fs::read_to_string(file) {
+            Ok(text) => text,
+            Err(error) => {
+                eprintln!("outbox-check: cannot read {name}: {error}");
+                return ExitCode::from(2);
+            }
+        };
+        let value: serde_json::Value = match serde_json::from_str(&text) {
+            Ok(value) => value,
+            Err(error) => {
+                eprintln!("outbox-check: {name} is not JSON: {error}");
+                return ExitCode::from(2);
+            }
+        };
+        if value["schema"] != "outbox-check/check/v1" {
+            eprintln!("outbox-check: {name} is not a report of `check --json` (no \"schema\": \"outbox-check/check/v1\")");
+            return ExitCode::from(2);
+        }
+        variant = value["variant"].as_str().map(str::to_string);
+        match serde_json::from_value::<CheckReport>(value) {
+            Ok(report) => reports.push((name, report)),
+            Err(error) => {
+                eprintln!("outbox-check: {name} is not a check report this version reads: {error}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let report = match crate::check::merge_shards(reports) {
+        Ok(report) => report,
+        Err(problem) => {
+            eprintln!("outbox-check: {problem}");
+            return ExitCode::from(2);
+        }
+    };
+    if json {
+        print_check_json(&report, variant);
+    } else {
+        print_check(&report, 3000, &[]);
+    }
+    if report.violated() || !report.decided() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
 fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) {
     let c = &report.config;
     println!(
@@ -856,6 +942,16 @@ fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) 
         if report.complete { "" } else { " — INCOMPLETE" },
         report.liveness_states.map(|n| format!("; liveness graph {n} states")).unwrap_or_default()
     );
+    if let Some(shard) = report.shard {
+        println!(
+            "Shard {}/{} (split at depth {}): the verdicts below are this part's only — \
+             `outbox-check merge` of every shard's --json gives the search's.\n",
+            shard.index, shard.count, shard.depth
+        );
+    }
+    if let Some(n) = report.merged_shards {
+        println!("Merged from {n} shards: states summed over the shards (which overlap), seconds the longest shard's.\n");
+    }
     for p in &report.properties {
         let status = match p.status {
             Verdict::Holds => "holds",
@@ -892,6 +988,9 @@ fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) 
     let kinds = |k: Kind| report.properties.iter().filter(|p| p.kind == k).count();
     let count = |v: Verdict| report.properties.iter().filter(|p| p.status == v).count();
     if report.complete {
+        if report.shard.is_some() || report.merged_shards.is_some() {
+            println!("\nLiveness (L1-L3) is not checked by a sharded search: run `check` unsharded for it.");
+        }
         println!(
             "\n{} safety, {} reachability and {} liveness properties checked{}.",
             kinds(Kind::Safety),

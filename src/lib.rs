@@ -13,6 +13,8 @@ pub mod core;
 pub mod model;
 #[path = "../models/check.rs"]
 pub mod check;
+#[path = "../models/graph.rs"]
+pub mod graph;
 #[path = "../models/liveness.rs"]
 pub mod liveness;
 #[path = "../models/explorer.rs"]

@@ -1095,6 +1095,7 @@ impl World {
     ///   them) and by the "AMBIGUOUS later PUBLISHED" flag: once that flag is not tracked, it
     ///   goes.
     fn abstract_for_safety(&mut self, config: &WorldConfig, facts: &FleetFacts, tracked: u16) {
+        // Only these flags' bits are read here (see ABSTRACTION_READS).
         let cap = config.max_attempts + 1;
         let keep_stored = tracked & (1 << 1) != 0 || !facts.confirms_after_ack;
         let drop_code = tracked & (1 << 4) == 0 && self.requeues_left == 0 && facts.keeps_terminal;
@@ -1346,6 +1347,11 @@ impl World {
 
 /// A normalised `published_at` before the horizon: no write to come can read it as its `now`.
 pub const PUBLISHED_LONG_AGO: Instant = Instant(u64::MAX);
+
+/// The reachability flags (bits in [`crate::model::REACHABILITY`]'s order) whose fields the
+/// safety abstractions leave alone while they are tracked: R-S8 reads the broker's storage, R-S7
+/// the failure code. Tracking any other flag normalises exactly as tracking none.
+pub const ABSTRACTION_READS: u16 = 1 << 1 | 1 << 4;
 
 /// What normalisation needs to know of the fleet's designs: read once per model, not per state.
 #[derive(Clone, Debug)]

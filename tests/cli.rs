@@ -15,7 +15,7 @@ fn help_lists_every_command() {
     let out = run(&["--help"]);
     assert!(out.status.success());
     let help = text(&out.stdout);
-    for command in ["verify", "check", "replay", "explore", "mutants", "sim", "conform", "trace", "variants"] {
+    for command in ["verify", "check", "merge", "replay", "explore", "mutants", "sim", "conform", "trace", "variants"] {
         assert!(help.contains(&format!("  {command} ")), "--help does not list {command}:\n{help}");
     }
     assert!(help.contains("Exit codes"), "{help}");
@@ -375,4 +375,63 @@ fn the_models_time_scale_is_an_option_and_reproduces() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--backoff-cap 2 is below --backoff-base 4") && err.trim_end().lines().count() == 1, "{err}");
+}
+
+/// `check --shard I/N --json` in every shard, then `merge`: the unsharded check's safety and
+/// reachability verdicts and exit code; and every way the files can fail to be one search's
+/// shards is one line and exit 2.
+#[test]
+fn sharded_check_merges_into_the_unsharded_verdicts() {
+    let dir = std::env::temp_dir().join(format!("outbox-check-shards-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = ["check", "--variant", "legacy-v1", "--json", "--quiet"];
+    let whole = run(&[&base[..], &["--no-liveness"]].concat());
+    let mut files = Vec::new();
+    for i in 0..3 {
+        let shard = format!("{i}/3");
+        let out = run(&[&base[..], &["--shard", &shard]].concat());
+        assert_eq!(out.status.code(), Some(1), "legacy-v1's shard {shard}: {}", text(&out.stderr));
+        let file = dir.join(format!("shard-{i}.json"));
+        std::fs::write(&file, &out.stdout).unwrap();
+        files.push(file.to_str().unwrap().to_string());
+    }
+    fn args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+        [&["merge"][..], extra].concat()
+    }
+    let names: Vec<&str> = files.iter().map(String::as_str).collect();
+    let merged = run(&args(&[&names[..], &["--json"]].concat()));
+    assert_eq!(merged.status.code(), whole.status.code(), "{}", text(&merged.stderr));
+    let verdicts = |bytes: &[u8]| {
+        let v: serde_json::Value = serde_json::from_slice(bytes).expect("JSON");
+        v["properties"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["id"].to_string(), p["status"].to_string(), p["counterexample"].as_array().map(|c| c.len())))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(verdicts(&merged.stdout), verdicts(&whole.stdout));
+    let table = text(&run(&args(&names)).stdout);
+    assert!(table.contains("Merged from 3 shards") && table.contains("VIOLATED") && table.contains("not checked by a sharded search"), "{table}");
+    // Not one search's shards: a shard missing, one given twice, a report of an unsharded run,
+    // a file that is not a report.
+    let unsharded = dir.join("whole.json");
+    std::fs::write(&unsharded, &whole.stdout).unwrap();
+    let junk = dir.join("junk.json");
+    std::fs::write(&junk, "{\"schema\": \"something else\"}").unwrap();
+    for (bad, says) in [
+        (vec![names[0], names[1]], "shards missing: 2/3"),
+        (vec![names[0], names[1], names[1]], "given twice"),
+        (vec![unsharded.to_str().unwrap()], "not a shard's report"),
+        (vec![junk.to_str().unwrap()], "not a report of `check --json`"),
+        (vec!["/nonexistent/shard.json"], "cannot read"),
+    ] {
+        let out = run(&args(&bad));
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {err}");
+        assert!(err.contains(says) && err.lines().count() == 1, "{bad:?}: {err}");
+    }
+    let out = run(&["check", "--variant", "reference", "--shard", "3/3"]);
+    assert_eq!(out.status.code(), Some(2));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -23,6 +23,7 @@ fn validate(schema_name: &str, args: &[&str]) {
 fn every_json_output_names_its_schema_and_matches_it() {
     validate("check", &["check", "--variant", "seed-v2", "--json", "--quiet", "--no-liveness"]);
     validate("check", &["check", "--fleet", "seed-v2,legacy-v1", "--json", "--quiet"]);
+    validate("check", &["check", "--variant", "seed-v2", "--shard", "1/2", "--json", "--quiet"]);
     validate("sim-run", &["sim", "--variant", "legacy-v1", "--seed", "5", "--json", "--quiet", "--no-write"]);
     validate("sim-sweep", &["sim", "--variant", "seed-v2", "--seeds", "20", "--json", "--quiet", "--no-write"]);
     validate("conform", &["conform", "--store", "sqlite", "--variant", "seed-v2", "--cases", "10", "--json"]);

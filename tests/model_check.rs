@@ -74,7 +74,9 @@ fn legacy_v1_breaks_s1_and_s3_with_shortest_counterexamples() {
     let report = run(&fleet(&["legacy-v1", "legacy-v1"], 1));
     // Failure codes and publication times are kept where a design may write a terminal row:
     // S4 compares the whole row (31,851 states when they were erased, and a false S4).
-    assert_eq!(report.unique_states, 48413, "the model's shape changed");
+    // 48,413 while the complete check was stateright's, whose states carried the last step's
+    // outcome (decision 57).
+    assert_eq!(report.unique_states, 27509, "the model's shape changed");
     assert_eq!(
         findings(&report),
         owned(&[
@@ -450,5 +452,97 @@ fn other_time_scales_change_no_verdict_under_the_reductions() {
         let found = |c: &dyn Fn() -> BTreeSet<&'static str>| c();
         let (r, p) = (found(&|| reduced.discoveries().keys().copied().collect()), found(&|| plain.discoveries().keys().copied().collect()));
         assert_eq!(r, p, "{design} lease {lease} backoff {base}-{cap} skew {skew}");
+    }
+}
+
+/// What one search found, as property names: the safety properties some step broke and the
+/// reachability flags of `tracked` some step reached.
+fn engine_found(found: &outbox_check::graph::Explored, tracked: u16) -> BTreeSet<&'static str> {
+    let reach = outbox_check::model::REACHABILITY.iter().enumerate().filter(|(i, _)| found.reached & tracked & (1 << i) != 0);
+    SAFETY_NAMES
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| found.violated & (1 << i) != 0)
+        .map(|(_, n)| *n)
+        .chain(reach.map(|(_, r)| r.name))
+        .collect()
+}
+
+fn engine(config: &WorldConfig, normalisation: u16, threads: usize, keep_graph: bool, shard: Option<outbox_check::graph::Shard>) -> outbox_check::graph::Explored {
+    let job = outbox_check::graph::Explore {
+        config,
+        normalisation: Some(normalisation),
+        threads,
+        keep_graph,
+        graph_limit: usize::MAX,
+        limit_stops: false,
+        shard,
+    };
+    outbox_check::graph::explore(&job, &|| false, &|_, _| {})
+}
+
+/// The complete check's own search (edge-labelled, fingerprints only, several threads) against
+/// stateright's BFS of the model that carries each step's outcome in the state, for every
+/// variant, every mutant, the rescuers and queue axes and two mixed fleets at one message, and
+/// reference at two: the same violations and the same situations reached, on one thread and on
+/// two, with the graph kept and without; every shard of a three-way sharded search completes,
+/// and the shards together find exactly what the whole search finds.
+#[test]
+fn the_check_engine_finds_what_stateright_finds() {
+    let all = (1u16 << outbox_check::model::REACHABILITY.len()) - 1;
+    let mut configs: Vec<(WorldConfig, Vec<u16>)> =
+        every_fleet().into_iter().map(|d| (WorldConfig::fleet(&d, 1, 1, 3, Faults::all()), vec![all, 0])).collect();
+    configs.push((fleet(&["reference", "reference"], 2), vec![0]));
+    for (config, masks) in configs {
+        let name = config.relays.iter().map(|r| r.design.name().to_string()).collect::<Vec<_>>().join("+");
+        for tracked in masks {
+            let stateright = OutboxModel::for_safety(config.clone(), tracked).checker().threads(2).spawn_bfs().join();
+            let expected: BTreeSet<&'static str> = stateright.discoveries().keys().copied().collect();
+            let normalisation = tracked & outbox_check::world::ABSTRACTION_READS;
+            let one = engine(&config, normalisation, 1, false, None);
+            let two = engine(&config, normalisation, 2, false, None);
+            let graph = engine(&config, normalisation, 2, true, None);
+            assert!(one.complete && two.complete && graph.complete, "{name}");
+            assert_eq!(engine_found(&one, tracked), expected, "{name} (tracked {tracked:#x}), one thread");
+            assert_eq!(engine_found(&two, tracked), expected, "{name}, two threads");
+            assert_eq!(engine_found(&graph, tracked), expected, "{name}, graph kept");
+            assert_eq!((one.unique, one.generated), (two.unique, two.generated), "{name}: the count depends on no thread");
+            assert_eq!((graph.unique, graph.max_depth), (two.unique, two.max_depth), "{name}: the graph is the search's");
+            assert_eq!(graph.graph.as_ref().map(|g| g.len()), Some(graph.unique), "{name}");
+            // Carrying the step's outcome in the state only ever splits states.
+            assert!(two.unique <= stateright.unique_state_count(), "{name}");
+            for count in [3u32] {
+                let shards: Vec<_> = (0..count)
+                    .map(|index| engine(&config, normalisation, 2, false, Some(outbox_check::graph::Shard { index, count })))
+                    .collect();
+                assert!(shards.iter().all(|s| s.complete), "{name}");
+                let union: BTreeSet<&'static str> = shards.iter().flat_map(|s| engine_found(s, tracked)).collect();
+                assert_eq!(union, expected, "{name} in {count} shards");
+                // Together they visit every state (shards overlap below their split, never miss).
+                assert!(shards.iter().map(|s| s.unique).sum::<usize>() >= two.unique, "{name} in {count} shards");
+            }
+        }
+    }
+}
+
+/// `check --shard` then `merge` gives the verdicts, counterexample lengths and reachability
+/// of the unsharded check, for a fleet that breaks properties and for reference.
+#[test]
+fn merged_shards_give_the_unsharded_verdicts() {
+    for designs in [["legacy-v1", "legacy-v1"], ["reference", "reference"], ["seed-v2", "legacy-v1"]] {
+        let config = fleet(&designs, 1);
+        let whole = check(&config, &CheckOptions { liveness: false, ..CheckOptions::default() }, &|_, _| {});
+        let shards: Vec<(String, CheckReport)> = (0..3)
+            .map(|index| {
+                let shard = Some(outbox_check::graph::Shard { index, count: 3 });
+                (format!("shard {index}"), check(&config, &CheckOptions { liveness: false, shard, ..CheckOptions::default() }, &|_, _| {}))
+            })
+            .collect();
+        let merged = outbox_check::check::merge_shards(shards).expect("the shards of one search");
+        let verdicts = |r: &CheckReport| {
+            r.properties.iter().map(|p| (p.id.clone(), p.status.clone(), p.counterexample.as_ref().map(|c| c.len()))).collect::<Vec<_>>()
+        };
+        assert_eq!(verdicts(&merged), verdicts(&whole), "{designs:?}");
+        assert!(merged.complete && merged.decided(), "{designs:?}");
     }
 }
