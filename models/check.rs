@@ -1,12 +1,12 @@
 //! `check`: model-check a fleet exhaustively and say, for every property of SPEC §7, whether it
 //! holds — with the shortest counterexample where it does not.
 //!
-//! Safety and reachability: the complete check is stateright's BFS on two threads over the
-//! model with the safety abstractions ([`OutboxModel::for_safety`]); shortest paths — examples of
-//! the reachability properties first, counterexamples after — come from a single-threaded
-//! breadth-first search of the exact normalised model ([`bfs_paths`]), since only that is
-//! exactly breadth-first and stateright keeps the last path it met. Liveness runs on the
-//! normalised world with the lasso search of [`crate::liveness`].
+//! Safety and reachability: the complete check is the search of [`crate::graph`] on two
+//! threads over the world with the safety abstractions, each step's outcome a label of its
+//! edge; shortest paths — examples of the reachability properties first, counterexamples after
+//! — come from a single-threaded breadth-first search of the exact normalised model
+//! ([`bfs_paths`]). Liveness runs the lasso search of [`crate::liveness`] on the graph the
+//! complete check kept, where it could keep it, else on a graph of its own.
 
 use crate::liveness::{check_l1, check_l2, check_l3, Graph, LassoVerdict};
 use crate::model::{replay, replay_with, OutboxModel, ReplayStep, REACHABILITY, SAFETY_NAMES};
@@ -26,7 +26,7 @@ pub struct CheckOptions {
     /// Stop the same way when this process holds more than this many bytes (checked in every
     /// phase).
     pub max_memory: Option<u64>,
-    /// Check L1–L3 (builds the graph a second time, in memory).
+    /// Check L1–L3 (the complete check keeps its graph for them, and L2 searches a second).
     pub liveness: bool,
     /// The liveness graph's size limit; past it liveness is reported as not checked.
     pub liveness_states_max: usize,
@@ -188,9 +188,9 @@ pub const DISCOVERY_STATES: usize = 200_000;
 ///
 /// Three searches: a breadth-first search of the exact model (the normalised world) for the
 /// shortest example of each reachability property, stopped once it has them all (or after
-/// [`DISCOVERY_STATES`]); the complete check of the safety properties, on two threads, over the
-/// model with the safety abstractions ([`OutboxModel::for_safety`]), tracking only the
-/// reachability flags the first search did not find; and, for what the complete check found
+/// [`DISCOVERY_STATES`]); the complete check of the safety properties ([`crate::graph`]), over
+/// the world with the safety abstractions, tracking only the reachability flags the first
+/// search did not find; and, for what the complete check found
 /// and the first search did not, a breadth-first search of the exact model again for the
 /// shortest path to it. The abstractions only ever add violations, so a property the complete
 /// check finds holding holds; a violation it reports is confirmed by an exact path, or the
