@@ -661,14 +661,26 @@ fn liveness(
         }
     };
     let mut out = Vec::new();
-    let mut states = None;
     let stop = || budget.exceeded();
     let main = shared.unwrap_or_else(|| Graph::build(config, states_max, threads, &stop));
-    match main {
-        Ok(graph) => {
-            states = Some(graph.len());
-            out.push(result(P::L1, Some(check_l1(&graph, config)), config, None));
-            out.push(result(P::L3, Some(check_l3(&graph, config)), config, None));
+    let states = main.as_ref().ok().map(Graph::len);
+    let outage = world_of(config, P::L2.id());
+    // L1 and L3 on the main graph, and L2's graph with its check, side by side.
+    let (l1, l3, l2) = std::thread::scope(|scope| {
+        let l2 = scope.spawn(|| Graph::build(&outage, states_max, threads, &stop).map(|graph| check_l2(&graph, &outage)));
+        let (l1, l3) = match &main {
+            Ok(graph) => {
+                let l3 = scope.spawn(|| check_l3(graph, config));
+                (Some(check_l1(graph, config)), Some(l3.join().expect("the L3 search")))
+            }
+            Err(_) => (None, None),
+        };
+        (l1, l3, l2.join().expect("the L2 search"))
+    });
+    match &main {
+        Ok(_) => {
+            out.push(result(P::L1, l1, config, None));
+            out.push(result(P::L3, l3, config, None));
         }
         Err(stopped) => {
             let note = format!("not checked: {}", stopped.reason("the liveness graph"));
@@ -676,9 +688,8 @@ fn liveness(
             out.push(result(P::L3, None, config, Some(note)));
         }
     }
-    let outage = world_of(config, P::L2.id());
-    match Graph::build(&outage, states_max, threads, &stop) {
-        Ok(graph) => out.insert(1, result(P::L2, Some(check_l2(&graph, &outage)), &outage, None)),
+    match l2 {
+        Ok(verdict) => out.insert(1, result(P::L2, Some(verdict), &outage, None)),
         Err(stopped) => {
             out.insert(1, result(P::L2, None, &outage, Some(format!("not checked: {}", stopped.reason("the outage graph")))))
         }
