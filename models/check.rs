@@ -477,7 +477,7 @@ pub fn bfs_paths(
 ) -> (Vec<Path>, usize) {
     use std::collections::VecDeque;
     // Keys are fingerprints already: hashing them again is wasted work.
-    type HashMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<Fingerprints>>;
+    type HashMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<crate::graph::PassThrough>>;
     let fp = crate::world::fingerprint::<crate::world::World>;
     let properties: Vec<_> = model.properties().into_iter().filter(|p| targets.contains(p.name)).collect();
     let violated = |p: &stateright::Property<OutboxModel>, w: &crate::world::World| match p.expectation {
@@ -571,25 +571,6 @@ pub fn explorer_path_of(config: &WorldConfig, real: &[Action]) -> Option<String>
     Some(std::iter::once(root.to_string()).chain(indices).collect::<Vec<_>>().join("/"))
 }
 
-/// A hasher for keys that are fingerprints already: passes the `u64` through.
-#[derive(Default)]
-struct Fingerprints(u64);
-
-impl std::hash::Hasher for Fingerprints {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        self.0 = value;
-    }
-}
 
 /// The world every mutant is checked in: three relays competing for one message, the third
 /// reusing the first one's id (a restarted relay while its paused predecessor still lives), a

@@ -244,25 +244,7 @@ pub fn explore(
             })
             .collect()
     };
-    std::thread::scope(|scope| {
-        // The workers live as long as the search (a thread per batch would cost the allocator
-        // a heap per batch).
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<(usize, Vec<(Expanded, u32)>)>();
-        let workers: Vec<std::sync::mpsc::Sender<Vec<(World, u32)>>> = (0..threads)
-            .map(|w| {
-                let (tx, rx) = std::sync::mpsc::channel::<Vec<(World, u32)>>();
-                let done = done_tx.clone();
-                let expand = &expand;
-                scope.spawn(move || {
-                    for chunk in rx {
-                        if done.send((w, expand(chunk))).is_err() {
-                            break;
-                        }
-                    }
-                });
-                tx
-            })
-            .collect();
+    with_workers(threads, &expand, |run| {
         while !frontier.is_empty() {
             if stop() {
                 out.complete = false;
@@ -282,21 +264,9 @@ pub fn explore(
             }
             let take = level_batch(&frontier, batch_size);
             let batch_len = take;
-            let chunk = take.div_ceil(threads);
-            let mut sent = 0;
-            while sent * chunk < take {
-                let n = chunk.min(take - sent * chunk);
-                workers[sent].send(frontier.drain(..n).collect()).expect("a live search thread");
-                sent += 1;
-            }
-            let mut parts: Vec<Option<Vec<(Expanded, u32)>>> = (0..sent).map(|_| None).collect();
-            for _ in 0..sent {
-                let (w, part) = done_rx.recv().expect("a live search thread");
-                parts[w] = Some(part);
-            }
-            let expanded = parts.into_iter().flat_map(|p| p.expect("every chunk expanded"));
+            let expanded = run(&mut frontier, take).into_iter().flatten();
             let mut visited = visited.write().expect("an unpoisoned visited set");
-        let first = out.unique - frontier.len() - batch_len;
+            let first = out.unique - frontier.len() - batch_len;
             for (k, (e, depth)) in expanded.enumerate() {
                 let from = (first + k) as u32;
                 out.violated |= e.violated;
@@ -339,8 +309,7 @@ pub fn explore(
                     g.add_state(&targets, &e.classes, e.summary);
                 }
             }
-    }
-        drop(workers);
+        }
     });
     progress(out.generated, out.unique);
     if let Some(mut g) = graph.filter(|_| out.complete) {
@@ -421,23 +390,7 @@ fn explore_states(
     };
     let batch_size = 1024 * threads;
     let mut reported = std::time::Instant::now();
-    std::thread::scope(|scope| {
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<(usize, Part)>();
-        let workers: Vec<std::sync::mpsc::Sender<Vec<(World, u32)>>> = (0..threads)
-            .map(|w| {
-                let (tx, rx) = std::sync::mpsc::channel::<Vec<(World, u32)>>();
-                let done = done_tx.clone();
-                let expand = &expand;
-                scope.spawn(move || {
-                    for chunk in rx {
-                        if done.send((w, expand(chunk))).is_err() {
-                            break;
-                        }
-                    }
-                });
-                tx
-            })
-            .collect();
+    with_workers(threads, &expand, |run| {
         while !frontier.is_empty() {
             if stop() {
                 out.complete = false;
@@ -448,19 +401,7 @@ fn explore_states(
                 reported = std::time::Instant::now();
             }
             let take = level_batch(&frontier, batch_size);
-            let chunk = take.div_ceil(threads);
-            let mut sent = 0;
-            while sent * chunk < take {
-                let n = chunk.min(take - sent * chunk);
-                workers[sent].send(frontier.drain(..n).collect()).expect("a live search thread");
-                sent += 1;
-            }
-            let mut parts: Vec<Option<Part>> = (0..sent).map(|_| None).collect();
-            for _ in 0..sent {
-                let (w, p) = done_rx.recv().expect("a live search thread");
-                parts[w] = Some(p);
-            }
-            for p in parts.into_iter().flatten() {
+            for p in run(&mut frontier, take) {
                 out.generated += p.generated;
                 out.violated |= p.violated;
                 out.reached |= p.reached;
@@ -471,10 +412,53 @@ fn explore_states(
                 frontier.extend(p.new);
             }
         }
-        drop(workers);
     });
     progress(out.generated, out.unique);
     out
+}
+
+/// Runs `body` with `threads` workers that live as long as it (a thread per batch would cost
+/// the allocator a heap per batch). `body` gets `run(frontier, n)`: the first `n` states of the
+/// frontier, split into a chunk per worker, expanded by `expand`; the chunks' results in order.
+fn with_workers<R: Send>(
+    threads: usize,
+    expand: &(dyn Fn(Vec<(World, u32)>) -> R + Sync),
+    body: impl FnOnce(&mut dyn FnMut(&mut std::collections::VecDeque<(World, u32)>, usize) -> Vec<R>),
+) {
+    std::thread::scope(|scope| {
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<(usize, R)>();
+        let workers: Vec<std::sync::mpsc::Sender<Vec<(World, u32)>>> = (0..threads)
+            .map(|w| {
+                let (tx, rx) = std::sync::mpsc::channel::<Vec<(World, u32)>>();
+                let done = done_tx.clone();
+                scope.spawn(move || {
+                    for chunk in rx {
+                        if done.send((w, expand(chunk))).is_err() {
+                            break;
+                        }
+                    }
+                });
+                tx
+            })
+            .collect();
+        let mut run = |frontier: &mut std::collections::VecDeque<(World, u32)>, take: usize| -> Vec<R> {
+            let chunk = take.div_ceil(threads).max(1);
+            let mut sent = 0;
+            while sent * chunk < take {
+                let n = chunk.min(take - sent * chunk);
+                workers[sent].send(frontier.drain(..n).collect()).expect("a live search thread");
+                sent += 1;
+            }
+            let mut parts: Vec<Option<R>> = (0..sent).map(|_| None).collect();
+            for _ in 0..sent {
+                let (w, part) = done_rx.recv().expect("a live search thread");
+                parts[w] = Some(part);
+            }
+            parts.into_iter().map(|p| p.expect("every chunk expanded")).collect()
+        };
+        body(&mut run);
+        drop(workers);
+    });
 }
 
 /// The visited set of [`explore_states`] is locked in this many parts.
