@@ -32,11 +32,14 @@ pub struct CheckOptions {
     pub liveness_states_max: usize,
     /// Search only this part of the state space (safety and reachability; no liveness).
     pub shard: Option<crate::graph::Shard>,
+    /// Let the complete check erase what only the safety properties the first exact search
+    /// already broke read (on by default; off only to show that it changes no verdict).
+    pub settle: bool,
 }
 
 impl Default for CheckOptions {
     fn default() -> Self {
-        CheckOptions { threads: 2, timeout: None, max_memory: None, liveness: true, liveness_states_max: 50_000_000, shard: None }
+        CheckOptions { threads: 2, timeout: None, max_memory: None, liveness: true, liveness_states_max: 50_000_000, shard: None, settle: true }
     }
 }
 
@@ -213,14 +216,26 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
         .enumerate()
         .filter(|(_, r)| paths.iter().all(|(n, _, _)| *n != r.name))
         .fold(0u16, |mask, (i, _)| mask | 1 << i);
+    // The safety properties the exact search has already broken: the complete check need not
+    // look at them again, and erases what only they read (World::abstract_for_safety).
+    let settled = if options.settle {
+        SAFETY_NAMES
+            .iter()
+            .enumerate()
+            .filter(|(_, name)| paths.iter().any(|(n, _, _)| n == *name))
+            .fold(0u16, |mask, (i, _)| mask | 1 << i)
+    } else {
+        0
+    };
 
     // The complete check: every state, edges labelled with what each step broke and reached
-    // (see crate::graph). Where no reachability flag is still tracked, its graph is the
-    // liveness graph too, kept as it is built.
+    // (see crate::graph). Its graph is the liveness graph too, kept as it is built: the
+    // abstractions change nothing a step or a liveness check reads.
     let search_started = Instant::now();
     let stop = || budget.exceeded().is_some();
-    let normalisation = tracked & crate::world::ABSTRACTION_READS;
-    let share = options.liveness && normalisation == 0 && options.shard.is_none();
+    let normalisation =
+        crate::world::Abstraction { tracked: tracked & crate::world::ABSTRACTION_READS, settled };
+    let share = options.liveness && options.shard.is_none();
     let job = crate::graph::Explore {
         config,
         normalisation: Some(normalisation),
@@ -606,7 +621,8 @@ fn liveness(
     let states_max = options.liveness_states_max;
     let threads = options.threads.max(1);
     use crate::core::Property as P;
-    let result = |p: P, verdict: Option<LassoVerdict>, world: &WorldConfig, note: Option<String>| {
+    // `normalisation`: the graph's, whose relay order the lasso's steps follow.
+    let result = |p: P, verdict: Option<LassoVerdict>, world: &WorldConfig, normalisation, note: Option<String>| {
         let (mut status, mut counterexample, mut cycle_from, mut note, mut message) = (Verdict::Unknown, None, None, note, None);
         let mut explorer_path = None;
         match verdict {
@@ -615,7 +631,7 @@ fn liveness(
             Some(LassoVerdict { lasso: Some(lasso), message: m }) => {
                 let mut actions = lasso.prefix.clone();
                 actions.extend(lasso.cycle.iter().copied());
-                let steps = replay_with(world, &actions, crate::liveness::LIVENESS_NORMALISATION);
+                let steps = replay_with(world, &actions, normalisation);
                 let real: Vec<Action> = steps.iter().map(|s| s.action).collect();
                 let from = lasso.prefix.len() + 1;
                 match crate::replay::confirm(world, p.id(), &real, Some(from), m.map(|m| m.0)) {
@@ -658,21 +674,22 @@ fn liveness(
         };
         (l1, l3, l2.join().expect("the L2 search"))
     });
+    let own = crate::liveness::LIVENESS_NORMALISATION;
     match &main {
-        Ok(_) => {
-            out.push(result(P::L1, l1, config, None));
-            out.push(result(P::L3, l3, config, None));
+        Ok(graph) => {
+            out.push(result(P::L1, l1, config, graph.normalisation(), None));
+            out.push(result(P::L3, l3, config, graph.normalisation(), None));
         }
         Err(stopped) => {
             let note = format!("not checked: {}", stopped.reason("the liveness graph"));
-            out.push(result(P::L1, None, config, Some(note.clone())));
-            out.push(result(P::L3, None, config, Some(note)));
+            out.push(result(P::L1, None, config, own, Some(note.clone())));
+            out.push(result(P::L3, None, config, own, Some(note)));
         }
     }
     match l2 {
-        Ok(verdict) => out.insert(1, result(P::L2, Some(verdict), &outage, None)),
+        Ok(verdict) => out.insert(1, result(P::L2, Some(verdict), &outage, own, None)),
         Err(stopped) => {
-            out.insert(1, result(P::L2, None, &outage, Some(format!("not checked: {}", stopped.reason("the outage graph")))))
+            out.insert(1, result(P::L2, None, &outage, own, Some(format!("not checked: {}", stopped.reason("the outage graph")))))
         }
     }
     (out, states)

@@ -33,7 +33,7 @@
 
 use crate::liveness::Graph;
 use crate::model::REACHABILITY;
-use crate::world::{Action, FleetFacts, World, WorldConfig};
+use crate::world::{Abstraction, Action, FleetFacts, World, WorldConfig};
 use serde::{Deserialize, Serialize};
 
 /// One of `count` parts of a search.
@@ -51,7 +51,7 @@ pub struct Explore<'a> {
     pub config: &'a WorldConfig,
     /// `Some(tracked)`: the safety abstractions, leaving alone what the reachability flags in
     /// `tracked` read (see [`World::normalise_by`]).
-    pub normalisation: Option<u16>,
+    pub normalisation: Option<Abstraction>,
     pub threads: usize,
     /// Keep the graph for the liveness checks (edges, parents, what they read of each state).
     pub keep_graph: bool,
@@ -92,15 +92,15 @@ pub fn reached_bits(world: &World) -> u16 {
 pub fn successor(
     config: &WorldConfig,
     facts: &FleetFacts,
-    normalisation: Option<u16>,
+    normalisation: Option<Abstraction>,
     state: &World,
     action: Action,
 ) -> (World, u16, u16) {
     let mut next = state.clone();
     next.advance(config, action);
     let (violated, reached) = (next.step.violated, reached_bits(&next));
-    if let Some(tracked) = normalisation {
-        next.step.seen.mask(tracked);
+    if let Some(abstraction) = normalisation {
+        next.step.seen.mask(abstraction.tracked);
     }
     next.normalise_after(config, facts, normalisation, action);
     next.step = Default::default();
@@ -108,7 +108,7 @@ pub fn successor(
 }
 
 /// The initial state as the search keeps it.
-pub fn initial(config: &WorldConfig, facts: &FleetFacts, normalisation: Option<u16>) -> World {
+pub fn initial(config: &WorldConfig, facts: &FleetFacts, normalisation: Option<Abstraction>) -> World {
     let mut init = World::new(config);
     init.normalise_by(config, facts, normalisation);
     init.step = Default::default();
@@ -139,7 +139,7 @@ struct Expanded {
 
 /// The first depth with at least [`SHARD_WIDTH`] × `count` new states (or one past the last
 /// depth, where the graph ends sooner): the same in every shard.
-fn shard_depth(config: &WorldConfig, facts: &FleetFacts, normalisation: Option<u16>, count: u32) -> usize {
+fn shard_depth(config: &WorldConfig, facts: &FleetFacts, normalisation: Option<Abstraction>, count: u32) -> usize {
     let init = initial(config, facts, normalisation);
     let mut seen: Visited<()> = Visited::default();
     seen.insert(crate::world::fingerprint(&init), ());

@@ -25,7 +25,7 @@
 
 use crate::core::{MessageId, Status};
 use crate::relay::Effect;
-use crate::world::{Action, BrokerFate, DbFate, World, WorldConfig};
+use crate::world::{Abstraction, Action, BrokerFate, DbFate, World, WorldConfig};
 use std::collections::HashMap;
 
 /// The maintenance jobs, each weakly fair: enabled in a run's cycle, it runs there.
@@ -33,7 +33,7 @@ const MAINTENANCE: [Action; 4] = [Action::Reap, Action::Rescue, Action::RescueRe
 
 /// How the liveness graph normalises its states: with the safety abstractions and no
 /// reachability flag tracked.
-pub const LIVENESS_NORMALISATION: Option<u16> = Some(0);
+pub const LIVENESS_NORMALISATION: Option<Abstraction> = Some(Abstraction::LIVENESS);
 
 /// What the liveness checks read of one state, a byte per message after a byte of flags:
 /// [`PAUSES`] and the maintenance jobs enabled ([`JOB`] bits); per message [`PRESENT`],
@@ -104,7 +104,7 @@ const RELAY_SHIFT: u16 = 6;
 /// kept: a path is rebuilt by replaying its steps' positions from the initial state.
 pub struct Graph {
     config: WorldConfig,
-    normalisation: Option<u16>,
+    normalisation: Option<Abstraction>,
     stride: usize,
     /// Edges of state `i`: `offsets[i]..offsets[i + 1]`.
     offsets: Vec<u32>,
@@ -135,7 +135,7 @@ impl TooLarge {
 
 /// The actions of a path given as steps' positions (in [`World::actions`]) from the initial
 /// state, under `normalisation`.
-fn actions_at(config: &WorldConfig, normalisation: Option<u16>, positions: &[u16]) -> Vec<Action> {
+fn actions_at(config: &WorldConfig, normalisation: Option<Abstraction>, positions: &[u16]) -> Vec<Action> {
     let facts = crate::world::FleetFacts::of(config);
     let mut world = crate::graph::initial(config, &facts, normalisation);
     let mut path = Vec::with_capacity(positions.len());
@@ -151,7 +151,7 @@ fn actions_at(config: &WorldConfig, normalisation: Option<u16>, positions: &[u16
 }
 
 impl Graph {
-    pub fn new(config: &WorldConfig, normalisation: Option<u16>) -> Graph {
+    pub fn new(config: &WorldConfig, normalisation: Option<Abstraction>) -> Graph {
         Graph {
             config: config.clone(),
             normalisation,
@@ -181,7 +181,7 @@ impl Graph {
     /// [`Graph::build`] under `normalisation`, returning the search's findings too.
     pub fn build_with(
         config: &WorldConfig,
-        normalisation: Option<u16>,
+        normalisation: Option<Abstraction>,
         states_max: usize,
         threads: usize,
         stop: &(dyn Fn() -> Option<String> + Sync),
@@ -221,6 +221,12 @@ impl Graph {
 
     pub fn len(&self) -> usize {
         self.offsets.len() - 1
+    }
+
+    /// The normalisation the graph was built under: its paths name relay slots as it ordered
+    /// them (replay them with [`crate::model::replay_with`] and this).
+    pub fn normalisation(&self) -> Option<Abstraction> {
+        self.normalisation
     }
 
     pub fn is_empty(&self) -> bool {

@@ -21,7 +21,7 @@
 //! is sound only on acyclic paths and this graph has cycles (a quiet tick returns to its state).
 
 use crate::core::Property as Spec;
-use crate::world::{Action, Event, FleetFacts, Seen, World, WorldConfig};
+use crate::world::{Abstraction, Action, Event, FleetFacts, Seen, World, WorldConfig};
 use stateright::{Model, Property};
 
 /// The model: a world configuration; the state is the [`World`].
@@ -36,7 +36,7 @@ pub struct OutboxModel {
     /// [`World::normalise_with`] on, and of the reachability flags only those in the bit mask
     /// `tracked` (in [`REACHABILITY`]'s order) kept in the state. A flag that is not looked at
     /// would only split states.
-    pub safety: Option<u16>,
+    pub safety: Option<Abstraction>,
     /// What normalisation needs to know of the fleet, read once.
     facts: FleetFacts,
     /// Set to stop a search: the model then offers no more steps, so the checker drains its
@@ -114,7 +114,7 @@ impl OutboxModel {
     /// The model of the complete safety check: the normalised world with the safety
     /// abstractions, tracking only the reachability flags in the bit mask `tracked`.
     pub fn for_safety(config: WorldConfig, tracked: u16) -> OutboxModel {
-        OutboxModel { facts: FleetFacts::of(&config), config, normalise: true, safety: Some(tracked), stop: Default::default() }
+        OutboxModel { facts: FleetFacts::of(&config), config, normalise: true, safety: Some(Abstraction::tracking(tracked)), stop: Default::default() }
     }
 
     /// The plain world, without reductions; needs a `time_max` to be finite.
@@ -150,8 +150,8 @@ impl Model for OutboxModel {
     fn next_state(&self, last: &World, action: Action) -> Option<World> {
         let mut next = last.clone();
         next.advance(&self.config, action);
-        if let Some(tracked) = self.safety {
-            next.step.seen.mask(tracked);
+        if let Some(abstraction) = self.safety {
+            next.step.seen.mask(abstraction.tracked);
         }
         if self.normalise {
             next.normalise_after(&self.config, &self.facts, self.safety, action);
@@ -168,7 +168,7 @@ impl Model for OutboxModel {
             };
         }
         properties.extend(sometimes!(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10));
-        if let Some(tracked) = self.safety {
+        if let Some(Abstraction { tracked, .. }) = self.safety {
             let untracked = |name: &str| REACHABILITY.iter().position(|r| r.name == name).is_some_and(|i| tracked & (1 << i) == 0);
             properties.retain(|p| !untracked(p.name));
         }
@@ -180,7 +180,7 @@ impl Model for OutboxModel {
 /// plain world (true times, the fleet's own relays), its table as a table with what the last step
 /// changed highlighted, each relay's clock and what it waits on, the broker and the consumer, and
 /// what the last step broke.
-pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<u16>) -> String {
+pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<Abstraction>) -> String {
     use std::fmt::Write as _;
     // The path in the plain world, keeping the last two worlds.
     let mut real = World::new(config);
@@ -427,7 +427,7 @@ pub fn replay(config: &WorldConfig, actions: &[Action]) -> Vec<ReplayStep> {
 
 /// [`replay`] of a path found under [`World::normalise_with`]`(config, safety)` (whose relay
 /// order may differ where the abstractions merged ghost state).
-pub fn replay_with(config: &WorldConfig, actions: &[Action], safety: Option<u16>) -> Vec<ReplayStep> {
+pub fn replay_with(config: &WorldConfig, actions: &[Action], safety: Option<Abstraction>) -> Vec<ReplayStep> {
     let mut steps = Vec::with_capacity(actions.len());
     replay_worlds(config, actions, safety, |index, action, _, real, report| {
         steps.push(ReplayStep {
@@ -447,7 +447,7 @@ pub fn replay_with(config: &WorldConfig, actions: &[Action], safety: Option<u16>
 fn replay_worlds(
     config: &WorldConfig,
     actions: &[Action],
-    safety: Option<u16>,
+    safety: Option<Abstraction>,
     mut each: impl FnMut(usize, Action, &World, &World, crate::world::StepReport),
 ) {
     let mut canonical = World::new(config);

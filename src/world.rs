@@ -922,12 +922,12 @@ impl World {
     /// [`World::normalise`], and with `safety = Some(tracked)` the abstractions of
     /// [`World::abstract_for_safety`] too, for a check of the safety properties in which only the
     /// reachability flags in the bit mask `tracked` are still looked at.
-    pub fn normalise_with(&mut self, config: &WorldConfig, safety: Option<u16>) -> Permutation {
+    pub fn normalise_with(&mut self, config: &WorldConfig, safety: Option<Abstraction>) -> Permutation {
         self.normalise_by(config, &FleetFacts::of(config), safety)
     }
 
     /// [`World::normalise_with`] with the fleet's facts read once by the caller.
-    pub fn normalise_by(&mut self, config: &WorldConfig, facts: &FleetFacts, safety: Option<u16>) -> Permutation {
+    pub fn normalise_by(&mut self, config: &WorldConfig, facts: &FleetFacts, safety: Option<Abstraction>) -> Permutation {
         self.normalise_time(config, facts);
         self.erase_stale_leases(facts);
         self.normalise_ranks(config, facts);
@@ -943,7 +943,7 @@ impl World {
         &mut self,
         config: &WorldConfig,
         facts: &FleetFacts,
-        safety: Option<u16>,
+        safety: Option<Abstraction>,
         action: Action,
     ) -> Permutation {
         match action {
@@ -1024,9 +1024,9 @@ impl World {
     }
 
     /// The abstractions, dead fields and relay order: what every step may change.
-    fn normalise_rest(&mut self, config: &WorldConfig, facts: &FleetFacts, safety: Option<u16>) -> Permutation {
-        if let Some(tracked) = safety {
-            self.abstract_for_safety(config, facts, tracked);
+    fn normalise_rest(&mut self, config: &WorldConfig, facts: &FleetFacts, safety: Option<Abstraction>) -> Permutation {
+        if let Some(abstraction) = safety {
+            self.abstract_for_safety(config, facts, abstraction);
         }
         self.erase_dead_fields(facts);
         self.canonical_relay_order(config, facts)
@@ -1070,7 +1070,7 @@ impl World {
     /// safety property reads, and only ever towards a *larger* chance of a violation, so a
     /// property that holds here holds in the exact world; in the fleets where they apply they
     /// also raise no false alarm. No rule of the core reads what they change, so the abstract
-    /// world takes exactly the steps of the exact one. `tracked` is the bit mask (in
+    /// world takes exactly the steps of the exact one. `abstraction.tracked` is the bit mask (in
     /// [`crate::model::REACHABILITY`]'s order) of the reachability flags still looked at: a
     /// field one of them reads is left alone.
     ///
@@ -1092,17 +1092,43 @@ impl World {
     ///   again, so nothing is flagged that the exact world would not flag.
     /// - **Failure code dropped.** `last_failure_code` is read by no rule, by S4's comparison of a
     ///   terminal row (whose fields are dead anyway where [`Self::erase_dead_fields`] erases
-    ///   them) and by the "AMBIGUOUS later PUBLISHED" flag: once that flag is not tracked, it
-    ///   goes.
-    fn abstract_for_safety(&mut self, config: &WorldConfig, facts: &FleetFacts, tracked: u16) {
+    ///   them, or no longer looked at once S4 is settled) and by the "AMBIGUOUS later PUBLISHED"
+    ///   flag: once that flag is not tracked, it goes. (The "claimed again" flag reads whether a
+    ///   code is set, but a row with a code has been claimed and counted an attempt or left
+    ///   PENDING, unless an operator requeued it: so not while requeues are left.)
+    /// - **Claim numbers collapsed** (S1, S3). A lease's ghost claim number is read only as "is
+    ///   it the row's latest claim" (S1, the liveness checks, stale leases) and "does it belong
+    ///   to the current budget", that is, is it past the claim number of the row's last requeue
+    ///   (S3); the requeue's number only in that comparison, and a requeue to come puts every
+    ///   lease held by then before itself. So where every lease held for a row belongs to its
+    ///   current budget, the budget's start becomes 0, the stale leases 1 and the latest claim
+    ///   the next: two stale leases look alike.
+    ///
+    /// Then, for the properties already **settled** (`abstraction.settled`: an exact path breaks
+    /// each, so the check no longer looks at them), the ghost fields that only they read are
+    /// erased; no rule, no liveness check and no other property reads them, so the steps and
+    /// every other property's verdict stay exactly those of the exact world:
+    /// - S3 settled: the publication counts become 0.
+    /// - S4 settled: `published_at` (read by S4's comparison of a terminal row alone) becomes 0,
+    ///   and the failure code goes as above, in fleets whose designs touch terminal rows too.
+    /// - S5 settled and the "published twice" flag (R-S8) not tracked: `stored` becomes `false`.
+    fn abstract_for_safety(&mut self, config: &WorldConfig, facts: &FleetFacts, abstraction: Abstraction) {
         // Only these flags' bits are read here (see ABSTRACTION_READS).
+        const R_S8_DUPLICATE: usize = 1;
+        const R_S7_AMBIGUOUS: usize = 4;
         let cap = config.max_attempts + 1;
-        let keep_stored = tracked & (1 << 1) != 0 || !facts.confirms_after_ack;
-        let drop_code = tracked & (1 << 4) == 0 && self.requeues_left == 0 && facts.keeps_terminal;
+        let publications_settled = abstraction.settles(Property::S3);
+        let terminal_settled = abstraction.settles(Property::S4);
+        let forget_stored = !abstraction.tracks(R_S8_DUPLICATE) && (facts.confirms_after_ack || abstraction.settles(Property::S5));
+        let drop_code = !abstraction.tracks(R_S7_AMBIGUOUS) && self.requeues_left == 0 && (facts.keeps_terminal || terminal_settled);
+        self.collapse_claim_numbers();
         for m in 0..self.outbox.rows().len() {
             let row = &mut self.outbox.rows_mut()[m];
             if drop_code {
                 row.last_failure_code = None;
+            }
+            if terminal_settled {
+                row.published_at = row.published_at.map(|_| Instant(0));
             }
             let (id, attempts) = (row.message_id, row.attempts);
             let Some(g) = self.auditor.ghosts().iter().position(|g| g.message_id == id.0) else { continue };
@@ -1117,11 +1143,48 @@ impl World {
                 }
             }
             let ghost = &mut self.auditor.ghosts_mut()[g];
-            if facts.counts_at_claim {
+            if publications_settled {
+                ghost.publications = 0;
+                ghost.publications_previous = 0;
+            } else if facts.counts_at_claim {
                 ghost.publications = ghost.publications.max(attempts.saturating_sub(to_publish)).min(cap);
             }
-            if !keep_stored && !confirming {
+            if forget_stored && !confirming {
                 ghost.stored = false;
+            }
+        }
+    }
+
+    /// The claim numbers of [`World::abstract_for_safety`]: on each row whose every lease held
+    /// belongs to its current budget, the budget's start becomes 0, the stale leases 1 and the
+    /// latest claim the next (ranks, as `normalise_ranks` would give them).
+    fn collapse_claim_numbers(&mut self) {
+        // Per ghost: (row, latest claim, budget start, every lease in the current budget, some
+        // lease stale).
+        let mut rows: SmallVec<[(MessageId, u32, u32, bool, bool); 8]> = self
+            .auditor
+            .ghosts()
+            .iter()
+            .map(|g| (MessageId(g.message_id), g.claims, g.requeued_after_claim, g.claims > 0, false))
+            .collect();
+        self.each_lease(&mut |l| {
+            if let Some(r) = rows.iter_mut().find(|r| r.0 == l.message_id) {
+                r.3 &= l.claim_seq > r.2;
+                r.4 |= l.claim_seq != r.1;
+            }
+        });
+        let top = |stale: bool| if stale { 2 } else { 1 };
+        self.each_lease(&mut |l| {
+            if let Some(&(_, latest, _, _, stale)) = rows.iter().find(|r| r.0 == l.message_id && r.3) {
+                l.claim_seq = if l.claim_seq == latest { top(stale) } else { 1 };
+            }
+        });
+        for (ghost, &(_, _, _, collapse, stale)) in self.auditor.ghosts_mut().iter_mut().zip(&rows) {
+            if collapse {
+                ghost.claims = top(stale);
+                ghost.requeued_after_claim = 0;
+                // Read by no lease held, and overwritten by the next requeue.
+                ghost.publications_previous = 0;
             }
         }
     }
@@ -1343,6 +1406,38 @@ impl World {
     }
 
 
+}
+
+/// What the safety check still looks at, so that its abstractions ([`World::normalise_by`] with
+/// `Some`) may merge states that differ only in what it no longer reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Abstraction {
+    /// The reachability flags still tracked (bits in [`crate::model::REACHABILITY`]'s order): a
+    /// field one of them reads is left alone.
+    pub tracked: u16,
+    /// The safety properties already settled (bits in [`Property::SAFETY`]'s order): an exact
+    /// search has a path that breaks each, so the check no longer looks at them, and a ghost
+    /// field only settled properties read is erased (see [`World::abstract_for_safety`]).
+    pub settled: u16,
+}
+
+impl Abstraction {
+    /// Tracking the flags in `tracked`, every safety property still looked at.
+    pub const fn tracking(tracked: u16) -> Abstraction {
+        Abstraction { tracked, settled: 0 }
+    }
+
+    /// Nothing tracked and every safety property settled: what a liveness graph needs, whose
+    /// checks read no flag and no safety property.
+    pub const LIVENESS: Abstraction = Abstraction { tracked: 0, settled: (1 << Property::SAFETY.len()) - 1 };
+
+    fn settles(self, property: Property) -> bool {
+        Property::SAFETY.iter().position(|p| *p == property).is_some_and(|i| self.settled & (1 << i) != 0)
+    }
+
+    fn tracks(self, flag: usize) -> bool {
+        self.tracked & (1 << flag) != 0
+    }
 }
 
 /// A normalised `published_at` before the horizon: no write to come can read it as its `now`.

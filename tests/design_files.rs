@@ -167,7 +167,7 @@ fn verify_checks_a_users_design_as_a_fleet_that_must_hold_everything() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let by_id = root.join("docs/examples/job-queue-by-id.toml");
     let junit = Path::new(env!("CARGO_TARGET_TMPDIR")).join("design-files-junit.xml");
-    let out = run(&["verify", "--design", by_id.to_str().unwrap(), "--sim-seeds", "20", "--quiet", "--json", "--junit", junit.to_str().unwrap()]);
+    let out = run(&["verify", "--design", by_id.to_str().unwrap(), "--sim-seeds", "20", "--messages", "1", "--quiet", "--json", "--junit", junit.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let verdicts = json(&out);
     let fleet = verdicts["fleets"].as_array().unwrap().iter().find(|f| f["fleet"] == "job-queue-by-id").expect("the design's row");
@@ -181,7 +181,7 @@ fn verify_checks_a_users_design_as_a_fleet_that_must_hold_everything() {
     assert!(xml.contains("job-queue-by-id: S1 is violated"), "{xml}");
     // A design that is reference under another name passes.
     let twin = scratch("verify-twin.toml", "name = \"verify-twin\"\nbased_on = \"reference\"\n");
-    let out = run(&["verify", "--design", twin.to_str().unwrap(), "--sim-seeds", "20", "--quiet"]);
+    let out = run(&["verify", "--design", twin.to_str().unwrap(), "--sim-seeds", "20", "--messages", "1", "--quiet"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(String::from_utf8_lossy(&out.stdout).contains("verify-twin"));
 }
@@ -312,7 +312,7 @@ fn each_variants_file_checks_as_the_variant_does() {
 /// simulation verdicts, says where its SQL is checked, and is not an environment problem.
 #[test]
 fn verify_takes_a_design_our_sql_does_not_cover() {
-    let out = run(&["verify", "--design", "docs/examples/job-queue.toml", "--sim-seeds", "50"]);
+    let out = run(&["verify", "--design", "docs/examples/job-queue.toml", "--sim-seeds", "50", "--messages", "1"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}{}", String::from_utf8_lossy(&out.stderr));
     let row = text.lines().find(|l| l.starts_with("job-queue ")).expect("its row");

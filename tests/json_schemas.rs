@@ -33,7 +33,7 @@ fn every_json_output_names_its_schema_and_matches_it() {
     validate("variants", &["variants", "--json"]);
     validate("variants", &["variants", "legacy-v1", "--json"]);
     validate("mutants", &["mutants", "--json", "--quiet"]);
-    validate("verify", &["verify", "--json", "--quiet", "--sim-seeds", "20"]);
+    validate("verify", &["verify", "--json", "--quiet", "--sim-seeds", "20", "--messages", "1"]);
 }
 
 /// The verdicts `verify --report reports` commits beside the matrix follow the same schema.

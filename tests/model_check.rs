@@ -4,7 +4,7 @@
 use outbox_check::check::{check, CheckOptions, CheckReport, Verdict};
 use outbox_check::core::{Design, Mutant, Variant};
 use outbox_check::model::{replay, OutboxModel, SAFETY_NAMES};
-use outbox_check::world::{Faults, WorldConfig};
+use outbox_check::world::{Abstraction, Faults, WorldConfig};
 use stateright::{Checker, Model};
 use std::collections::BTreeSet;
 
@@ -75,8 +75,10 @@ fn legacy_v1_breaks_s1_and_s3_with_shortest_counterexamples() {
     // Failure codes and publication times are kept where a design may write a terminal row:
     // S4 compares the whole row (31,851 states when they were erased, and a false S4).
     // 48,413 while the complete check was stateright's, whose states carried the last step's
-    // outcome (decision 57).
-    assert_eq!(report.unique_states, 27509, "the model's shape changed");
+    // outcome (decision 57); 27,509 before the complete check settled the properties the first
+    // search had already broken (S1–S4, S6, S7 here: publication times, failure codes and
+    // publication counts erased, decision 58).
+    assert_eq!(report.unique_states, 7517, "the model's shape changed");
     assert_eq!(
         findings(&report),
         owned(&[
@@ -396,7 +398,9 @@ fn normalising_after_a_step_equals_normalising_in_full() {
     configs[1].relays[1].skew = -2;
     for config in configs {
         let facts = FleetFacts::of(&config);
-        for safety in [None, Some(0)] {
+        // The exact model, the safety check's with nothing settled, and with everything settled
+        // (the liveness graphs').
+        for safety in [None, Some(Abstraction::tracking(0)), Some(Abstraction::LIVENESS)] {
             let mut init = World::new(&config);
             init.normalise_by(&config, &facts, safety);
             let mut seen = HashSet::from([outbox_check::world::fingerprint(&init)]);
@@ -468,7 +472,7 @@ fn engine_found(found: &outbox_check::graph::Explored, tracked: u16) -> BTreeSet
         .collect()
 }
 
-fn engine(config: &WorldConfig, normalisation: u16, threads: usize, keep_graph: bool, shard: Option<outbox_check::graph::Shard>) -> outbox_check::graph::Explored {
+fn engine(config: &WorldConfig, normalisation: Abstraction, threads: usize, keep_graph: bool, shard: Option<outbox_check::graph::Shard>) -> outbox_check::graph::Explored {
     let job = outbox_check::graph::Explore {
         config,
         normalisation: Some(normalisation),
@@ -498,7 +502,7 @@ fn the_check_engine_finds_what_stateright_finds() {
         for tracked in masks {
             let stateright = OutboxModel::for_safety(config.clone(), tracked).checker().threads(2).spawn_bfs().join();
             let expected: BTreeSet<&'static str> = stateright.discoveries().keys().copied().collect();
-            let normalisation = tracked & outbox_check::world::ABSTRACTION_READS;
+            let normalisation = Abstraction::tracking(tracked & outbox_check::world::ABSTRACTION_READS);
             let one = engine(&config, normalisation, 1, false, None);
             let two = engine(&config, normalisation, 2, false, None);
             let graph = engine(&config, normalisation, 2, true, None);
@@ -544,5 +548,86 @@ fn merged_shards_give_the_unsharded_verdicts() {
         };
         assert_eq!(verdicts(&merged), verdicts(&whole), "{designs:?}");
         assert!(merged.complete && merged.decided(), "{designs:?}");
+    }
+}
+
+/// Settling (decision 58): the complete check erases the ghost fields that only the safety
+/// properties an exact path already broke read. Each property settled alone, and all of them,
+/// against none settled, for every design and two mixed fleets at one message and the designs
+/// whose unsettled search is small at two: every other property is broken exactly where it was,
+/// every tracked situation reached exactly where it was, and settling never adds a state.
+#[test]
+fn settling_a_property_hides_no_other_finding() {
+    use outbox_check::model::REACHABILITY;
+    let all_flags = (1u16 << REACHABILITY.len()) - 1;
+    let every: Vec<u16> = (0..SAFETY_NAMES.len()).map(|i| 1u16 << i).chain([(1u16 << SAFETY_NAMES.len()) - 1]).collect();
+    let mut configs: Vec<WorldConfig> = every_fleet().iter().map(|d| WorldConfig::fleet(d, 1, 1, 3, Faults::all())).collect();
+    configs.extend([fleet(&["reference", "reference"], 2), fleet(&["seed-tenant", "seed-tenant"], 2)]);
+    let mut merged = 0;
+    for config in configs {
+        let name = config.relays.iter().map(|r| r.design.name().to_string()).collect::<Vec<_>>().join("+");
+        for tracked in [all_flags, 0] {
+            let reads = tracked & outbox_check::world::ABSTRACTION_READS;
+            let base = engine(&config, Abstraction { tracked: reads, settled: 0 }, 2, false, None);
+            for &settled in &every {
+                let settled_run = engine(&config, Abstraction { tracked: reads, settled }, 2, false, None);
+                assert!(base.complete && settled_run.complete, "{name}");
+                let others = |violated: u16| violated & !settled;
+                assert_eq!(others(settled_run.violated), others(base.violated), "{name}: settled {settled:#x}, tracked {tracked:#x}");
+                assert_eq!(settled_run.reached & tracked, base.reached & tracked, "{name}: settled {settled:#x}, tracked {tracked:#x}");
+                assert!(settled_run.unique <= base.unique, "{name}: settling added states");
+                merged += base.unique - settled_run.unique;
+            }
+        }
+    }
+    assert!(merged > 0, "settling merged no state anywhere: the test shows nothing");
+}
+
+/// `check` with settling and without: every property's verdict (liveness included, whose
+/// graph is the complete check's) and every counterexample's length are the same, for every
+/// design and two mixed fleets.
+#[test]
+fn settling_changes_no_verdict_of_check() {
+    let verdicts = |r: &CheckReport| {
+        r.properties
+            .iter()
+            .map(|p| {
+                // A lasso is the first fair one the graph shows: its length may differ in a
+                // smaller graph; that it replays is checked (or the verdict would be unknown).
+                let length = if p.kind == outbox_check::check::Kind::Liveness { None } else { p.counterexample.as_ref().map(|c| c.len()) };
+                (p.id.clone(), p.status.clone(), length)
+            })
+            .collect::<Vec<_>>()
+    };
+    for designs in every_fleet() {
+        let config = WorldConfig::fleet(&designs, 1, 1, 3, Faults::all());
+        let settled = check(&config, &CheckOptions::default(), &|_, _| {});
+        let plain = check(&config, &CheckOptions { settle: false, ..CheckOptions::default() }, &|_, _| {});
+        assert!(settled.decided() && plain.decided(), "{designs:?}");
+        assert_eq!(verdicts(&settled), verdicts(&plain), "{designs:?}");
+        assert!(settled.unique_states <= plain.unique_states, "{designs:?}");
+    }
+}
+
+/// The liveness graphs normalise with every safety property settled
+/// (`Abstraction::LIVENESS`): L1–L3, the permanent-outage world's L2 included, decide as on the
+/// graph with none settled, for every design and two mixed fleets.
+#[test]
+fn the_liveness_graphs_settle_nothing_liveness_reads() {
+    use outbox_check::liveness::{check_l1, check_l2, check_l3, Graph};
+    let never = || None;
+    for designs in every_fleet() {
+        let config = WorldConfig::fleet(&designs, 1, 1, 3, Faults::all());
+        let outage = outbox_check::check::world_of(&config, "L2");
+        let graph = |config: &WorldConfig, abstraction| {
+            Graph::build_with(config, Some(abstraction), usize::MAX, 2, &never).expect("a small graph").0
+        };
+        let found = |v: outbox_check::liveness::LassoVerdict| (v.lasso.is_some(), v.message);
+        let (plain, settled) = (graph(&config, Abstraction::tracking(0)), graph(&config, Abstraction::LIVENESS));
+        assert_eq!(found(check_l1(&settled, &config)), found(check_l1(&plain, &config)), "{designs:?} L1");
+        assert_eq!(found(check_l3(&settled, &config)), found(check_l3(&plain, &config)), "{designs:?} L3");
+        let (plain, settled) = (graph(&outage, Abstraction::tracking(0)), graph(&outage, Abstraction::LIVENESS));
+        assert_eq!(found(check_l2(&settled, &outage)), found(check_l2(&plain, &outage)), "{designs:?} L2");
+        assert!(settled.len() <= plain.len(), "{designs:?}");
     }
 }

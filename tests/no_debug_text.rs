@@ -36,7 +36,7 @@ fn no_report_or_message_carries_debug_text() {
         &["check", "--variant", "legacy-v1", "--quiet"],
         &["check", "--variant", "seed-tenant", "--quiet"],
         &["check", "--fleet", "seed-v2,legacy-v1", "--quiet", "--no-liveness"],
-        &["verify", "--quiet", "--sim-seeds", "30"],
+        &["verify", "--quiet", "--sim-seeds", "30", "--messages", "1"],
         &["sim", "--variant", "legacy-v1", "--seed", "3", "--no-write", "--quiet"],
         &["sim", "--variant", "legacy-v1", "--seeds", "30", "--no-write", "--quiet"],
         &["conform", "--store", "sqlite", "--variant", "legacy-v1", "--against", "reference", "--cases", "50"],
