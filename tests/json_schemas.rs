@@ -29,7 +29,7 @@ fn every_json_output_names_its_schema_and_matches_it() {
     validate("conform", &["conform", "--store", "sqlite", "--variant", "seed-v2", "--cases", "10", "--json"]);
     validate("conform", &["conform", "--store", "sqlite", "--variant", "write-id-only", "--against", "reference", "--cases", "50", "--json"]);
     validate("conform", &["conform", "--store", "sqlite", "--profile", "docs/examples/jobs/jobs.profile.toml", "--cases", "20", "--json"]);
-    validate("replay", &["replay", "reports/counterexamples/seed-v2-x2/S3.json", "--json"]);
+    validate("replay", &["replay", "reports/counterexamples/seed-v2-x2-m2/S3.json", "--json"]);
     validate("variants", &["variants", "--json"]);
     validate("variants", &["variants", "legacy-v1", "--json"]);
     validate("mutants", &["mutants", "--json", "--quiet"]);

@@ -40,8 +40,8 @@ fn no_report_or_message_carries_debug_text() {
         &["sim", "--variant", "legacy-v1", "--seed", "3", "--no-write", "--quiet"],
         &["sim", "--variant", "legacy-v1", "--seeds", "30", "--no-write", "--quiet"],
         &["conform", "--store", "sqlite", "--variant", "legacy-v1", "--against", "reference", "--cases", "50"],
-        &["replay", "reports/counterexamples/legacy-v1-x2/S1.json"],
-        &["replay", "reports/counterexamples/legacy-v1-x2/L2.json"],
+        &["replay", "reports/counterexamples/legacy-v1-x2-m2/S1.json"],
+        &["replay", "reports/counterexamples/legacy-v1-x2-m2/L2.json"],
         &["mutants", "--quiet"],
         &["variants"],
     ];
