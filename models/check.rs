@@ -155,7 +155,46 @@ pub struct CheckReport {
     /// When this report merges the reports of a sharded search: how many shards.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merged_shards: Option<u32>,
+    /// How far apart, in the model's ticks, a message's first and last publication can be: what
+    /// a broker's deduplication window must cover ([`publication_span`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publication_span: Option<PublicationSpan>,
     pub properties: Vec<PropertyResult>,
+}
+
+/// [`crate::core::Policy::publication_span`] of a fleet: the longest over its designs, or why
+/// none bounds it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct PublicationSpan {
+    /// Publications one message can have at most.
+    pub publications: Option<u32>,
+    /// The longest time from the first to the last, in the model's ticks (a relay polls every
+    /// tick).
+    pub ticks: Option<u64>,
+    /// Why no window covers every republication, where none does.
+    pub unbounded: Option<String>,
+}
+
+/// The longest span between a message's first and last publication in `config`'s fleet, with
+/// its lease, backoff and budget and a poll every tick.
+pub fn publication_span(config: &WorldConfig) -> PublicationSpan {
+    let mut worst = PublicationSpan { publications: Some(0), ticks: Some(0), unbounded: None };
+    for i in 0..config.relays.len() {
+        match config.policy(i).publication_span(config.lease, config.max_attempts, config.tick) {
+            Ok(span) => {
+                worst.publications = worst.publications.map(|p| p.max(span.publications));
+                worst.ticks = worst.ticks.map(|t| t.max(span.longest.0));
+            }
+            Err(reason) => {
+                return PublicationSpan {
+                    publications: None,
+                    ticks: None,
+                    unbounded: Some(format!("{}: {reason}", config.relays[i].design.name())),
+                }
+            }
+        }
+    }
+    worst
 }
 
 /// Which part of a sharded search a report covers: shard `index` of `count`, split at `depth`.
@@ -356,6 +395,7 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
         unique_states: found.unique,
         max_depth: found.max_depth,
         merged_shards: None,
+        publication_span: Some(publication_span(config)),
         shard: options.shard.map(|s| ShardInfo { index: s.index, count: s.count, depth: found.shard_depth.unwrap_or(0) }),
         seconds,
         search_seconds,
@@ -431,6 +471,7 @@ pub fn merge_shards(reports: Vec<(String, CheckReport)>) -> Result<CheckReport, 
         liveness_states: None,
         shard: None,
         merged_shards: Some(info.count),
+        publication_span: first.publication_span.clone(),
         properties,
     })
 }

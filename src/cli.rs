@@ -322,6 +322,92 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// The relay cycle end to end over real parts: relay processes over PostgreSQL publishing to
+    /// NATS JetStream, a consumer recording every delivery, under real faults from one seed.
+    #[command(after_help = "Examples:\n  OUTBOX_CHECK_PG_URL=postgresql://postgres@127.0.0.1:5432/test outbox-check e2e\n  \
+        outbox-check e2e --seed 7 --duplicate-window-ms 100 --faults cut   (a window too short: a duplicate reaches the consumer)\n  \
+        outbox-check e2e --variant legacy-v1 --json\n\n\
+        The run starts its own nats-server (-js, a free loopback port, its own store folder) so it\n\
+        can kill the broker and start it again, makes a scratch schema on the PostgreSQL server\n\
+        (--database-url or OUTBOX_CHECK_PG_URL; loopback only), enqueues the messages, and starts\n\
+        the relays as processes of this program. Faults, drawn from --seed: relays killed\n\
+        (SIGKILL) and started again, relays paused past their lease (SIGSTOP/SIGCONT), the broker\n\
+        killed and restarted (kill, pause, outage); backends terminated between publish and write,\n\
+        broker connections cut before the acknowledgement (backend, cut). The relays log what\n\
+        commits; the oracle checks that history, and the consumer's deliveries are checked against\n\
+        the table: every PUBLISHED message delivered (S5 end to end), every delivery beyond a\n\
+        message's first named — a redelivery, or a second copy the broker stored (a duplicate\n\
+        effect, with the publications that caused it). Nothing is left behind: no process, schema\n\
+        or store folder.\n\n\
+        Exit: 0 every check passed, 1 a check failed (the history is written for `outbox-check\n\
+        trace`), 2 bad input or a missing server.")]
+    E2e {
+        /// The broker: nats (NATS JetStream, deduplicating on Nats-Msg-Id within the stream's
+        /// duplicate window).
+        #[arg(long, value_enum, default_value = "nats")]
+        broker: E2eBroker,
+        /// The design the relays run: a built-in or a design file whose SQL outbox-check
+        /// generates (the messaging_outbox table, counter tokens).
+        #[arg(long, visible_alias = "design", value_parser = parse_design, default_value = "reference")]
+        variant: Design,
+        /// Relay processes.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=32))]
+        relays: u16,
+        /// Messages enqueued before the relays start.
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        messages: u32,
+        /// The seed the faults are drawn from (the same seed, the same schedule).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// The lease, in ms.
+        #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+        lease_ms: u64,
+        /// The retry clock's first delay, in ms.
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+        backoff_base_ms: u64,
+        /// The retry clock's longest delay, in ms (at least --backoff-base-ms).
+        #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+        backoff_cap_ms: u64,
+        /// How long an idle relay waits before it polls again, in ms.
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+        poll_ms: u64,
+        /// The attempt budget.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+        max_attempts: u32,
+        /// Rows a claim takes at most.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+        batch: u32,
+        /// The stream's deduplication window, in ms (NATS's default is two minutes).
+        #[arg(long, default_value_t = 120_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+        duplicate_window_ms: u64,
+        /// Faults: all, none, or a comma-separated list of kill, pause, backend, cut, outage.
+        #[arg(long, default_value = "all", value_parser = crate::e2e::Faults::parse)]
+        faults: crate::e2e::Faults,
+        /// PostgreSQL URL (default: OUTBOX_CHECK_PG_URL); loopback only.
+        #[arg(long)]
+        database_url: Option<String>,
+        /// The nats-server program (default: nats-server on PATH, or /usr/sbin/nats-server).
+        #[arg(long, value_name = "PATH")]
+        nats_server: Option<std::path::PathBuf>,
+        /// Give up after this many seconds (the report says what was left open).
+        #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        timeout: u64,
+        /// Write the run's history (the trace format) here.
+        #[arg(long, value_name = "FILE")]
+        history: Option<std::path::PathBuf>,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// No progress line.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// One relay process of `e2e` (started by it; not for use by hand).
+    #[command(hide = true)]
+    E2eRelay {
+        /// The relay's setup, as e2e wrote it.
+        file: std::path::PathBuf,
+    },
     /// Check histories recorded by any implementation against the model (the reference oracle).
     #[command(after_help = "Examples:\n  outbox-check trace relay-run.jsonl --json\n  my-recorder | outbox-check trace -\n  \
         outbox-check trace relay-run.jsonl --all --html relay-run.html\n\n\
@@ -526,6 +612,46 @@ pub fn main() -> ExitCode {
             })
         }
         Command::Variants { design, json, toml } => variants(design, json, toml),
+        Command::E2eRelay { file } => crate::e2e::relay::main(&file),
+        Command::E2e {
+            broker: _,
+            variant,
+            relays,
+            messages,
+            seed,
+            lease_ms,
+            backoff_base_ms,
+            backoff_cap_ms,
+            poll_ms,
+            max_attempts,
+            batch,
+            duplicate_window_ms,
+            faults,
+            database_url,
+            nats_server,
+            timeout,
+            history,
+            json,
+            quiet,
+        } => e2e(crate::e2e::Options {
+            design: variant,
+            relays,
+            messages,
+            seed,
+            lease_ms,
+            backoff_base_ms,
+            backoff_cap_ms,
+            poll_ms,
+            max_attempts,
+            batch,
+            duplicate_window_ms,
+            faults,
+            fault_span_ms: 3_000,
+            database_url: database_url.or_else(|| std::env::var("OUTBOX_CHECK_PG_URL").ok().filter(|u| !u.is_empty())).unwrap_or_default(),
+            nats_server: nats_server.unwrap_or_default(),
+            deadline_ms: timeout * 1_000,
+            history,
+        }, json, quiet),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut command, "outbox-check", &mut std::io::stdout());
@@ -861,6 +987,77 @@ fn replay(file: &std::path::Path, json: bool) -> ExitCode {
     }
 }
 
+/// The broker of an end-to-end run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum E2eBroker {
+    Nats,
+}
+
+/// Where the nats-server program is: on PATH, or where Debian puts it.
+fn find_program(name: &str, fallback: &str) -> Option<std::path::PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).map(|d| d.join(name)).find(|p| p.is_file()));
+    on_path.or_else(|| Some(std::path::PathBuf::from(fallback)).filter(|p| p.is_file()))
+}
+
+/// `outbox-check e2e`: checks the environment (a PostgreSQL URL, the broker's program) in one
+/// line each, runs, prints.
+fn e2e(mut options: crate::e2e::Options, json: bool, quiet: bool) -> ExitCode {
+    if options.backoff_cap_ms < options.backoff_base_ms {
+        eprintln!("outbox-check: --backoff-cap-ms {} is below --backoff-base-ms {}", options.backoff_cap_ms, options.backoff_base_ms);
+        return ExitCode::from(2);
+    }
+    if options.database_url.is_empty() {
+        eprintln!("outbox-check: e2e needs a PostgreSQL server: --database-url URL or OUTBOX_CHECK_PG_URL (loopback only)");
+        return ExitCode::from(2);
+    }
+    if options.nats_server.as_os_str().is_empty() {
+        match find_program("nats-server", "/usr/sbin/nats-server") {
+            Some(path) => options.nats_server = path,
+            None => {
+                eprintln!("outbox-check: nats-server not found on PATH or at /usr/sbin/nats-server (Debian's package nats-server; or --nats-server PATH)");
+                return ExitCode::from(2);
+            }
+        }
+    } else if !options.nats_server.is_file() {
+        eprintln!("outbox-check: --nats-server {}: no such program", options.nats_server.display());
+        return ExitCode::from(2);
+    }
+    if let Some(path) = &options.history {
+        if let Err(problem) = writable_file(path) {
+            eprintln!("outbox-check: --history {}: {problem}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    let show = !quiet && !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let progress = |line: &str| {
+        if show {
+            eprint!("\r\x1b[2K{line}");
+        }
+    };
+    let report = crate::e2e::run(&options, &progress);
+    if show {
+        eprint!("\r\x1b[2K");
+    }
+    match report {
+        Err(problem) => {
+            eprintln!("outbox-check: {problem}");
+            ExitCode::from(2)
+        }
+        Ok(report) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report).expect("JSON of plain values"));
+            } else {
+                crate::e2e::print(&report);
+            }
+            if report.passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}
+
 /// `check --json`'s object (also `merge --json`'s).
 fn print_check_json(report: &CheckReport, variant: Option<String>) {
     let mut value = serde_json::to_value(report).expect("JSON of plain values");
@@ -1007,6 +1204,22 @@ fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) 
     } else {
         let reason = report.properties.iter().find_map(|p| p.note.clone().filter(|_| p.status == Verdict::Unknown)).unwrap_or_default();
         println!("\nINCOMPLETE: {} properties undecided ({reason}); what is shown as violated was found and replayed.", count(Verdict::Unknown));
+    }
+    if let Some(span) = &report.publication_span {
+        match (&span.unbounded, span.ticks, span.publications) {
+            (Some(reason), _, _) => println!("\nBroker deduplication: no window covers every republication — {reason}."),
+            (None, Some(ticks), Some(publications)) => println!(
+                "\nBroker deduplication: a message's {} here span at most {} (lease {}, backoff {}–{}, a poll every tick). \
+                 In real time: lease + the sum over the budget's retries of (lease + backoff + poll interval), assuming no relay pauses past \
+                 its lease; a broker's dedup window shorter than that delivers a late republication twice (outbox-check e2e shows it).",
+                crate::report::count(publications, "publication"),
+                crate::report::count(ticks, "tick"),
+                c.lease.0,
+                c.backoff_base.0,
+                c.backoff_cap.0
+            ),
+            _ => {}
+        }
     }
     if !written.is_empty() {
         println!("Counterexamples written: {}", written.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));

@@ -5,8 +5,10 @@
 //! [`world`] closes relays, table, broker and clock into one transition system; the engines
 //! (model checker, simulations, SQL stores, trace oracle) and the CLI sit on top.
 
+pub mod cleanup;
 pub mod cli;
 pub mod design;
+pub mod e2e;
 pub mod report;
 pub mod core;
 #[path = "../models/outbox.rs"]

@@ -274,3 +274,35 @@ fn the_auditor_catches_a_release_that_ends_a_lease_claimed_after_it_read_the_row
     auditor.release(&mut outbox, &by_id(read)).unwrap();
     assert_eq!(auditor.take_violations().iter().map(|v| v.property).collect::<Vec<_>>(), [Property::S1]);
 }
+
+/// The longest span between a message's first and last publication (what a broker's dedup
+/// window must cover): leases, retry delays and polls between the budget's publications; none
+/// where the budget does not bound publications or keys differ per attempt.
+#[test]
+fn the_publication_span_follows_lease_backoff_and_budget() {
+    use outbox_check::core::policy::Backoff;
+    use outbox_check::core::{Design, Duration, Mutant};
+    let mut reference = Policy::reference();
+    reference.backoff = Backoff { base: Duration(200), cap: Duration(300) };
+    let span = reference.publication_span(Duration(1_000), 3, Duration(100)).unwrap();
+    // 1,000 for the last lease, then two gaps: lease + delay(1) + poll, lease + delay(2) (capped) + poll.
+    assert_eq!((span.publications, span.longest), (3, Duration(1_000 + (1_000 + 200 + 100) + (1_000 + 300 + 100))));
+    assert_eq!(reference.publication_span(Duration(1_000), 1, Duration(100)).unwrap().longest, Duration(1_000));
+    // One attempt over the budget: one more publication, one more gap.
+    let mut over = Design::Mutant(Mutant::ExhaustOffByOne).policy();
+    over.backoff = reference.backoff;
+    assert_eq!(over.publication_span(Duration(1_000), 3, Duration(100)).unwrap().publications, 4);
+    // Without a retry clock the next claim waits only for the lease.
+    let mut no_clock = Design::Mutant(Mutant::NoRetryClock).policy();
+    no_clock.backoff = reference.backoff;
+    assert_eq!(no_clock.publication_span(Duration(1_000), 3, Duration(100)).unwrap().longest, Duration(1_000 + 2 * 1_100));
+    for unbounded in [
+        Design::Variant(Variant::LegacyV1),
+        Design::Variant(Variant::SeedV2),
+        Design::Mutant(Mutant::FreshIdempotencyKey),
+        Design::Mutant(Mutant::RetryAfterDbLoss),
+        Design::Mutant(Mutant::NoBudgetPredicate),
+    ] {
+        assert!(unbounded.policy().publication_span(Duration(1_000), 3, Duration(100)).is_err(), "{unbounded}");
+    }
+}

@@ -389,7 +389,51 @@ impl fmt::Display for Mutant {
     }
 }
 
+/// How far apart a message's first and last publication can be, for a broker's deduplication
+/// window to cover: see [`Policy::publication_span`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Span {
+    /// Publications one message can have at most.
+    pub publications: u32,
+    /// The longest time from its first publication to its last.
+    pub longest: Duration,
+}
+
 impl Policy {
+    /// The longest time between a message's first and last publication under this design, with
+    /// leases of `lease`, a budget of `max_attempts` and relays that poll at least every `poll`;
+    /// or why there is none.
+    ///
+    /// The assumption is SPEC §6's "no pause past a lease": every relay finishes each step of a
+    /// lease (its publication included) before the lease expires. Then publication `k` happens
+    /// within lease `k`, `[c_k, c_k + lease]`, and claim `k + 1` comes at most `lease + delay(k)
+    /// + poll` after claim `k` — the failure write comes before the lease ends and sets the retry
+    /// time `delay(k)` later, or it is lost and the lease runs out first; a relay polls within
+    /// `poll`. So the span is at most `lease + Σ_{k < n} (lease + delay(k) + poll)` for the `n`
+    /// publications the budget allows. A relay paused past its lease publishes later than this
+    /// (a fault: the span grows by the pause), and an operator's requeue starts a new budget.
+    pub fn publication_span(&self, lease: Duration, max_attempts: u32, poll: Duration) -> Result<Span, &'static str> {
+        if self.relay.idempotency_key == IdempotencyKeyPolicy::PerAttempt {
+            return Err("a new idempotency key every attempt: no broker can tell two publications of a message apart (S8)");
+        }
+        if self.relay.republish_after_db_loss {
+            return Err("it republishes after a lost database connection without a new claim, so the budget does not bound publications (S3)");
+        }
+        if self.attempts_at == AttemptsAt::FailureWrite {
+            return Err("attempts are counted by failure writes: a relay that crashes or loses its connection after publishing spends no budget, so publications are unbounded (S3)");
+        }
+        let publications = match self.budget {
+            BudgetPredicate::Strict => max_attempts,
+            BudgetPredicate::OneOver => max_attempts + 1,
+            BudgetPredicate::Absent => return Err("no budget: a message may be claimed, and published, without end"),
+        };
+        let waits = self.retry_clock || self.retry_in_lease;
+        let gaps: u64 = (1..publications)
+            .map(|k| lease.0 + if waits { self.backoff.delay(k).0 } else { 0 } + poll.0)
+            .sum();
+        Ok(Span { publications, longest: Duration(lease.0 + gaps) })
+    }
+
     /// `attempts` after a failure write (AMBIGUOUS or retry) of a lease that had `attempts`:
     /// one more where the design counts attempts at that write.
     pub fn attempts_after_failure(&self, attempts: u32) -> u32 {

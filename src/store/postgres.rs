@@ -113,25 +113,22 @@ fn live() -> std::sync::MutexGuard<'static, Vec<(postgres::Config, String)>> {
     LIVE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// On SIGINT or SIGTERM: drop every scratch schema of this process, then exit as the signal
-/// would (130, 143). Holding the registry keeps new schemas from being made meanwhile.
+/// On SIGINT or SIGTERM: drop every scratch schema of this process (then the process exits as
+/// the signal would, `crate::cleanup`). Holding the registry keeps new schemas from being made
+/// meanwhile.
 fn drop_on_signal() {
     SIGNALS.call_once(|| {
-        let Ok(mut signals) = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM]) else {
-            return;
-        };
-        std::thread::spawn(move || {
-            if let Some(signal) = signals.forever().next() {
-                let schemas = live();
-                for (config, schema) in schemas.iter() {
-                    if let Ok(mut client) = config.connect(postgres::NoTls) {
-                        let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
-                    }
+        let registered = crate::cleanup::on_interrupt(|| {
+            let schemas = live();
+            for (config, schema) in schemas.iter() {
+                if let Ok(mut client) = config.connect(postgres::NoTls) {
+                    let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
                 }
-                eprintln!("outbox-check: interrupted; dropped {} scratch schema(s)", schemas.len());
-                std::process::exit(128 + signal);
             }
+            eprintln!("outbox-check: interrupted; dropped {} scratch schema(s)", schemas.len());
         });
+        // For the life of the process: the registry of live schemas is the state it reads.
+        std::mem::forget(registered);
     });
 }
 

@@ -24,3 +24,20 @@ pub fn pg_url(what: &str) -> Option<String> {
         }
     }
 }
+
+/// The nats-server program, or a NOT RUN line (a failure instead under
+/// `OUTBOX_CHECK_REQUIRE_NATS=1`, as .ci/run sets).
+#[allow(dead_code)]
+pub fn nats_server(what: &str) -> Option<std::path::PathBuf> {
+    let on_path = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("nats-server")).find(|p| p.is_file()));
+    let found = on_path.or_else(|| Some(std::path::PathBuf::from("/usr/sbin/nats-server")).filter(|p| p.is_file()));
+    if found.is_none() {
+        assert!(
+            std::env::var("OUTBOX_CHECK_REQUIRE_NATS").as_deref() != Ok("1"),
+            "OUTBOX_CHECK_REQUIRE_NATS=1 but nats-server is not installed (Debian's package nats-server)"
+        );
+        not_run(&format!("{what} need nats-server (Debian's package nats-server)"));
+    }
+    found
+}

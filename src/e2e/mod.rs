@@ -1,0 +1,1058 @@
+//! `outbox-check e2e`: the relay cycle end to end over real parts — relays as OS processes over
+//! real PostgreSQL (the run's scratch schema) publishing to a real NATS JetStream (a server the
+//! run starts itself), a consumer recording every delivery — under real faults drawn from one
+//! seed: relays killed (SIGKILL) and restarted, relays paused past their lease
+//! (SIGSTOP/SIGCONT), backends terminated between publish and write, broker connections cut
+//! before the acknowledgement, the broker killed and started again.
+//!
+//! One checker judges it all: the relays' statements and publications, logged as they commit
+//! ([`relay`]), make a history in the trace format that the oracle checks; the consumer's
+//! deliveries are checked against the table — every PUBLISHED message delivered at least once
+//! (S5 end to end), and every delivery beyond a message's first named: a second copy the
+//! broker stored (its deduplication window had passed: a duplicate effect, with the
+//! publications that caused it) or a redelivery of the same copy.
+
+pub mod nats;
+pub mod relay;
+
+use crate::core::{AggregateId, Design, Duration, EnqueueRequest, Instant, MessageId, Policy, Status, TenantId};
+use crate::store::bind::{aggregate_name, message_name, owner_name, tenant_name};
+use crate::store::{PgStore, Store};
+use crate::trace::PublishAnswer;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+/// The run's clock: milliseconds since the run began, plus this offset (so no instant is 0).
+const CLOCK_OFFSET: u64 = 10_000;
+
+/// Now on the run's clock, which every process reads from the wall clock and the run's start.
+pub fn now_ms(epoch_ms: u64) -> u64 {
+    unix_ms().saturating_sub(epoch_ms) + CLOCK_OFFSET
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// A message id of the table (`m00000012`) as the core's.
+pub fn message_of(name: &str) -> MessageId {
+    MessageId(name.trim_start_matches('m').parse().unwrap_or(u32::MAX))
+}
+
+/// Sets `command`'s child to be killed when this process dies (Linux), so a run killed outright
+/// leaves no relay or broker running. Spawn from the thread that lives for the whole run.
+pub(crate) fn die_with_parent(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe, as pre_exec requires.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+}
+
+/// What a relay process needs, written to a file it reads at start.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RelaySetup {
+    pub relay: u16,
+    pub policy: Policy,
+    pub database_url: String,
+    pub schema: String,
+    pub nats_url: String,
+    pub lease_ms: u64,
+    pub poll_ms: u64,
+    pub batch: u32,
+    pub max_attempts: u32,
+    pub epoch_ms: u64,
+    pub log: PathBuf,
+    /// The run asks its relays to stop by creating this file.
+    pub stop: PathBuf,
+    pub seed: u64,
+    /// How many times this relay was started before (a restart draws other faults).
+    pub incarnation: u32,
+    /// The chance, per publication, that the relay's broker connection is cut before the ack.
+    pub cut_before_ack: f64,
+    /// The chance, per publication, that the relay's backend is terminated before its write.
+    pub kill_backend: f64,
+    pub publish_timeout_ms: u64,
+}
+
+/// A line of a relay's log.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogLine {
+    /// About to run a statement: its event as it would read had the connection died.
+    Pending { id: u64, after: i64, event: crate::trace::Event },
+    /// A statement committed (or a publication answered) at this commit stamp.
+    Committed { stamp: i64, resolves: Option<u64>, event: crate::trace::Event },
+    /// What the broker answered one publication.
+    Publication(Publication),
+    /// A fault the relay injected itself.
+    Fault { at_ms: u64, what: String },
+}
+
+/// One publication, as its relay saw it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Publication {
+    pub relay: String,
+    pub message: String,
+    pub token: u64,
+    pub at_ms: u64,
+    pub answer: PublishAnswer,
+    /// The relay's broker connection was cut before the acknowledgement.
+    pub cut: bool,
+    /// The stream sequence the acknowledgement named.
+    pub sequence: Option<u64>,
+    /// The broker acknowledged it as a duplicate of a message id it had within its window.
+    pub duplicate: bool,
+}
+
+/// One delivery the consumer received.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Delivery {
+    pub message: String,
+    /// The stream sequence of the copy delivered.
+    pub sequence: u64,
+    /// When the broker stored that copy, on the run's clock.
+    pub stored_ms: u64,
+    pub received_ms: u64,
+    /// How many times the broker had delivered this copy to the consumer (1: the first).
+    pub delivered: i64,
+}
+
+/// Which faults the run injects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Faults {
+    pub kill: bool,
+    pub pause: bool,
+    pub backend: bool,
+    pub cut: bool,
+    pub outage: bool,
+}
+
+impl Faults {
+    pub const NAMES: [&'static str; 5] = ["kill", "pause", "backend", "cut", "outage"];
+
+    pub fn parse(text: &str) -> Result<Faults, String> {
+        let mut f = Faults { kill: false, pause: false, backend: false, cut: false, outage: false };
+        match text {
+            "all" => return Ok(Faults { kill: true, pause: true, backend: true, cut: true, outage: true }),
+            "none" => return Ok(f),
+            _ => {}
+        }
+        for name in text.split(',').map(str::trim) {
+            match name {
+                "kill" => f.kill = true,
+                "pause" => f.pause = true,
+                "backend" => f.backend = true,
+                "cut" => f.cut = true,
+                "outage" => f.outage = true,
+                other => return Err(format!("unknown e2e fault '{other}' (all, none, or a list of {})", Faults::NAMES.join(", "))),
+            }
+        }
+        Ok(f)
+    }
+
+    fn names(self) -> Vec<&'static str> {
+        let on = [self.kill, self.pause, self.backend, self.cut, self.outage];
+        Faults::NAMES.iter().zip(on).filter(|(_, on)| *on).map(|(n, _)| *n).collect()
+    }
+}
+
+/// A run's settings.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub design: Design,
+    pub relays: u16,
+    pub messages: u32,
+    pub seed: u64,
+    pub lease_ms: u64,
+    pub backoff_base_ms: u64,
+    pub backoff_cap_ms: u64,
+    pub poll_ms: u64,
+    pub max_attempts: u32,
+    pub batch: u32,
+    /// The stream's deduplication window.
+    pub duplicate_window_ms: u64,
+    pub faults: Faults,
+    /// Faults are scheduled in this many ms from the start.
+    pub fault_span_ms: u64,
+    pub database_url: String,
+    pub nats_server: PathBuf,
+    /// The run gives up after this long (the report says what was left).
+    pub deadline_ms: u64,
+    /// Write the history here (always; else only when the checks fail, to a temporary file).
+    pub history: Option<PathBuf>,
+}
+
+/// A fault the run injects from outside the relays, at `at_ms` after the start.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "fault", rename_all = "snake_case")]
+pub enum Scheduled {
+    /// SIGKILL, then a new process under the same relay id.
+    Kill { at_ms: u64, relay: u16 },
+    /// SIGSTOP for `for_ms`, then SIGCONT.
+    Pause { at_ms: u64, relay: u16, for_ms: u64 },
+    /// The broker killed (SIGKILL) and started again on its port and store `for_ms` later.
+    Outage { at_ms: u64, for_ms: u64 },
+}
+
+impl Scheduled {
+    fn at(&self) -> u64 {
+        match self {
+            Scheduled::Kill { at_ms, .. } | Scheduled::Pause { at_ms, .. } | Scheduled::Outage { at_ms, .. } => *at_ms,
+        }
+    }
+
+    /// In words, for the report.
+    pub fn words(&self) -> String {
+        match self {
+            Scheduled::Kill { at_ms, relay } => format!("t={} r{relay:04} killed (SIGKILL) and started again", secs(*at_ms)),
+            Scheduled::Pause { at_ms, relay, for_ms } => format!("t={} r{relay:04} paused {} (SIGSTOP, SIGCONT)", secs(*at_ms), secs(*for_ms)),
+            Scheduled::Outage { at_ms, for_ms } => format!("t={} broker killed (SIGKILL), started again {} later", secs(*at_ms), secs(*for_ms)),
+        }
+    }
+}
+
+fn secs(ms: u64) -> String {
+    format!("{:.2} s", ms as f64 / 1000.0)
+}
+
+/// The faults of a run, drawn from its seed: two kills, two pauses past the lease and one broker
+/// outage at most, inside the first `fault_span_ms`.
+pub fn schedule(options: &Options) -> Vec<Scheduled> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(options.seed);
+    let mut at = || 300 + rng.gen_range(0..options.fault_span_ms.max(1));
+    let mut faults = Vec::new();
+    if options.faults.kill {
+        for _ in 0..2 {
+            let at_ms = at();
+            faults.push(Scheduled::Kill { at_ms, relay: 0 });
+        }
+    }
+    if options.faults.pause {
+        for _ in 0..2 {
+            let at_ms = at();
+            faults.push(Scheduled::Pause { at_ms, relay: 0, for_ms: 0 });
+        }
+    }
+    if options.faults.outage {
+        let at_ms = at();
+        faults.push(Scheduled::Outage { at_ms, for_ms: 0 });
+    }
+    // Relays and lengths from the same seed, after the times (so the times do not depend on them).
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(options.seed ^ 0x5eed);
+    for f in &mut faults {
+        match f {
+            Scheduled::Kill { relay, .. } => *relay = rng.gen_range(0..options.relays),
+            Scheduled::Pause { relay, for_ms, .. } => {
+                *relay = rng.gen_range(0..options.relays);
+                // Past the lease: 1.3 to 2 leases.
+                *for_ms = options.lease_ms * 13 / 10 + rng.gen_range(0..=options.lease_ms * 7 / 10);
+            }
+            Scheduled::Outage { for_ms, .. } => *for_ms = 300 + rng.gen_range(0..500),
+        }
+    }
+    faults.sort_by_key(Scheduled::at);
+    faults
+}
+
+/// The longest pause the schedule can hold (a paused relay may publish that much later).
+pub fn longest_pause(options: &Options) -> u64 {
+    if options.faults.pause {
+        options.lease_ms * 2
+    } else {
+        0
+    }
+}
+
+/// What the run found.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: String,
+    pub design: String,
+    pub broker: String,
+    pub seed: u64,
+    pub relays: u16,
+    pub messages: u32,
+    pub lease_ms: u64,
+    pub backoff_ms: [u64; 2],
+    pub poll_ms: u64,
+    pub max_attempts: u32,
+    pub duplicate_window_ms: u64,
+    /// The design's longest span between a message's first and last publication, in ms, or why
+    /// it has none; and the longest pause the faults may add.
+    pub publication_span_ms: Option<u64>,
+    pub publication_span_unbounded: Option<String>,
+    pub longest_pause_ms: u64,
+    /// The faults injected from outside, in words, and those the relays injected themselves.
+    pub faults: Vec<String>,
+    pub relay_faults: Vec<String>,
+    pub seconds: f64,
+    /// Rows PUBLISHED per second, end to end.
+    pub messages_per_second: f64,
+    pub events: usize,
+    /// The oracle's verdict on the history: `None` accepted, else its first divergence in words.
+    pub oracle: Option<String>,
+    /// Every property (S1–S10) and conformance finding (C1–C8) the oracle found, going on after
+    /// each divergence.
+    pub broken: Vec<String>,
+    pub published: usize,
+    /// How many rows ended in each status.
+    pub ended: std::collections::BTreeMap<String, usize>,
+    /// Messages the consumer received whose row did not end PUBLISHED (an acknowledgement lost
+    /// after the broker stored it, then the budget spent): at least once, without the outbox
+    /// knowing.
+    pub delivered_not_published: Vec<String>,
+    /// Rows that were not terminal when the run ended.
+    pub not_terminal: Vec<String>,
+    /// PUBLISHED rows the consumer never received (S5 end to end).
+    pub published_not_delivered: Vec<String>,
+    pub deliveries: usize,
+    /// Every delivery beyond a message's first, named.
+    pub extra_deliveries: Vec<ExtraDelivery>,
+    /// Publications the broker answered as duplicates (caught by its window).
+    pub deduplicated_by_broker: Vec<Deduplicated>,
+    /// Publications the consumer received a copy of that no relay lived to log.
+    pub unlogged_copies: Vec<String>,
+    /// Where the history was written (always with --history; else where a check failed).
+    pub history: Option<String>,
+}
+
+/// A delivery beyond a message's first.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ExtraDelivery {
+    pub message: String,
+    /// `duplicate_effect` (a second copy the broker stored) or `redelivery` (the same copy again).
+    pub kind: String,
+    pub sequence: u64,
+    pub stored_ms: u64,
+    /// For a second copy: when the first copy was stored, and the gap.
+    pub first_stored_ms: Option<u64>,
+    pub gap_ms: Option<u64>,
+    /// The message's publications, in words ("r0002 at t=1.78 s: timeout (connection cut)").
+    pub publications: Vec<String>,
+    pub words: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Deduplicated {
+    pub message: String,
+    pub relay: String,
+    pub at_ms: u64,
+    /// After the message's first stored copy.
+    pub after_first_ms: Option<u64>,
+}
+
+impl Report {
+    /// Every check passed: the oracle accepts the history, every message ended terminal, every
+    /// PUBLISHED one was delivered, and no message took effect twice.
+    pub fn passed(&self) -> bool {
+        self.oracle.is_none() && self.not_terminal.is_empty() && self.published_not_delivered.is_empty() && self.duplicate_effects() == 0
+    }
+
+    pub fn duplicate_effects(&self) -> usize {
+        self.extra_deliveries.iter().filter(|d| d.kind == "duplicate_effect").count()
+    }
+}
+
+/// Everything the run started, undone when it ends (or is interrupted).
+struct Run {
+    dir: PathBuf,
+    children: Arc<Mutex<Vec<u32>>>,
+    _interrupt: crate::cleanup::Registered,
+}
+
+impl Run {
+    fn new(dir: PathBuf) -> Result<Run, String> {
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let children: Arc<Mutex<Vec<u32>>> = Arc::default();
+        let (pids, folder) = (children.clone(), dir.clone());
+        let interrupt = crate::cleanup::on_interrupt(move || {
+            for pid in pids.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                // SAFETY: kill has no preconditions; a pid of ours, still a child until waited.
+                unsafe {
+                    libc::kill(*pid as i32, libc::SIGKILL);
+                }
+            }
+            let _ = std::fs::remove_dir_all(&folder);
+        });
+        Ok(Run { dir, children, _interrupt: interrupt })
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Removes the folders of runs whose process is gone (a run killed outright leaves its folder).
+fn remove_stale_runs(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("outbox-check-e2e-").and_then(|rest| rest.split('-').next()).and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: kill with signal 0 only asks whether the process exists.
+        let alive = unsafe { libc::kill(pid, 0) } == 0;
+        if !alive {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// A relay process and how often it was started.
+struct RelayProcess {
+    child: Child,
+    incarnation: u32,
+    paused_until: Option<std::time::Instant>,
+}
+
+/// Runs the whole thing; `progress` gets a line now and then. An error is the environment's
+/// (exit 2): a server that is not there, a design the run cannot drive.
+pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String> {
+    let policy = {
+        let mut p = options.design.policy();
+        p.backoff = crate::core::policy::Backoff { base: Duration(options.backoff_base_ms), cap: Duration(options.backoff_cap_ms) };
+        p
+    };
+    if crate::store::sql::Table::of(&policy) != crate::store::sql::Table::MessagingOutbox
+        || policy.token_kind != crate::core::policy::TokenKind::Counter
+        || !crate::store::bind::ours_cover(&policy)
+    {
+        return Err(format!(
+            "e2e drives the SQL outbox-check generates for the messaging_outbox table (counter tokens); {} is not such a design",
+            options.design.name()
+        ));
+    }
+    // The database first: a server that is not there is found before anything starts.
+    let mut store = PgStore::connect(&options.database_url, false, policy).map_err(|e| format!("PostgreSQL at {}: {e}", options.database_url))?;
+    let base = std::env::temp_dir();
+    remove_stale_runs(&base);
+    let run = Run::new(base.join(format!("outbox-check-e2e-{}-{}", std::process::id(), options.seed)))?;
+    let mut broker = nats::NatsServer::start(&options.nats_server, &run.dir)?;
+    if let Some(pid) = broker.pid() {
+        run.children.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
+    }
+    let window = std::time::Duration::from_millis(options.duplicate_window_ms);
+    let runtime = nats::runtime();
+    // The JetStream context spawns its acknowledgement task on the current runtime.
+    let _entered = runtime.enter();
+    {
+        let client = runtime.block_on(nats::connect(&broker.url()))?;
+        let js = nats::jetstream(client, std::time::Duration::from_secs(5));
+        runtime.block_on(nats::create_stream(&js, window))?;
+    }
+
+    store.scratch().client().batch_execute("CREATE SEQUENCE outbox_check_order").map_err(|e| format!("PostgreSQL: {e}"))?;
+    let schema = store.scratch().schema().to_string();
+    let started = std::time::Instant::now();
+    let epoch_ms = unix_ms();
+    let mut history: Vec<(i64, u64, serde_json::Value)> = Vec::new();
+    for n in 0..options.messages {
+        let req = EnqueueRequest {
+            tenant_id: TenantId(0),
+            aggregate_id: AggregateId(n),
+            expected_version: 0,
+            message_id: MessageId(n),
+            now: Instant(now_ms(epoch_ms)),
+        };
+        store.enqueue(&req).map_err(|e| format!("PostgreSQL: {e}"))?;
+        let event = crate::trace::Event::Enqueue {
+            tenant: tenant_name(TenantId(0)),
+            aggregate: aggregate_name(AggregateId(n)),
+            expected_version: 0,
+            message: message_name(MessageId(n)),
+            now: req.now.0,
+            result: "applied".into(),
+        };
+        history.push((i64::MIN / 2 + i64::from(n), 0, serde_json::to_value(&event).expect("JSON of plain values")));
+    }
+
+    // The consumer: every delivery, recorded and acknowledged.
+    let deliveries: Arc<Mutex<Vec<Delivery>>> = Arc::default();
+    let consuming = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let consumer = {
+        let (url, deliveries, consuming) = (broker.url(), deliveries.clone(), consuming.clone());
+        std::thread::spawn(move || consume(&url, epoch_ms, &deliveries, &consuming))
+    };
+
+    let stop = run.dir.join("stop");
+    let nats_url = broker.url();
+    let setup = |relay: u16, incarnation: u32| RelaySetup {
+        relay,
+        policy,
+        database_url: options.database_url.clone(),
+        schema: schema.clone(),
+        nats_url: nats_url.clone(),
+        lease_ms: options.lease_ms,
+        poll_ms: options.poll_ms,
+        batch: options.batch,
+        max_attempts: options.max_attempts,
+        epoch_ms,
+        log: run.dir.join(format!("relay-{relay}.jsonl")),
+        stop: stop.clone(),
+        seed: options.seed,
+        incarnation,
+        cut_before_ack: if options.faults.cut { 0.05 } else { 0.0 },
+        kill_backend: if options.faults.backend { 0.03 } else { 0.0 },
+        // Less than the lease: a relay finishes its publication within its lease.
+        publish_timeout_ms: (options.lease_ms / 2).max(100),
+    };
+    let spawn = |setup: &RelaySetup| -> Result<Child, String> {
+        let file = run.dir.join(format!("relay-{}-{}.json", setup.relay, setup.incarnation));
+        std::fs::write(&file, serde_json::to_string(setup).expect("JSON of plain values")).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+        let err = std::fs::File::create(run.dir.join(format!("relay-{}-{}.err", setup.relay, setup.incarnation))).map_err(|e| e.to_string())?;
+        let mut command = Command::new(exe);
+        command.arg("e2e-relay").arg(&file).stdin(Stdio::null()).stdout(Stdio::null()).stderr(err);
+        die_with_parent(&mut command);
+        let child = command.spawn().map_err(|e| format!("cannot start a relay process: {e}"))?;
+        run.children.lock().unwrap_or_else(|p| p.into_inner()).push(child.id());
+        Ok(child)
+    };
+    let mut relays: Vec<RelayProcess> = Vec::new();
+    for r in 0..options.relays {
+        relays.push(RelayProcess { child: spawn(&setup(r, 0))?, incarnation: 0, paused_until: None });
+    }
+
+    // The faults from outside, in time; the reaper, if the design has one; until every row is
+    // terminal and every fault is over, or the deadline.
+    let plan = schedule(options);
+    let mut next_fault = 0;
+    let mut outage_until: Option<std::time::Instant> = None;
+    let mut reaper = if policy.relay.reaper {
+        Some(crate::store::postgres::Scratch::attach(&options.database_url, false, &schema).map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
+    let mut checked = std::time::Instant::now();
+    let deadline = std::time::Duration::from_millis(options.deadline_ms);
+    let ms = |i: std::time::Instant| i.duration_since(started).as_millis() as u64;
+    loop {
+        let now = std::time::Instant::now();
+        while next_fault < plan.len() && plan[next_fault].at() <= ms(now) {
+            match &plan[next_fault] {
+                Scheduled::Kill { relay, .. } => {
+                    let p = &mut relays[*relay as usize];
+                    let _ = p.child.kill();
+                    let _ = p.child.wait();
+                    p.paused_until = None;
+                    p.incarnation += 1;
+                    p.child = spawn(&setup(*relay, p.incarnation))?;
+                }
+                Scheduled::Pause { relay, for_ms, .. } => {
+                    let p = &mut relays[*relay as usize];
+                    // SAFETY: a child of ours, not yet waited for.
+                    unsafe {
+                        libc::kill(p.child.id() as i32, libc::SIGSTOP);
+                    }
+                    p.paused_until = Some(now + std::time::Duration::from_millis(*for_ms));
+                }
+                Scheduled::Outage { for_ms, .. } => {
+                    broker.kill();
+                    outage_until = Some(now + std::time::Duration::from_millis(*for_ms));
+                }
+            }
+            next_fault += 1;
+        }
+        for p in &mut relays {
+            if p.paused_until.is_some_and(|t| t <= now) {
+                // SAFETY: as above.
+                unsafe {
+                    libc::kill(p.child.id() as i32, libc::SIGCONT);
+                }
+                p.paused_until = None;
+            }
+        }
+        if outage_until.is_some_and(|t| t <= now) {
+            broker.restart()?;
+            if let Some(pid) = broker.pid() {
+                run.children.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
+            }
+            outage_until = None;
+        }
+        if let Some(reaper) = reaper.as_mut() {
+            if let Some(event) = reap(reaper, epoch_ms, options.max_attempts) {
+                history.push(event);
+            }
+        }
+        if now.duration_since(checked) >= std::time::Duration::from_millis(200) {
+            checked = now;
+            let rows = store.rows().map_err(|e| format!("PostgreSQL: {e}"))?;
+            let remaining = rows.iter().filter(|r| !r.status.is_terminal()).count();
+            let faults_over = next_fault == plan.len() && outage_until.is_none() && relays.iter().all(|p| p.paused_until.is_none());
+            progress(&format!("{} of {} messages open, {} deliveries, {:.1} s", remaining, options.messages, deliveries.lock().unwrap_or_else(|p| p.into_inner()).len(), started.elapsed().as_secs_f64()));
+            if (remaining == 0 && faults_over) || started.elapsed() > deadline {
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let elapsed = started.elapsed();
+
+    // Stop the relays: the stop file, a moment to finish their cycle, then SIGKILL.
+    std::fs::write(&stop, b"").map_err(|e| format!("cannot write {}: {e}", stop.display()))?;
+    let stopping = std::time::Instant::now();
+    for p in &mut relays {
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(p.child.id() as i32, libc::SIGCONT);
+        }
+    }
+    for p in &mut relays {
+        while p.child.try_wait().ok().flatten().is_none() && stopping.elapsed() < std::time::Duration::from_secs(3) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = p.child.kill();
+        let _ = p.child.wait();
+    }
+    // Let the consumer catch up with the stream, then stop it.
+    let last = runtime.block_on(last_sequence(&broker.url())).unwrap_or(0);
+    let draining = std::time::Instant::now();
+    while draining.elapsed() < std::time::Duration::from_secs(5)
+        && deliveries.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|d| d.sequence).max().unwrap_or(0) < last
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    consuming.store(false, std::sync::atomic::Ordering::Relaxed);
+    let _ = consumer.join();
+    let deliveries = std::mem::take(&mut *deliveries.lock().unwrap_or_else(|p| p.into_inner()));
+    let rows = store.rows().map_err(|e| format!("PostgreSQL: {e}"))?;
+    drop(broker);
+
+    // The history: the relays' logs merged by commit stamp.
+    let mut publications = Vec::new();
+    let mut relay_faults = Vec::new();
+    for r in 0..options.relays {
+        let path = run.dir.join(format!("relay-{r}.jsonl"));
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        // Pending ids are unique over the relay's restarts (they carry the incarnation).
+        let mut pending: std::collections::BTreeMap<u64, (i64, serde_json::Value)> = Default::default();
+        for line in text.lines() {
+            let Ok(line) = serde_json::from_str::<LogLine>(line) else {
+                // The last line of a relay killed while writing it.
+                continue;
+            };
+            match line {
+                LogLine::Pending { id, after, event } => {
+                    pending.insert(id, (after, serde_json::to_value(&event).expect("JSON of plain values")));
+                }
+                LogLine::Committed { stamp, resolves, event } => {
+                    if let Some(id) = resolves {
+                        pending.remove(&id);
+                    }
+                    history.push((2 * stamp, u64::from(r), serde_json::to_value(&event).expect("JSON of plain values")));
+                }
+                LogLine::Publication(p) => publications.push(p),
+                LogLine::Fault { what, .. } => relay_faults.push(what),
+            }
+        }
+        for (_, (after, event)) in pending {
+            history.push((2 * after + 1, u64::from(r), event));
+        }
+    }
+    history.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    let header = crate::trace::Header {
+        backoff_base: Some(policy.backoff.base.0),
+        backoff_cap: Some(policy.backoff.cap.0),
+        source: Some(format!("outbox-check e2e --seed {}: {} relay processes on PostgreSQL and NATS JetStream", options.seed, options.relays)),
+        concurrency: Some(crate::trace::Concurrency::SkipLocked),
+        relays: Some((0..options.relays).map(|r| owner_name(crate::core::RelayId(r))).chain(policy.relay.reaper.then(|| "reaper".to_string())).collect()),
+        ..crate::trace::Header::new(options.design.name(), options.max_attempts)
+    };
+    let mut text = serde_json::to_string(&header).expect("JSON of plain values");
+    text.push('\n');
+    for (_, _, event) in &history {
+        text.push_str(&event.to_string());
+        text.push('\n');
+    }
+    let (oracle, broken) = check_history(options.design, &text)?;
+
+    let span = policy.publication_span(Duration(options.lease_ms), options.max_attempts, Duration(options.poll_ms));
+    let published: Vec<&crate::core::Row> = rows.iter().filter(|r| r.status == Status::Published).collect();
+    let named = name_deliveries(&deliveries, &publications, options.duplicate_window_ms);
+    let mut report = Report {
+        schema: "outbox-check/e2e/v1".into(),
+        design: options.design.name().to_string(),
+        broker: "nats".into(),
+        seed: options.seed,
+        relays: options.relays,
+        messages: options.messages,
+        lease_ms: options.lease_ms,
+        backoff_ms: [options.backoff_base_ms, options.backoff_cap_ms],
+        poll_ms: options.poll_ms,
+        max_attempts: options.max_attempts,
+        duplicate_window_ms: options.duplicate_window_ms,
+        publication_span_ms: span.ok().map(|s| s.longest.0),
+        publication_span_unbounded: span.err().map(str::to_string),
+        longest_pause_ms: longest_pause(options),
+        faults: plan.iter().map(Scheduled::words).collect(),
+        relay_faults,
+        seconds: elapsed.as_secs_f64(),
+        messages_per_second: published.len() as f64 / elapsed.as_secs_f64().max(1e-9),
+        events: history.len(),
+        oracle,
+        broken,
+        published: published.len(),
+        ended: rows.iter().fold(Default::default(), |mut ended, r| {
+            *ended.entry(r.status.as_str().to_string()).or_default() += 1;
+            ended
+        }),
+        delivered_not_published: rows
+            .iter()
+            .filter(|r| r.status != Status::Published && deliveries.iter().any(|d| d.message == message_name(r.message_id)))
+            .map(|r| format!("{} ({})", message_name(r.message_id), r.status))
+            .collect(),
+        not_terminal: rows.iter().filter(|r| !r.status.is_terminal()).map(|r| message_name(r.message_id)).collect(),
+        published_not_delivered: published
+            .iter()
+            .map(|r| message_name(r.message_id))
+            .filter(|m| !deliveries.iter().any(|d| &d.message == m))
+            .collect(),
+        deliveries: deliveries.len(),
+        extra_deliveries: named.0,
+        deduplicated_by_broker: named.1,
+        unlogged_copies: named.2,
+        history: None,
+    };
+    if let Some(path) = &options.history {
+        std::fs::write(path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        report.history = Some(path.display().to_string());
+    } else if !report.passed() {
+        let path = base.join(format!("outbox-check-e2e-seed-{}-{}.jsonl", options.seed, std::process::id()));
+        if std::fs::write(&path, &text).is_ok() {
+            report.history = Some(path.display().to_string());
+        }
+    }
+    drop(store);
+    drop(run);
+    Ok(report)
+}
+
+/// The reaper's statement, stamped; its event if it reaped anything.
+fn reap(db: &mut crate::store::postgres::Scratch, epoch_ms: u64, max_attempts: u32) -> Option<(i64, u64, serde_json::Value)> {
+    let at = now_ms(epoch_ms);
+    let statement = crate::store::sql::reap(crate::store::sql::Dialect::Postgres);
+    let mut tx = db.client().transaction().ok()?;
+    let reaped: Vec<String> = tx.query(&statement, &[&(at as i64), &(max_attempts as i32)]).ok()?.iter().map(|r| r.get(0)).collect();
+    let stamp: i64 = tx.query_one("SELECT nextval('outbox_check_order')", &[]).ok()?.get(0);
+    tx.commit().ok()?;
+    (!reaped.is_empty()).then(|| {
+        let event = crate::trace::Event::Reap { now: at, messages: reaped };
+        (2 * stamp, u64::MAX, serde_json::to_value(&event).expect("JSON of plain values"))
+    })
+}
+
+/// The oracle's verdict on the history text, going on after each divergence: the first in
+/// words, and every property (S1–S10) or conformance finding (C1–C8) named. Reading it back
+/// through the trace format's own parser checks that too.
+fn check_history(design: Design, text: &str) -> Result<(Option<String>, Vec<String>), String> {
+    let (header, events) = crate::trace::parse("e2e history", text).map_err(|e| format!("the run wrote a history the trace format refuses (a bug of e2e): {e}"))?;
+    let mut oracle = crate::oracle::Oracle::for_header(design, &header).keep_going();
+    let mut divergences = Vec::new();
+    for (line, event) in &events {
+        if let Err(d) = oracle.feed(*line, event) {
+            divergences.push(d);
+        }
+    }
+    divergences.extend(oracle.finish_all().1);
+    let mut broken: Vec<String> = divergences
+        .iter()
+        .filter_map(|d| d.property.map(|p| p.id().to_string()).or_else(|| d.conformance.map(|c| c.id().to_string())))
+        .collect();
+    broken.sort_by_key(|id| (id.starts_with('C'), id[1..].parse::<u32>().unwrap_or(0)));
+    broken.dedup();
+    Ok((divergences.first().map(|d| d.to_string()), broken))
+}
+
+/// Names every delivery beyond a message's first; lists the publications the broker caught as
+/// duplicates and the copies no logged publication explains.
+fn name_deliveries(deliveries: &[Delivery], publications: &[Publication], window_ms: u64) -> (Vec<ExtraDelivery>, Vec<Deduplicated>, Vec<String>) {
+    use std::collections::BTreeMap;
+    let mut by_message: BTreeMap<&str, Vec<&Delivery>> = BTreeMap::new();
+    for d in deliveries {
+        by_message.entry(&d.message).or_default().push(d);
+    }
+    let words = |p: &Publication| {
+        let answer = match (p.answer, p.duplicate, p.cut) {
+            (_, _, true) => "no answer (its connection was cut before the ack)".to_string(),
+            (PublishAnswer::Ack, true, _) => format!("ack as a duplicate (sequence {})", p.sequence.unwrap_or(0)),
+            (PublishAnswer::Ack, false, _) => format!("ack (stored as sequence {})", p.sequence.unwrap_or(0)),
+            (answer, _, _) => answer.as_str().to_string(),
+        };
+        format!("{} at t={}: {answer}", p.relay, secs(p.at_ms.saturating_sub(CLOCK_OFFSET)))
+    };
+    let mut extra = Vec::new();
+    let mut unlogged = Vec::new();
+    for (message, mut list) in by_message {
+        list.sort_by_key(|d| (d.sequence, d.delivered, d.received_ms));
+        let first_copy = list[0];
+        let mut ours: Vec<&Publication> = publications.iter().filter(|p| p.message == message).collect();
+        ours.sort_by_key(|p| p.at_ms);
+        let mut seen: Vec<u64> = Vec::new();
+        for d in list.iter().copied() {
+            let copy_seen = seen.contains(&d.sequence);
+            if d.sequence == first_copy.sequence && !copy_seen {
+                seen.push(d.sequence);
+                continue;
+            }
+            let publications: Vec<String> = ours.iter().map(|p| words(p)).collect();
+            if copy_seen || d.delivered > 1 {
+                extra.push(ExtraDelivery {
+                    message: message.to_string(),
+                    kind: "redelivery".into(),
+                    sequence: d.sequence,
+                    stored_ms: d.stored_ms,
+                    first_stored_ms: None,
+                    gap_ms: None,
+                    publications,
+                    words: format!(
+                        "{message}: copy {} delivered again (delivery {}): the consumer's acknowledgement did not reach the broker — the same copy, not a second effect of the relays",
+                        d.sequence, d.delivered
+                    ),
+                });
+                continue;
+            }
+            seen.push(d.sequence);
+            let gap = d.stored_ms.saturating_sub(first_copy.stored_ms);
+            let within = gap < window_ms;
+            extra.push(ExtraDelivery {
+                message: message.to_string(),
+                kind: "duplicate_effect".into(),
+                sequence: d.sequence,
+                stored_ms: d.stored_ms,
+                first_stored_ms: Some(first_copy.stored_ms),
+                gap_ms: Some(gap),
+                publications: publications.clone(),
+                words: format!(
+                    "{message}: a second copy stored at t={}, {} after the first (t={}) — {}: a duplicate effect unless the consumer deduplicates; publications: {}",
+                    secs(d.stored_ms.saturating_sub(CLOCK_OFFSET)),
+                    secs(gap),
+                    secs(first_copy.stored_ms.saturating_sub(CLOCK_OFFSET)),
+                    if within { format!("inside the {} window: the broker's deduplication failed", secs(window_ms)) } else { format!("past the {} duplicate window", secs(window_ms)) },
+                    publications.join("; ")
+                ),
+            });
+        }
+        // A stored copy no logged publication of the message accounts for (its relay died first).
+        let explained = ours.iter().any(|p| p.answer != PublishAnswer::Unavailable);
+        if !explained {
+            unlogged.push(format!("{message}: stored at t={} by a publication no relay lived to log", secs(first_copy.stored_ms.saturating_sub(CLOCK_OFFSET))));
+        }
+    }
+    let mut deduplicated = Vec::new();
+    for p in publications.iter().filter(|p| p.duplicate) {
+        let first = deliveries.iter().filter(|d| d.message == p.message).map(|d| d.stored_ms).min();
+        deduplicated.push(Deduplicated { message: p.message.clone(), relay: p.relay.clone(), at_ms: p.at_ms, after_first_ms: first.map(|f| p.at_ms.saturating_sub(f)) });
+    }
+    (extra, deduplicated, unlogged)
+}
+
+/// The stream's last sequence (what the consumer must have seen).
+async fn last_sequence(url: &str) -> Result<u64, String> {
+    let client = nats::connect(url).await?;
+    let js = nats::jetstream(client, std::time::Duration::from_secs(5));
+    let mut stream = js.get_stream(nats::STREAM).await.map_err(|e| e.to_string())?;
+    let info = stream.info().await.map_err(|e| e.to_string())?;
+    Ok(info.state.last_sequence)
+}
+
+/// The consumer: a durable pull consumer on the stream, every message recorded and
+/// acknowledged, through broker restarts, until told to stop.
+fn consume(url: &str, epoch_ms: u64, deliveries: &Mutex<Vec<Delivery>>, consuming: &std::sync::atomic::AtomicBool) {
+    use futures_util::StreamExt;
+    let runtime = nats::runtime();
+    runtime.block_on(async {
+        let Ok(client) = nats::connect(url).await else { return };
+        let js = nats::jetstream(client, std::time::Duration::from_secs(2));
+        while consuming.load(std::sync::atomic::Ordering::Relaxed) {
+            let consumer = async {
+                let stream = js.get_stream(nats::STREAM).await.map_err(|e| e.to_string())?;
+                stream
+                    .get_or_create_consumer(
+                        nats::CONSUMER,
+                        async_nats::jetstream::consumer::pull::Config {
+                            durable_name: Some(nats::CONSUMER.to_string()),
+                            ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
+                            ack_wait: std::time::Duration::from_secs(2),
+                            ..Default::default()
+                        },
+                    )
+                    .await
+                    .map_err(|e| e.to_string())
+            };
+            let consumer: async_nats::jetstream::consumer::Consumer<async_nats::jetstream::consumer::pull::Config> = match consumer.await {
+                Ok(c) => c,
+                Err(_) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            while consuming.load(std::sync::atomic::Ordering::Relaxed) {
+                let batch = consumer.fetch().max_messages(100).expires(std::time::Duration::from_millis(300)).messages().await;
+                let Ok(mut batch) = batch else { break };
+                let mut failed = false;
+                while let Some(message) = batch.next().await {
+                    let Ok(message) = message else {
+                        failed = true;
+                        break;
+                    };
+                    let received_ms = now_ms(epoch_ms);
+                    let id = message.headers.as_ref().and_then(|h| h.get(nats::MSG_ID)).map(|v| v.as_str().to_string()).unwrap_or_default();
+                    if let Ok(info) = message.info() {
+                        let stored_unix_ms = (info.published.unix_timestamp_nanos() / 1_000_000) as u64;
+                        deliveries.lock().unwrap_or_else(|p| p.into_inner()).push(Delivery {
+                            message: id,
+                            sequence: info.stream_sequence,
+                            stored_ms: stored_unix_ms.saturating_sub(epoch_ms) + CLOCK_OFFSET,
+                            received_ms,
+                            delivered: info.delivered,
+                        });
+                    }
+                    let _ = message.ack().await;
+                }
+                if failed {
+                    break;
+                }
+            }
+        }
+    });
+}
+
+/// The report in words.
+pub fn print(report: &Report) {
+    println!(
+        "outbox-check e2e — {}, {} relay processes × {} over PostgreSQL and NATS JetStream, seed {} (lease {}, backoff {}–{}, polls every {}, budget {})",
+        report.design,
+        report.relays,
+        crate::report::count(report.messages, "message"),
+        report.seed,
+        secs(report.lease_ms),
+        secs(report.backoff_ms[0]),
+        secs(report.backoff_ms[1]),
+        secs(report.poll_ms),
+        report.max_attempts
+    );
+    if report.faults.is_empty() && report.relay_faults.is_empty() {
+        println!("Faults: none.");
+    } else {
+        println!("Faults (drawn from seed {}; `--seed {}` runs the same schedule):", report.seed, report.seed);
+        for f in &report.faults {
+            println!("  {f}");
+        }
+        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+        for f in &report.relay_faults {
+            // "r0001's backend terminated between publish and write of m00000012": what happened.
+            let what = f.split_once("'s ").map_or(f.as_str(), |(_, rest)| rest);
+            *counts.entry(what.rsplit_once(" of ").map_or(what, |(what, _)| what)).or_default() += 1;
+        }
+        for (what, n) in counts {
+            println!("  {n} × a relay's {what}");
+        }
+    }
+    match (report.publication_span_ms, &report.publication_span_unbounded) {
+        (Some(span), _) => {
+            let needed = span + report.longest_pause_ms;
+            println!(
+                "Deduplication: this design's publications of one message span at most {} (with relays paused up to {}: {}); the stream's duplicate_window is {} — {}.",
+                secs(span),
+                secs(report.longest_pause_ms),
+                secs(needed),
+                secs(report.duplicate_window_ms),
+                if report.duplicate_window_ms > needed { "it covers them" } else { "too short: a late republication is stored again" }
+            );
+        }
+        (None, Some(reason)) => println!("Deduplication: no window covers every republication of this design — {reason}."),
+        _ => {}
+    }
+    match &report.oracle {
+        None => println!("History: {} events of {} — the oracle accepts it.", report.events, crate::report::count(report.relays, "relay")),
+        Some(d) => println!(
+            "History: {} events — the oracle finds {}; the first: {}",
+            report.events,
+            report.broken.join(", "),
+            d.lines().next().unwrap_or_default()
+        ),
+    }
+    if let Some(path) = &report.history {
+        println!("  written to {path} (check it again with `outbox-check trace {path}`)");
+    }
+    println!(
+        "Broker: {} PUBLISHED, {} delivered at least once{}; {} in all, {} beyond a message's first.",
+        report.published,
+        report.published - report.published_not_delivered.len(),
+        if report.published_not_delivered.is_empty() { " (S5 end to end holds)".to_string() } else { format!(" — S5 end to end VIOLATED: never delivered: {}", report.published_not_delivered.join(", ")) },
+        if report.deliveries == 1 { "1 delivery".to_string() } else { format!("{} deliveries", report.deliveries) },
+        report.extra_deliveries.len()
+    );
+    for e in &report.extra_deliveries {
+        println!("  {}", e.words);
+    }
+    let others: Vec<String> = report.ended.iter().filter(|(s, _)| s.as_str() != "PUBLISHED").map(|(s, n)| format!("{n} {s}")).collect();
+    if !others.is_empty() {
+        println!("  The other rows ended {}.", others.join(", "));
+    }
+    if !report.delivered_not_published.is_empty() {
+        println!(
+            "  Delivered though the row did not end PUBLISHED (stored, its acknowledgement lost, the budget then spent): {}",
+            report.delivered_not_published.join(", ")
+        );
+    }
+    if !report.deduplicated_by_broker.is_empty() {
+        println!("  {} publications answered as duplicates by the broker (inside its window): {}", report.deduplicated_by_broker.len(),
+            report.deduplicated_by_broker.iter().take(5).map(|d| format!("{} by {} at t={}", d.message, d.relay, secs(d.at_ms.saturating_sub(CLOCK_OFFSET)))).collect::<Vec<_>>().join(", ")
+            + if report.deduplicated_by_broker.len() > 5 { ", …" } else { "" });
+    }
+    for u in &report.unlogged_copies {
+        println!("  {u}");
+    }
+    if !report.not_terminal.is_empty() {
+        println!("Not terminal when the run ended: {}", report.not_terminal.join(", "));
+    }
+    println!(
+        "Throughput: {} PUBLISHED in {}: {:.0} messages/s end to end.",
+        report.published,
+        secs((report.seconds * 1000.0) as u64),
+        report.messages_per_second
+    );
+    let verdict = if report.passed() {
+        "PASSED: the oracle accepts the history, every message ended terminal and was delivered, none took effect twice".to_string()
+    } else {
+        let mut failed = Vec::new();
+        if !report.broken.is_empty() {
+            failed.push(format!("the history breaks {}", report.broken.join(", ")));
+        } else if report.oracle.is_some() {
+            failed.push("the history diverges from the design".to_string());
+        }
+        if report.duplicate_effects() > 0 {
+            failed.push(format!("{} a duplicate effect", crate::report::count(report.duplicate_effects() as u64, "message")));
+        }
+        if !report.published_not_delivered.is_empty() {
+            failed.push("S5 end to end".to_string());
+        }
+        if !report.not_terminal.is_empty() {
+            failed.push(format!("{} not terminal", crate::report::count(report.not_terminal.len() as u64, "message")));
+        }
+        format!("FAILED: {}", failed.join(", "))
+    };
+    println!("{verdict}");
+}
+
+impl Faults {
+    /// The faults on, in words.
+    pub fn describe(self) -> String {
+        let names = self.names();
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(", ")
+        }
+    }
+}

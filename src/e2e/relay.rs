@@ -1,0 +1,299 @@
+//! One relay of an end-to-end run, as an OS process of its own (`outbox-check e2e-relay FILE`):
+//! the sans-IO relay cycle of `crate::relay` over the run's PostgreSQL schema and NATS
+//! JetStream, logging every statement and publication to its own file as it goes.
+//!
+//! The log is what the run's history is made of, so it is written the way a crash cannot
+//! falsify: before a statement runs, a *pending* line with the statement's event as it would read
+//! had the connection died (`unknown`); after it committed, the event with its commit stamp (a
+//! sequence value taken inside the transaction: statements on one row are ordered by the row's
+//! lock, so stamps order them as they committed). A relay killed between the commit and its line
+//! leaves the pending line, which the run reads as a statement of unknown outcome — what it is.
+//! A publication is logged after the broker answered; one the relay did not live to log shows up
+//! only at the consumer, which says so.
+
+use super::nats::{self, Answer};
+use super::{LogLine, Publication, RelaySetup};
+use crate::core::{ClaimRequest, Duration, Instant, Lease, LeaseToken, RelayId, Status, TenantId, WriteRequest, WriteResult};
+use crate::relay::{Clocks, Cycle, Effect, Input, PublishOutcome, RelayConfig};
+use crate::store::bind::{message_name, owner_name, tenant_name};
+use crate::store::postgres::Scratch;
+use crate::store::sql::{self, Dialect};
+use crate::trace::{Event, Outcome, PublishAnswer, WriteReport};
+use rand::{Rng, SeedableRng};
+use std::io::Write;
+
+/// The relay's log file, appended a line at a time.
+struct Log {
+    file: std::fs::File,
+    /// The stamp of this relay's last committed statement (a pending line comes after it).
+    last: i64,
+    next_pending: u64,
+}
+
+impl Log {
+    fn line(&mut self, line: &LogLine) -> Result<(), String> {
+        let mut text = serde_json::to_string(line).expect("JSON of plain values");
+        text.push('\n');
+        self.file.write_all(text.as_bytes()).map_err(|e| format!("cannot write the relay's log: {e}"))
+    }
+
+    fn pending(&mut self, event: Event) -> Result<u64, String> {
+        let id = self.next_pending;
+        self.next_pending += 1;
+        self.line(&LogLine::Pending { id, after: self.last, event })?;
+        Ok(id)
+    }
+
+    fn committed(&mut self, stamp: i64, resolves: Option<u64>, event: Event) -> Result<(), String> {
+        self.last = self.last.max(stamp);
+        self.line(&LogLine::Committed { stamp, resolves, event })
+    }
+}
+
+/// The relay's database connection, in the run's schema.
+struct Db {
+    setup: RelaySetup,
+    db: Scratch,
+    pid: i32,
+}
+
+impl Db {
+    fn connect(setup: &RelaySetup) -> Result<Db, String> {
+        let mut db = Scratch::attach(&setup.database_url, false, &setup.schema).map_err(|e| e.to_string())?;
+        let pid: i32 = db.client().query_one("SELECT pg_backend_pid()", &[]).map_err(|e| e.to_string())?.get(0);
+        Ok(Db { setup: setup.clone(), db, pid })
+    }
+
+    /// A new connection after a lost one, retried while the server refuses.
+    fn reconnect(&mut self) -> Result<(), String> {
+        let started = std::time::Instant::now();
+        loop {
+            match Db::connect(&self.setup) {
+                Ok(db) => {
+                    *self = db;
+                    return Ok(());
+                }
+                Err(e) if started.elapsed() > std::time::Duration::from_secs(10) => return Err(e),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+            }
+        }
+    }
+
+    fn stamp(&mut self) -> Result<i64, postgres::Error> {
+        Ok(self.db.client().query_one("SELECT nextval('outbox_check_order')", &[])?.get(0))
+    }
+
+    fn claim(&mut self, req: &ClaimRequest) -> Result<(i64, Vec<Lease>), postgres::Error> {
+        let policy = self.setup.policy;
+        let select = sql::claim_select(Dialect::Postgres, &policy);
+        let update = sql::claim_update(Dialect::Postgres, &policy);
+        let mut tx = self.db.client().transaction()?;
+        let ids: Vec<String> = tx
+            .query(&select, &[&tenant_name(req.tenant_id), &(req.now.0 as i64), &(req.max_attempts as i32), &i64::from(req.batch)])?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut leases = Vec::new();
+        for id in ids {
+            let row = tx.query_one(&update, &[&id, &(req.now.plus(req.lease).0 as i64), &owner_name(req.owner), &0i64])?;
+            leases.push(Lease {
+                message_id: super::message_of(&id),
+                tenant_id: req.tenant_id,
+                owner: req.owner,
+                token: LeaseToken(row.get::<_, i64>(1) as u64),
+                attempts: row.get::<_, i32>(2) as u32,
+                claim_seq: 0,
+            });
+        }
+        let stamp: i64 = tx.query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
+        tx.commit()?;
+        Ok((stamp, leases))
+    }
+
+    fn write(&mut self, req: &WriteRequest) -> Result<(i64, WriteResult), postgres::Error> {
+        let policy = self.setup.policy;
+        let statement = sql::write(Dialect::Postgres, &policy, req.kind);
+        let code = req.kind.code().map(|c| c.as_str().to_string());
+        let mut tx = self.db.client().transaction()?;
+        let status: Option<String> = tx
+            .query_opt(
+                &statement,
+                &[
+                    &message_name(req.lease.message_id),
+                    &tenant_name(req.lease.tenant_id),
+                    &owner_name(req.lease.owner),
+                    &(req.lease.token.0 as i64),
+                    &(req.now.0 as i64),
+                    &code,
+                    &(req.max_attempts as i32),
+                    &(policy.backoff.base.0 as i64),
+                    &(policy.backoff.cap.0 as i64),
+                ],
+            )?
+            .map(|r| r.get(0));
+        let stamp: i64 = tx.query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
+        tx.commit()?;
+        let result = match status.as_deref().and_then(Status::parse) {
+            Some(status) => WriteResult::Applied { status },
+            None => WriteResult::Stale { reason: crate::core::StaleReason::NotInFlight },
+        };
+        Ok((stamp, result))
+    }
+}
+
+/// The process's entry: reads its setup from `file`, runs until the run's stop file appears or
+/// the process that started it is gone.
+pub fn main(file: &std::path::Path) -> std::process::ExitCode {
+    let setup: RelaySetup = match std::fs::read_to_string(file).map_err(|e| e.to_string()).and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string())) {
+        Ok(setup) => setup,
+        Err(e) => {
+            eprintln!("outbox-check e2e-relay: cannot read {}: {e}", file.display());
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match run(&setup) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("outbox-check e2e-relay r{}: {e}", setup.relay);
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn run(setup: &RelaySetup) -> Result<(), String> {
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() };
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(&setup.log).map_err(|e| format!("cannot open {}: {e}", setup.log.display()))?;
+    // Pending ids carry the incarnation: unique over the relay's restarts.
+    let mut log = Log { file, last: 0, next_pending: u64::from(setup.incarnation) << 32 };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(setup.seed ^ u64::from(setup.relay) << 32 ^ u64::from(setup.incarnation) << 48);
+    let runtime = nats::runtime();
+    // The JetStream context spawns its acknowledgement task on the current runtime.
+    let _entered = runtime.enter();
+    let timeout = std::time::Duration::from_millis(setup.publish_timeout_ms);
+    let mut client = runtime.block_on(nats::connect(&setup.nats_url))?;
+    let mut js = nats::jetstream(client.clone(), timeout);
+    let mut db = Db::connect(setup)?;
+    let mut killer = Scratch::attach(&setup.database_url, false, &setup.schema).map_err(|e| e.to_string())?;
+    let owner = RelayId(setup.relay);
+    let config = RelayConfig {
+        owner,
+        tenant_id: TenantId(0),
+        batch: setup.batch,
+        lease: Duration(setup.lease_ms),
+        max_attempts: setup.max_attempts,
+        policy: setup.policy,
+    };
+    let relay = owner_name(owner);
+    let tenant = tenant_name(TenantId(0));
+    let now = || Instant(super::now_ms(setup.epoch_ms));
+    let stopped = || setup.stop.exists() || unsafe { libc::getppid() } != parent;
+    while !stopped() {
+        let (mut cycle, mut effect) = Cycle::start(&config, Clocks::same(now()));
+        let mut claimed_any = false;
+        loop {
+            let step = match effect {
+                Effect::Done => break,
+                Effect::Claim { mut request } => {
+                    request.now = now();
+                    let unknown = Event::Claim {
+                        relay: relay.clone(),
+                        tenant: tenant.clone(),
+                        batch: request.batch,
+                        lease_ms: request.lease.0,
+                        now: request.now.0,
+                        leases: Vec::new(),
+                        outcome: Outcome::Unknown,
+                    };
+                    let pending = log.pending(unknown)?;
+                    match db.claim(&request) {
+                        Ok((stamp, leases)) => {
+                            log.committed(stamp, Some(pending), Event::claim_of(relay.clone(), tenant.clone(), &request, &leases, message_name))?;
+                            claimed_any = !leases.is_empty();
+                            cycle.claimed(&config, leases, Clocks::same(now()))
+                        }
+                        Err(_) => {
+                            db.reconnect()?;
+                            cycle.resume(&config, Input::ConnectionLost, Clocks::same(now()))
+                        }
+                    }
+                }
+                Effect::Publish { lease, key } => {
+                    let message = message_name(lease.message_id);
+                    let cut = rng.gen_bool(setup.cut_before_ack);
+                    let at = super::now_ms(setup.epoch_ms);
+                    let payload = format!("{message} token {}", lease.token.0).into_bytes();
+                    let answer = runtime.block_on(nats::publish(&client, &js, &message, payload, cut));
+                    if cut {
+                        log.line(&LogLine::Fault { at_ms: at, what: format!("{relay}'s broker connection cut before the ack of {message}") })?;
+                        // The connection is gone: the relay starts a new one, as its client would.
+                        client = runtime.block_on(nats::connect(&setup.nats_url))?;
+                        js = nats::jetstream(client.clone(), timeout);
+                    }
+                    let outcome = match answer {
+                        Answer::Ack { .. } => PublishOutcome::Ack,
+                        Answer::Timeout => PublishOutcome::Timeout,
+                        Answer::Unavailable => PublishOutcome::RetryableFailure,
+                    };
+                    let (sequence, duplicate) = match answer {
+                        Answer::Ack { sequence, duplicate } => (Some(sequence), duplicate),
+                        _ => (None, false),
+                    };
+                    log.line(&LogLine::Publication(Publication {
+                        relay: relay.clone(),
+                        message: message.clone(),
+                        token: lease.token.0,
+                        at_ms: at,
+                        answer: PublishAnswer::from(outcome),
+                        cut,
+                        sequence,
+                        duplicate,
+                    }))?;
+                    let key = match key {
+                        crate::core::IdempotencyKey::Message { message_id } => message_name(message_id),
+                        crate::core::IdempotencyKey::Other { value } => format!("{value:#x}"),
+                    };
+                    let event = Event::Publish {
+                        relay: relay.clone(),
+                        message,
+                        key,
+                        answer: PublishAnswer::from(outcome),
+                        stored: None,
+                        token: Some(lease.token.0.to_string()),
+                    };
+                    match db.stamp() {
+                        Ok(stamp) => log.committed(stamp, None, event)?,
+                        Err(_) => db.reconnect()?,
+                    }
+                    // Between the publication and the terminal write, the backend may die.
+                    if rng.gen_bool(setup.kill_backend) {
+                        let _ = killer.client().query("SELECT pg_terminate_backend($1)", &[&db.pid]);
+                        log.line(&LogLine::Fault { at_ms: super::now_ms(setup.epoch_ms), what: format!("{relay}'s backend terminated between publish and write of {}", message_name(lease.message_id)) })?;
+                    }
+                    cycle.resume(&config, Input::Published { outcome }, Clocks::same(now()))
+                }
+                Effect::Write { mut request } => {
+                    request.now = now();
+                    let event = |result| Event::write_of(relay.clone(), tenant.clone(), message_name(request.lease.message_id), &request, result);
+                    let pending = log.pending(event(WriteReport::Unknown))?;
+                    match db.write(&request) {
+                        Ok((stamp, result)) => {
+                            let report = if matches!(result, WriteResult::Applied { .. }) { WriteReport::Applied } else { WriteReport::Stale };
+                            log.committed(stamp, Some(pending), event(report))?;
+                            cycle.resume(&config, Input::Written { result }, Clocks::same(now()))
+                        }
+                        Err(_) => {
+                            db.reconnect()?;
+                            cycle.resume(&config, Input::ConnectionLost, Clocks::same(now()))
+                        }
+                    }
+                }
+            };
+            effect = step.effect;
+        }
+        if !claimed_any {
+            std::thread::sleep(std::time::Duration::from_millis(setup.poll_ms));
+        }
+    }
+    Ok(())
+}
