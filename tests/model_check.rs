@@ -631,3 +631,50 @@ fn the_liveness_graphs_settle_nothing_liveness_reads() {
         assert!(settled.len() <= plain.len(), "{designs:?}");
     }
 }
+
+/// Settling at verify's own size, two messages, where the unsettled search still finishes in
+/// minutes: `seed-v2` with each property settled alone and all of them, `legacy-v1` and the
+/// rolling upgrade with all of them against none (`legacy-v1` unsettled: 24 M states with no
+/// flag tracked, 40 M with every flag; the rolling upgrade is checked with no flag tracked, as
+/// `check` runs it). The same check as `settling_a_property_hides_no_other_finding`; run with
+/// `-- --ignored` (reports/bench.md has the last run).
+fn settling_hides_nothing(designs: [&str; 2], masks: &[u16], trackings: &[u16]) {
+    for &tracked in trackings {
+        let config = fleet(&designs, 2);
+        let reads = tracked & outbox_check::world::ABSTRACTION_READS;
+        let started = std::time::Instant::now();
+        let base = engine(&config, Abstraction { tracked: reads, settled: 0 }, 2, false, None);
+        println!("{designs:?} tracked {tracked:#x} unsettled: {} states in {:.1} s", base.unique, started.elapsed().as_secs_f64());
+        for &settled in masks {
+            let started = std::time::Instant::now();
+            let run = engine(&config, Abstraction { tracked: reads, settled }, 2, false, None);
+            println!("{designs:?} settled {settled:#x}: {} states in {:.1} s", run.unique, started.elapsed().as_secs_f64());
+            assert!(base.complete && run.complete, "{designs:?}");
+            assert_eq!(run.violated & !settled, base.violated & !settled, "{designs:?} settled {settled:#x}");
+            assert_eq!(run.reached & tracked, base.reached & tracked, "{designs:?} settled {settled:#x}");
+            assert!(run.unique <= base.unique, "{designs:?}");
+        }
+    }
+}
+
+const ALL_FLAGS: u16 = (1 << outbox_check::model::REACHABILITY.len()) - 1;
+const ALL_SETTLED: u16 = (1 << SAFETY_NAMES.len()) - 1;
+
+#[test]
+#[ignore = "ten minutes: verify's size, unsettled"]
+fn settling_hides_nothing_in_seed_v2_at_two_messages() {
+    let each: Vec<u16> = (0..SAFETY_NAMES.len()).map(|i| 1u16 << i).chain([ALL_SETTLED]).collect();
+    settling_hides_nothing(["seed-v2", "seed-v2"], &each, &[ALL_FLAGS, 0]);
+}
+
+#[test]
+#[ignore = "fifteen minutes and several GB: verify's size, unsettled"]
+fn settling_hides_nothing_in_legacy_v1_at_two_messages() {
+    settling_hides_nothing(["legacy-v1", "legacy-v1"], &[ALL_SETTLED], &[ALL_FLAGS, 0]);
+}
+
+#[test]
+#[ignore = "many minutes and several GB: verify's size, unsettled"]
+fn settling_hides_nothing_in_the_rolling_upgrade_at_two_messages() {
+    settling_hides_nothing(["seed-v2", "legacy-v1"], &[ALL_SETTLED], &[0]);
+}
