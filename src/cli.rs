@@ -342,10 +342,14 @@ enum Command {
         Exit: 0 every check passed, 1 a check failed (the history is written for `outbox-check\n\
         trace`), 2 bad input or a missing server.")]
     E2e {
-        /// The broker: nats (NATS JetStream, deduplicating on Nats-Msg-Id within the stream's
-        /// duplicate window).
+        /// The broker: nats (NATS JetStream, a server the run starts itself, deduplicating on
+        /// Nats-Msg-Id within the stream's duplicate window) or rabbitmq (the machine's RabbitMQ
+        /// with publisher confirms, a queue of the run's own; no deduplication, no outage fault).
         #[arg(long, value_enum, default_value = "nats")]
         broker: E2eBroker,
+        /// RabbitMQ's URL, with --broker rabbitmq (loopback only).
+        #[arg(long, value_name = "URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+        rabbitmq_url: String,
         /// The design the relays run: a built-in or a design file whose SQL outbox-check
         /// generates (the messaging_outbox table, counter tokens).
         #[arg(long, visible_alias = "design", value_parser = parse_design, default_value = "reference")]
@@ -614,7 +618,8 @@ pub fn main() -> ExitCode {
         Command::Variants { design, json, toml } => variants(design, json, toml),
         Command::E2eRelay { file } => crate::e2e::relay::main(&file),
         Command::E2e {
-            broker: _,
+            broker,
+            rabbitmq_url,
             variant,
             relays,
             messages,
@@ -634,6 +639,11 @@ pub fn main() -> ExitCode {
             json,
             quiet,
         } => e2e(crate::e2e::Options {
+            broker: match broker {
+                E2eBroker::Nats => crate::e2e::Broker::Nats,
+                E2eBroker::Rabbitmq => crate::e2e::Broker::Rabbitmq,
+            },
+            rabbitmq_url,
             design: variant,
             relays,
             messages,
@@ -991,6 +1001,7 @@ fn replay(file: &std::path::Path, json: bool) -> ExitCode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum E2eBroker {
     Nats,
+    Rabbitmq,
 }
 
 /// Where the nats-server program is: on PATH, or where Debian puts it.
@@ -1010,7 +1021,13 @@ fn e2e(mut options: crate::e2e::Options, json: bool, quiet: bool) -> ExitCode {
         eprintln!("outbox-check: e2e needs a PostgreSQL server: --database-url URL or OUTBOX_CHECK_PG_URL (loopback only)");
         return ExitCode::from(2);
     }
-    if options.nats_server.as_os_str().is_empty() {
+    if options.broker == crate::e2e::Broker::Rabbitmq {
+        let loopback = options.rabbitmq_url.split_once("://").map(|(_, rest)| rest.rsplit_once('@').map_or(rest, |(_, host)| host));
+        if !loopback.is_some_and(|host| host.starts_with("127.0.0.1") || host.starts_with("localhost") || host.starts_with("[::1]")) {
+            eprintln!("outbox-check: --rabbitmq-url {}: only a loopback RabbitMQ (the run declares and deletes a queue there)", options.rabbitmq_url);
+            return ExitCode::from(2);
+        }
+    } else if options.nats_server.as_os_str().is_empty() {
         match find_program("nats-server", "/usr/sbin/nats-server") {
             Some(path) => options.nats_server = path,
             None => {

@@ -13,6 +13,7 @@
 //! publications that caused it) or a redelivery of the same copy.
 
 pub mod nats;
+pub mod rabbitmq;
 pub mod relay;
 
 use crate::core::{AggregateId, Design, Duration, EnqueueRequest, Instant, MessageId, Policy, Status, TenantId};
@@ -55,14 +56,38 @@ pub(crate) fn die_with_parent(command: &mut Command) {
     }
 }
 
+/// The broker an end-to-end run publishes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Broker {
+    /// NATS JetStream, a server the run starts itself: deduplicates on `Nats-Msg-Id` within the
+    /// stream's duplicate window.
+    Nats,
+    /// RabbitMQ with publisher confirms, the machine's own server: no deduplication.
+    Rabbitmq,
+}
+
+impl Broker {
+    pub fn name(self) -> &'static str {
+        match self {
+            Broker::Nats => "NATS JetStream",
+            Broker::Rabbitmq => "RabbitMQ",
+        }
+    }
+}
+
 /// What a relay process needs, written to a file it reads at start.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RelaySetup {
     pub relay: u16,
+    pub broker: Broker,
+    /// The NATS server's or RabbitMQ's URL.
+    pub broker_url: String,
+    /// RabbitMQ: the run's queue.
+    pub queue: String,
     pub policy: Policy,
     pub database_url: String,
     pub schema: String,
-    pub nats_url: String,
     pub lease_ms: u64,
     pub poll_ms: u64,
     pub batch: u32,
@@ -98,6 +123,8 @@ pub enum LogLine {
 /// One publication, as its relay saw it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Publication {
+    /// The publication's own id (relay, incarnation, count), sent with it as a header.
+    pub id: String,
     pub relay: String,
     pub message: String,
     pub token: u64,
@@ -115,13 +142,18 @@ pub struct Publication {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Delivery {
     pub message: String,
-    /// The stream sequence of the copy delivered.
-    pub sequence: u64,
-    /// When the broker stored that copy, on the run's clock.
+    /// Which stored copy it is: the stream sequence (NATS), else the publication that sent it.
+    pub copy: String,
+    /// The stream sequence of the copy (NATS).
+    pub sequence: Option<u64>,
+    /// The publication that sent the copy, from its header.
+    pub publication: Option<String>,
+    /// When the broker stored that copy (NATS), else when it was sent or, unknown, received; on
+    /// the run's clock.
     pub stored_ms: u64,
     pub received_ms: u64,
-    /// How many times the broker had delivered this copy to the consumer (1: the first).
-    pub delivered: i64,
+    /// The broker had delivered this copy before (the consumer's ack did not reach it).
+    pub redelivered: bool,
 }
 
 /// Which faults the run injects.
@@ -166,6 +198,9 @@ impl Faults {
 /// A run's settings.
 #[derive(Clone, Debug)]
 pub struct Options {
+    pub broker: Broker,
+    /// RabbitMQ's URL (with `--broker rabbitmq`).
+    pub rabbitmq_url: String,
     pub design: Design,
     pub relays: u16,
     pub messages: u32,
@@ -240,7 +275,8 @@ pub fn schedule(options: &Options) -> Vec<Scheduled> {
             faults.push(Scheduled::Pause { at_ms, relay: 0, for_ms: 0 });
         }
     }
-    if options.faults.outage {
+    // The run kills only a broker it started itself: not the machine's RabbitMQ.
+    if options.faults.outage && options.broker == Broker::Nats {
         let at_ms = at();
         faults.push(Scheduled::Outage { at_ms, for_ms: 0 });
     }
@@ -275,7 +311,7 @@ pub fn longest_pause(options: &Options) -> u64 {
 pub struct Report {
     pub schema: String,
     pub design: String,
-    pub broker: String,
+    pub broker: Broker,
     pub seed: u64,
     pub relays: u16,
     pub messages: u32,
@@ -283,7 +319,8 @@ pub struct Report {
     pub backoff_ms: [u64; 2],
     pub poll_ms: u64,
     pub max_attempts: u32,
-    pub duplicate_window_ms: u64,
+    /// The broker's deduplication window; none for a broker that does not deduplicate.
+    pub duplicate_window_ms: Option<u64>,
     /// The design's longest span between a message's first and last publication, in ms, or why
     /// it has none; and the longest pause the faults may add.
     pub publication_span_ms: Option<u64>,
@@ -329,7 +366,9 @@ pub struct ExtraDelivery {
     pub message: String,
     /// `duplicate_effect` (a second copy the broker stored) or `redelivery` (the same copy again).
     pub kind: String,
-    pub sequence: u64,
+    /// Which copy (see [`Delivery::copy`]) and the publication that sent it, where known.
+    pub copy: String,
+    pub publication: Option<String>,
     pub stored_ms: u64,
     /// For a second copy: when the first copy was stored, and the gap.
     pub first_stored_ms: Option<u64>,
@@ -391,6 +430,22 @@ impl Drop for Run {
     }
 }
 
+/// The broker of a run: a NATS server the run started, or the run's queue on the machine's
+/// RabbitMQ (deleted when the run ends, or is interrupted).
+enum BrokerRun {
+    Nats(nats::NatsServer),
+    Rabbit { rabbit: rabbitmq::Rabbit, queue: String, _interrupt: crate::cleanup::Registered },
+}
+
+impl BrokerRun {
+    fn url(&self, rabbitmq_url: &str) -> String {
+        match self {
+            BrokerRun::Nats(server) => server.url(),
+            BrokerRun::Rabbit { .. } => rabbitmq_url.to_string(),
+        }
+    }
+}
+
 /// Removes the folders of runs whose process is gone (a run killed outright leaves its folder).
 fn remove_stale_runs(base: &Path) {
     let Ok(entries) = std::fs::read_dir(base) else { return };
@@ -436,19 +491,36 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     let base = std::env::temp_dir();
     remove_stale_runs(&base);
     let run = Run::new(base.join(format!("outbox-check-e2e-{}-{}", std::process::id(), options.seed)))?;
-    let mut broker = nats::NatsServer::start(&options.nats_server, &run.dir)?;
-    if let Some(pid) = broker.pid() {
-        run.children.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
-    }
     let window = std::time::Duration::from_millis(options.duplicate_window_ms);
     let runtime = nats::runtime();
     // The JetStream context spawns its acknowledgement task on the current runtime.
     let _entered = runtime.enter();
-    {
-        let client = runtime.block_on(nats::connect(&broker.url()))?;
-        let js = nats::jetstream(client, std::time::Duration::from_secs(5));
-        runtime.block_on(nats::create_stream(&js, window))?;
-    }
+    let queue = format!("outbox-check-e2e-{}-{}", std::process::id(), options.seed);
+    let mut broker = match options.broker {
+        Broker::Nats => {
+            let server = nats::NatsServer::start(&options.nats_server, &run.dir)?;
+            if let Some(pid) = server.pid() {
+                run.children.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
+            }
+            let client = runtime.block_on(nats::connect(&server.url()))?;
+            let js = nats::jetstream(client, std::time::Duration::from_secs(5));
+            runtime.block_on(nats::create_stream(&js, window))?;
+            BrokerRun::Nats(server)
+        }
+        Broker::Rabbitmq => {
+            let rabbit = runtime.block_on(rabbitmq::connect(&options.rabbitmq_url))?;
+            runtime.block_on(rabbit.declare(&queue))?;
+            let (url, name) = (options.rabbitmq_url.clone(), queue.clone());
+            let interrupt = crate::cleanup::on_interrupt(move || {
+                nats::runtime().block_on(async {
+                    if let Ok(rabbit) = rabbitmq::connect(&url).await {
+                        rabbit.delete(&name).await;
+                    }
+                })
+            });
+            BrokerRun::Rabbit { rabbit, queue: queue.clone(), _interrupt: interrupt }
+        }
+    };
 
     store.scratch().client().batch_execute("CREATE SEQUENCE outbox_check_order").map_err(|e| format!("PostgreSQL: {e}"))?;
     let schema = store.scratch().schema().to_string();
@@ -479,18 +551,23 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     let deliveries: Arc<Mutex<Vec<Delivery>>> = Arc::default();
     let consuming = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let consumer = {
-        let (url, deliveries, consuming) = (broker.url(), deliveries.clone(), consuming.clone());
-        std::thread::spawn(move || consume(&url, epoch_ms, &deliveries, &consuming))
+        let (kind, url, queue, deliveries, consuming) = (options.broker, broker.url(&options.rabbitmq_url), queue.clone(), deliveries.clone(), consuming.clone());
+        std::thread::spawn(move || match kind {
+            Broker::Nats => consume(&url, epoch_ms, &deliveries, &consuming),
+            Broker::Rabbitmq => consume_rabbit(&url, &queue, epoch_ms, &deliveries, &consuming),
+        })
     };
 
     let stop = run.dir.join("stop");
-    let nats_url = broker.url();
+    let broker_url = broker.url(&options.rabbitmq_url);
     let setup = |relay: u16, incarnation: u32| RelaySetup {
         relay,
+        broker: options.broker,
+        broker_url: broker_url.clone(),
+        queue: queue.clone(),
         policy,
         database_url: options.database_url.clone(),
         schema: schema.clone(),
-        nats_url: nats_url.clone(),
         lease_ms: options.lease_ms,
         poll_ms: options.poll_ms,
         batch: options.batch,
@@ -556,7 +633,9 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
                     p.paused_until = Some(now + std::time::Duration::from_millis(*for_ms));
                 }
                 Scheduled::Outage { for_ms, .. } => {
-                    broker.kill();
+                    if let BrokerRun::Nats(server) = &mut broker {
+                        server.kill();
+                    }
                     outage_until = Some(now + std::time::Duration::from_millis(*for_ms));
                 }
             }
@@ -572,9 +651,11 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
             }
         }
         if outage_until.is_some_and(|t| t <= now) {
-            broker.restart()?;
-            if let Some(pid) = broker.pid() {
-                run.children.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
+            if let BrokerRun::Nats(server) = &mut broker {
+                server.restart()?;
+                if let Some(pid) = server.pid() {
+                    run.children.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
+                }
             }
             outage_until = None;
         }
@@ -613,18 +694,38 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         let _ = p.child.kill();
         let _ = p.child.wait();
     }
-    // Let the consumer catch up with the stream, then stop it.
-    let last = runtime.block_on(last_sequence(&broker.url())).unwrap_or(0);
+    // Let the consumer catch up with what the broker holds, then stop it.
     let draining = std::time::Instant::now();
-    while draining.elapsed() < std::time::Duration::from_secs(5)
-        && deliveries.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|d| d.sequence).max().unwrap_or(0) < last
-    {
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    let count = || deliveries.lock().unwrap_or_else(|p| p.into_inner()).len();
+    match &broker {
+        BrokerRun::Nats(server) => {
+            let last = runtime.block_on(last_sequence(&server.url())).unwrap_or(0);
+            while draining.elapsed() < std::time::Duration::from_secs(5)
+                && deliveries.lock().unwrap_or_else(|p| p.into_inner()).iter().filter_map(|d| d.sequence).max().unwrap_or(0) < last
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+        BrokerRun::Rabbit { rabbit, queue, .. } => {
+            let (mut seen, mut quiet) = (count(), std::time::Instant::now());
+            while draining.elapsed() < std::time::Duration::from_secs(5) {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                if count() != seen {
+                    (seen, quiet) = (count(), std::time::Instant::now());
+                }
+                if runtime.block_on(rabbit.ready(queue)) == Some(0) && quiet.elapsed() > std::time::Duration::from_millis(500) {
+                    break;
+                }
+            }
+        }
     }
     consuming.store(false, std::sync::atomic::Ordering::Relaxed);
     let _ = consumer.join();
     let deliveries = std::mem::take(&mut *deliveries.lock().unwrap_or_else(|p| p.into_inner()));
     let rows = store.rows().map_err(|e| format!("PostgreSQL: {e}"))?;
+    if let BrokerRun::Rabbit { rabbit, queue, .. } = &broker {
+        runtime.block_on(rabbit.delete(queue));
+    }
     drop(broker);
 
     // The history: the relays' logs merged by commit stamp.
@@ -662,7 +763,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     let header = crate::trace::Header {
         backoff_base: Some(policy.backoff.base.0),
         backoff_cap: Some(policy.backoff.cap.0),
-        source: Some(format!("outbox-check e2e --seed {}: {} relay processes on PostgreSQL and NATS JetStream", options.seed, options.relays)),
+        source: Some(format!("outbox-check e2e --seed {}: {} relay processes on PostgreSQL and {}", options.seed, options.relays, options.broker.name())),
         concurrency: Some(crate::trace::Concurrency::SkipLocked),
         relays: Some((0..options.relays).map(|r| owner_name(crate::core::RelayId(r))).chain(policy.relay.reaper.then(|| "reaper".to_string())).collect()),
         ..crate::trace::Header::new(options.design.name(), options.max_attempts)
@@ -677,11 +778,12 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
 
     let span = policy.publication_span(Duration(options.lease_ms), options.max_attempts, Duration(options.poll_ms));
     let published: Vec<&crate::core::Row> = rows.iter().filter(|r| r.status == Status::Published).collect();
-    let named = name_deliveries(&deliveries, &publications, options.duplicate_window_ms);
+    let window = (options.broker == Broker::Nats).then_some(options.duplicate_window_ms);
+    let named = name_deliveries(&deliveries, &publications, window);
     let mut report = Report {
         schema: "outbox-check/e2e/v1".into(),
         design: options.design.name().to_string(),
-        broker: "nats".into(),
+        broker: options.broker,
         seed: options.seed,
         relays: options.relays,
         messages: options.messages,
@@ -689,7 +791,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         backoff_ms: [options.backoff_base_ms, options.backoff_cap_ms],
         poll_ms: options.poll_ms,
         max_attempts: options.max_attempts,
-        duplicate_window_ms: options.duplicate_window_ms,
+        duplicate_window_ms: window,
         publication_span_ms: span.ok().map(|s| s.longest.0),
         publication_span_unbounded: span.err().map(str::to_string),
         longest_pause_ms: longest_pause(options),
@@ -773,83 +875,101 @@ fn check_history(design: Design, text: &str) -> Result<(Option<String>, Vec<Stri
 }
 
 /// Names every delivery beyond a message's first; lists the publications the broker caught as
-/// duplicates and the copies no logged publication explains.
-fn name_deliveries(deliveries: &[Delivery], publications: &[Publication], window_ms: u64) -> (Vec<ExtraDelivery>, Vec<Deduplicated>, Vec<String>) {
+/// duplicates and the copies no logged publication explains. `window`: the broker's
+/// deduplication window (none: it keeps none).
+fn name_deliveries(deliveries: &[Delivery], publications: &[Publication], window: Option<u64>) -> (Vec<ExtraDelivery>, Vec<Deduplicated>, Vec<String>) {
     use std::collections::BTreeMap;
+    let at = |ms: u64| secs(ms.saturating_sub(CLOCK_OFFSET));
+    let sent = |id: &Option<String>| id.as_ref().and_then(|id| publications.iter().find(|p| &p.id == id));
+    // A copy was stored when the broker says (NATS), else when its publication went out.
+    let stored = |d: &Delivery| if d.sequence.is_some() { d.stored_ms } else { sent(&d.publication).map_or(d.stored_ms, |p| p.at_ms) };
     let mut by_message: BTreeMap<&str, Vec<&Delivery>> = BTreeMap::new();
     for d in deliveries {
         by_message.entry(&d.message).or_default().push(d);
     }
-    let words = |p: &Publication| {
+    // `copies`: (the publication that stored the first copy, the one that stored this copy).
+    let words = |p: &Publication, copies: (Option<&str>, Option<&str>)| {
         let answer = match (p.answer, p.duplicate, p.cut) {
             (_, _, true) => "no answer (its connection was cut before the ack)".to_string(),
-            (PublishAnswer::Ack, true, _) => format!("ack as a duplicate (sequence {})", p.sequence.unwrap_or(0)),
-            (PublishAnswer::Ack, false, _) => format!("ack (stored as sequence {})", p.sequence.unwrap_or(0)),
+            (PublishAnswer::Ack, true, _) => "ack as a duplicate".to_string(),
+            (PublishAnswer::Ack, false, _) => "ack".to_string(),
             (answer, _, _) => answer.as_str().to_string(),
         };
-        format!("{} at t={}: {answer}", p.relay, secs(p.at_ms.saturating_sub(CLOCK_OFFSET)))
+        let stored = match copies {
+            (Some(first), _) if first == p.id => ", stored the first copy",
+            (_, Some(this)) if this == p.id => ", stored this copy",
+            _ => "",
+        };
+        format!("{} at t={}: {answer}{stored}", p.relay, at(p.at_ms))
     };
     let mut extra = Vec::new();
     let mut unlogged = Vec::new();
     for (message, mut list) in by_message {
-        list.sort_by_key(|d| (d.sequence, d.delivered, d.received_ms));
-        let first_copy = list[0];
+        list.sort_by_key(|d| (stored(d), d.received_ms));
+        let first = list[0];
         let mut ours: Vec<&Publication> = publications.iter().filter(|p| p.message == message).collect();
         ours.sort_by_key(|p| p.at_ms);
-        let mut seen: Vec<u64> = Vec::new();
+        let mut seen: Vec<&str> = Vec::new();
         for d in list.iter().copied() {
-            let copy_seen = seen.contains(&d.sequence);
-            if d.sequence == first_copy.sequence && !copy_seen {
-                seen.push(d.sequence);
+            let again = seen.contains(&d.copy.as_str());
+            if !again && seen.is_empty() {
+                seen.push(&d.copy);
                 continue;
             }
-            let publications: Vec<String> = ours.iter().map(|p| words(p)).collect();
-            if copy_seen || d.delivered > 1 {
+            let copies = (first.publication.as_deref(), d.publication.as_deref());
+            let publications: Vec<String> = ours.iter().map(|p| words(p, copies)).collect();
+            if again || d.redelivered {
                 extra.push(ExtraDelivery {
                     message: message.to_string(),
                     kind: "redelivery".into(),
-                    sequence: d.sequence,
-                    stored_ms: d.stored_ms,
+                    copy: d.copy.clone(),
+                    publication: d.publication.clone(),
+                    stored_ms: stored(d),
                     first_stored_ms: None,
                     gap_ms: None,
                     publications,
                     words: format!(
-                        "{message}: copy {} delivered again (delivery {}): the consumer's acknowledgement did not reach the broker — the same copy, not a second effect of the relays",
-                        d.sequence, d.delivered
+                        "{message}: {} delivered again: the consumer's acknowledgement did not reach the broker — the same copy, not a second effect of the relays",
+                        d.copy
                     ),
                 });
                 continue;
             }
-            seen.push(d.sequence);
-            let gap = d.stored_ms.saturating_sub(first_copy.stored_ms);
-            let within = gap < window_ms;
+            seen.push(&d.copy);
+            let gap = stored(d).saturating_sub(stored(first));
+            let why = match window {
+                Some(w) if gap < w => format!("inside the {} window: the broker's deduplication failed", secs(w)),
+                Some(w) => format!("past the {} duplicate window", secs(w)),
+                None => "the broker keeps no deduplication window".to_string(),
+            };
             extra.push(ExtraDelivery {
                 message: message.to_string(),
                 kind: "duplicate_effect".into(),
-                sequence: d.sequence,
-                stored_ms: d.stored_ms,
-                first_stored_ms: Some(first_copy.stored_ms),
+                copy: d.copy.clone(),
+                publication: d.publication.clone(),
+                stored_ms: stored(d),
+                first_stored_ms: Some(stored(first)),
                 gap_ms: Some(gap),
                 publications: publications.clone(),
                 words: format!(
-                    "{message}: a second copy stored at t={}, {} after the first (t={}) — {}: a duplicate effect unless the consumer deduplicates; publications: {}",
-                    secs(d.stored_ms.saturating_sub(CLOCK_OFFSET)),
+                    "{message}: a second copy stored at t={}, {} after the first (t={}) — {why}: a duplicate effect unless the consumer deduplicates; publications: {}",
+                    at(stored(d)),
                     secs(gap),
-                    secs(first_copy.stored_ms.saturating_sub(CLOCK_OFFSET)),
-                    if within { format!("inside the {} window: the broker's deduplication failed", secs(window_ms)) } else { format!("past the {} duplicate window", secs(window_ms)) },
+                    at(stored(first)),
                     publications.join("; ")
                 ),
             });
         }
-        // A stored copy no logged publication of the message accounts for (its relay died first).
-        let explained = ours.iter().any(|p| p.answer != PublishAnswer::Unavailable);
-        if !explained {
-            unlogged.push(format!("{message}: stored at t={} by a publication no relay lived to log", secs(first_copy.stored_ms.saturating_sub(CLOCK_OFFSET))));
+        // A stored copy no logged publication accounts for (its relay died before logging it).
+        for d in &list {
+            if d.publication.is_some() && sent(&d.publication).is_none() && !unlogged.iter().any(|u: &String| u.starts_with(&format!("{message}: {} ", d.copy))) {
+                unlogged.push(format!("{message}: {} stored at t={} by a publication its relay did not live to log", d.copy, at(stored(d))));
+            }
         }
     }
     let mut deduplicated = Vec::new();
     for p in publications.iter().filter(|p| p.duplicate) {
-        let first = deliveries.iter().filter(|d| d.message == p.message).map(|d| d.stored_ms).min();
+        let first = deliveries.iter().filter(|d| d.message == p.message).map(stored).min();
         deduplicated.push(Deduplicated { message: p.message.clone(), relay: p.relay.clone(), at_ms: p.at_ms, after_first_ms: first.map(|f| p.at_ms.saturating_sub(f)) });
     }
     (extra, deduplicated, unlogged)
@@ -906,14 +1026,17 @@ fn consume(url: &str, epoch_ms: u64, deliveries: &Mutex<Vec<Delivery>>, consumin
                     };
                     let received_ms = now_ms(epoch_ms);
                     let id = message.headers.as_ref().and_then(|h| h.get(nats::MSG_ID)).map(|v| v.as_str().to_string()).unwrap_or_default();
+                    let publication = message.headers.as_ref().and_then(|h| h.get(nats::PUBLICATION)).map(|v| v.as_str().to_string());
                     if let Ok(info) = message.info() {
                         let stored_unix_ms = (info.published.unix_timestamp_nanos() / 1_000_000) as u64;
                         deliveries.lock().unwrap_or_else(|p| p.into_inner()).push(Delivery {
                             message: id,
-                            sequence: info.stream_sequence,
+                            copy: format!("sequence {}", info.stream_sequence),
+                            sequence: Some(info.stream_sequence),
+                            publication,
                             stored_ms: stored_unix_ms.saturating_sub(epoch_ms) + CLOCK_OFFSET,
                             received_ms,
-                            delivered: info.delivered,
+                            redelivered: info.delivered > 1,
                         });
                     }
                     let _ = message.ack().await;
@@ -926,13 +1049,32 @@ fn consume(url: &str, epoch_ms: u64, deliveries: &Mutex<Vec<Delivery>>, consumin
     });
 }
 
+/// The consumer on RabbitMQ: the run's queue, manual acks, every delivery recorded; a copy is
+/// known by the publication that sent it (a header), when it was stored by when it was sent.
+fn consume_rabbit(url: &str, queue: &str, epoch_ms: u64, deliveries: &Mutex<Vec<Delivery>>, consuming: &std::sync::atomic::AtomicBool) {
+    let runtime = nats::runtime();
+    let go_on = || consuming.load(std::sync::atomic::Ordering::Relaxed);
+    let each = |r: rabbitmq::Received| {
+        let received_ms = now_ms(epoch_ms);
+        let mut list = deliveries.lock().unwrap_or_else(|p| p.into_inner());
+        let copy = r.publication.clone().unwrap_or_else(|| format!("unnamed copy {}", list.len()));
+        list.push(Delivery { message: r.message, copy, sequence: None, publication: r.publication, stored_ms: received_ms, received_ms, redelivered: r.redelivered });
+    };
+    while go_on() {
+        if runtime.block_on(rabbitmq::consume(url, queue, &go_on, &each)).is_err() {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
 /// The report in words.
 pub fn print(report: &Report) {
     println!(
-        "outbox-check e2e — {}, {} relay processes × {} over PostgreSQL and NATS JetStream, seed {} (lease {}, backoff {}–{}, polls every {}, budget {})",
+        "outbox-check e2e — {}, {} relay processes × {} over PostgreSQL and {}, seed {} (lease {}, backoff {}–{}, polls every {}, budget {})",
         report.design,
         report.relays,
         crate::report::count(report.messages, "message"),
+        report.broker.name(),
         report.seed,
         secs(report.lease_ms),
         secs(report.backoff_ms[0]),
@@ -957,19 +1099,23 @@ pub fn print(report: &Report) {
             println!("  {n} × a relay's {what}");
         }
     }
-    match (report.publication_span_ms, &report.publication_span_unbounded) {
-        (Some(span), _) => {
+    match (report.duplicate_window_ms, report.publication_span_ms, &report.publication_span_unbounded) {
+        (None, _, _) => println!(
+            "Deduplication: {} keeps no deduplication window — every copy it stored reaches the consumer, which must deduplicate by the message id.",
+            report.broker.name()
+        ),
+        (Some(window), Some(span), _) => {
             let needed = span + report.longest_pause_ms;
             println!(
                 "Deduplication: this design's publications of one message span at most {} (with relays paused up to {}: {}); the stream's duplicate_window is {} — {}.",
                 secs(span),
                 secs(report.longest_pause_ms),
                 secs(needed),
-                secs(report.duplicate_window_ms),
-                if report.duplicate_window_ms > needed { "it covers them" } else { "too short: a late republication is stored again" }
+                secs(window),
+                if window > needed { "it covers them" } else { "too short: a late republication is stored again" }
             );
         }
-        (None, Some(reason)) => println!("Deduplication: no window covers every republication of this design — {reason}."),
+        (Some(_), None, Some(reason)) => println!("Deduplication: no window covers every republication of this design — {reason}."),
         _ => {}
     }
     match &report.oracle {

@@ -13,6 +13,8 @@ pub const SUBJECT_PREFIX: &str = "outbox";
 pub const CONSUMER: &str = "outbox-check-consumer";
 /// The header NATS JetStream deduplicates on.
 pub const MSG_ID: &str = "Nats-Msg-Id";
+/// The header naming the publication that sent a copy (the consumer reads it back).
+pub const PUBLICATION: &str = "Outbox-Check-Publication";
 
 /// A `nats-server -js` child process.
 pub struct NatsServer {
@@ -140,8 +142,8 @@ pub async fn create_stream(js: &async_nats::jetstream::Context, window: Duration
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Answer {
     /// Stored (`duplicate`: the broker already had the message id within its window and stored
-    /// nothing new) at stream sequence `sequence`.
-    Ack { sequence: u64, duplicate: bool },
+    /// nothing new), at stream sequence `sequence` where the broker numbers what it stores.
+    Ack { sequence: Option<u64>, duplicate: bool },
     /// No answer in time, or the connection went before it came: stored or not, unknown.
     Timeout,
     /// Refused before it reached a stream: nothing stored.
@@ -155,12 +157,14 @@ pub async fn publish(
     client: &async_nats::Client,
     js: &async_nats::jetstream::Context,
     message: &str,
+    publication: &str,
     payload: Vec<u8>,
     cut: bool,
 ) -> Answer {
     use async_nats::jetstream::context::PublishErrorKind;
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(MSG_ID, message);
+    headers.insert(PUBLICATION, publication);
     let subject = format!("{SUBJECT_PREFIX}.{message}");
     let ack = match js.publish_with_headers(subject, headers, payload.into()).await {
         Ok(ack) => ack,
@@ -173,7 +177,7 @@ pub async fn publish(
         return Answer::Timeout;
     }
     match ack.await {
-        Ok(ack) => Answer::Ack { sequence: ack.sequence, duplicate: ack.duplicate },
+        Ok(ack) => Answer::Ack { sequence: Some(ack.sequence), duplicate: ack.duplicate },
         Err(e) if e.kind() == PublishErrorKind::StreamNotFound => Answer::Unavailable,
         Err(_) => Answer::Timeout,
     }

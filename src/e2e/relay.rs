@@ -50,6 +50,34 @@ impl Log {
     }
 }
 
+/// The relay's connection to the broker.
+enum Publisher {
+    Nats { client: async_nats::Client, js: async_nats::jetstream::Context },
+    Rabbit(super::rabbitmq::Rabbit),
+}
+
+impl Publisher {
+    async fn connect(setup: &RelaySetup) -> Result<Publisher, String> {
+        let timeout = std::time::Duration::from_millis(setup.publish_timeout_ms);
+        Ok(match setup.broker {
+            super::Broker::Nats => {
+                let client = nats::connect(&setup.broker_url).await?;
+                let js = nats::jetstream(client.clone(), timeout);
+                Publisher::Nats { client, js }
+            }
+            super::Broker::Rabbitmq => Publisher::Rabbit(super::rabbitmq::connect(&setup.broker_url).await?),
+        })
+    }
+
+    async fn publish(&self, setup: &RelaySetup, message: &str, publication: &str, payload: Vec<u8>, cut: bool) -> Answer {
+        let timeout = std::time::Duration::from_millis(setup.publish_timeout_ms);
+        match self {
+            Publisher::Nats { client, js } => nats::publish(client, js, message, publication, payload, cut).await,
+            Publisher::Rabbit(rabbit) => rabbit.publish(&setup.queue, message, publication, payload, cut, timeout).await,
+        }
+    }
+}
+
 /// The relay's database connection, in the run's schema.
 struct Db {
     setup: RelaySetup,
@@ -170,9 +198,8 @@ fn run(setup: &RelaySetup) -> Result<(), String> {
     let runtime = nats::runtime();
     // The JetStream context spawns its acknowledgement task on the current runtime.
     let _entered = runtime.enter();
-    let timeout = std::time::Duration::from_millis(setup.publish_timeout_ms);
-    let mut client = runtime.block_on(nats::connect(&setup.nats_url))?;
-    let mut js = nats::jetstream(client.clone(), timeout);
+    let mut publisher = runtime.block_on(Publisher::connect(setup))?;
+    let mut publications = 0u64;
     let mut db = Db::connect(setup)?;
     let mut killer = Scratch::attach(&setup.database_url, false, &setup.schema).map_err(|e| e.to_string())?;
     let owner = RelayId(setup.relay);
@@ -223,12 +250,13 @@ fn run(setup: &RelaySetup) -> Result<(), String> {
                     let cut = rng.gen_bool(setup.cut_before_ack);
                     let at = super::now_ms(setup.epoch_ms);
                     let payload = format!("{message} token {}", lease.token.0).into_bytes();
-                    let answer = runtime.block_on(nats::publish(&client, &js, &message, payload, cut));
+                    let id = format!("{relay}.{}.{publications}", setup.incarnation);
+                    publications += 1;
+                    let answer = runtime.block_on(publisher.publish(setup, &message, &id, payload, cut));
                     if cut {
                         log.line(&LogLine::Fault { at_ms: at, what: format!("{relay}'s broker connection cut before the ack of {message}") })?;
                         // The connection is gone: the relay starts a new one, as its client would.
-                        client = runtime.block_on(nats::connect(&setup.nats_url))?;
-                        js = nats::jetstream(client.clone(), timeout);
+                        publisher = runtime.block_on(Publisher::connect(setup))?;
                     }
                     let outcome = match answer {
                         Answer::Ack { .. } => PublishOutcome::Ack,
@@ -236,10 +264,11 @@ fn run(setup: &RelaySetup) -> Result<(), String> {
                         Answer::Unavailable => PublishOutcome::RetryableFailure,
                     };
                     let (sequence, duplicate) = match answer {
-                        Answer::Ack { sequence, duplicate } => (Some(sequence), duplicate),
+                        Answer::Ack { sequence, duplicate } => (sequence, duplicate),
                         _ => (None, false),
                     };
                     log.line(&LogLine::Publication(Publication {
+                        id,
                         relay: relay.clone(),
                         message: message.clone(),
                         token: lease.token.0,
