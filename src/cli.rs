@@ -357,7 +357,8 @@ enum Command {
         /// Relay processes.
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=32))]
         relays: u16,
-        /// Messages enqueued before the relays start.
+        /// Messages the application enqueues: all before the relays start, or with faults on, a
+        /// tenth at the start and the rest at a steady pace through the fault window.
         #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
         messages: u32,
         /// The seed the faults are drawn from (the same seed, the same schedule).

@@ -117,19 +117,18 @@ fn the_readme_synopsis_lists_exactly_the_options_of_each_help() {
     for command in &commands {
         let help = Command::new(env!("CARGO_BIN_EXE_outbox-check")).args([command, "--help"]).output().unwrap();
         let help = String::from_utf8_lossy(&help.stdout);
-        let listed: std::collections::BTreeSet<String> = help
-            .lines()
-            .filter(|l| l.trim_start().starts_with('-'))
-            .flat_map(|l| {
-                // The option itself, and its visible aliases ("[alias: --design]").
-                let mut named = options(l.split("  ").find(|p| !p.trim().is_empty()).unwrap_or_default());
-                if let Some((_, alias)) = l.rsplit_once("[alias") {
-                    named.extend(options(alias));
-                }
-                named
-            })
-            .filter(|o| o != "--help")
-            .collect();
+        // Each option, and its visible aliases ("[alias: --design]"), which clap prints on the
+        // option's line or, where the help goes on the next line, at the end of its description.
+        let mut listed = std::collections::BTreeSet::new();
+        for l in help.lines() {
+            if l.trim_start().starts_with('-') {
+                listed.extend(options(l.split("  ").find(|p| !p.trim().is_empty()).unwrap_or_default()));
+            }
+            if let Some((_, alias)) = l.rsplit_once("[alias") {
+                listed.extend(options(alias));
+            }
+        }
+        listed.remove("--help");
         let readme_has = synopsis.get(command).unwrap_or_else(|| panic!("the README's synopsis has no `{command}`"));
         assert_eq!(readme_has, &listed, "`outbox-check {command}`: the README's synopsis against --help");
     }

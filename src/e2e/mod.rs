@@ -527,7 +527,19 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     let started = std::time::Instant::now();
     let epoch_ms = unix_ms();
     let mut history: Vec<(i64, u64, serde_json::Value)> = Vec::new();
-    for n in 0..options.messages {
+    // The application's enqueues: with faults on, a tenth at the start and the rest at a steady
+    // pace through the fault window, so the faults meet relays at work; without, all at once.
+    let faulty = options.faults != Faults::parse("none").expect("a fault list");
+    let upfront = if faulty { options.messages.div_ceil(10) } else { options.messages };
+    let enqueue_at = |n: u32| -> u64 {
+        if n < upfront {
+            0
+        } else {
+            u64::from(n - upfront) * options.fault_span_ms / u64::from((options.messages - upfront).max(1))
+        }
+    };
+    let mut enqueued = 0u32;
+    let enqueue = |store: &mut PgStore, history: &mut Vec<(i64, u64, serde_json::Value)>, n: u32| -> Result<(), String> {
         let req = EnqueueRequest {
             tenant_id: TenantId(0),
             aggregate_id: AggregateId(n),
@@ -535,7 +547,8 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
             message_id: MessageId(n),
             now: Instant(now_ms(epoch_ms)),
         };
-        store.enqueue(&req).map_err(|e| format!("PostgreSQL: {e}"))?;
+        // Stamped inside its transaction, which no claim overlaps: its place in commit order.
+        let (_, stamp) = store.enqueue_stamped(&req, "SELECT nextval('outbox_check_order')").map_err(|e| format!("PostgreSQL: {e}"))?;
         let event = crate::trace::Event::Enqueue {
             tenant: tenant_name(TenantId(0)),
             aggregate: aggregate_name(AggregateId(n)),
@@ -544,7 +557,12 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
             now: req.now.0,
             result: "applied".into(),
         };
-        history.push((i64::MIN / 2 + i64::from(n), 0, serde_json::to_value(&event).expect("JSON of plain values")));
+        history.push((2 * stamp, 0, serde_json::to_value(&event).expect("JSON of plain values")));
+        Ok(())
+    };
+    while enqueued < upfront {
+        enqueue(&mut store, &mut history, enqueued)?;
+        enqueued += 1;
     }
 
     // The consumer: every delivery, recorded and acknowledged.
@@ -659,6 +677,10 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
             }
             outage_until = None;
         }
+        while enqueued < options.messages && enqueue_at(enqueued) <= ms(now) {
+            enqueue(&mut store, &mut history, enqueued)?;
+            enqueued += 1;
+        }
         if let Some(reaper) = reaper.as_mut() {
             if let Some(event) = reap(reaper, epoch_ms, options.max_attempts) {
                 history.push(event);
@@ -667,10 +689,10 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         if now.duration_since(checked) >= std::time::Duration::from_millis(200) {
             checked = now;
             let rows = store.rows().map_err(|e| format!("PostgreSQL: {e}"))?;
-            let remaining = rows.iter().filter(|r| !r.status.is_terminal()).count();
+            let remaining = rows.iter().filter(|r| !r.status.is_terminal()).count() + (options.messages - enqueued) as usize;
             let faults_over = next_fault == plan.len() && outage_until.is_none() && relays.iter().all(|p| p.paused_until.is_none());
             progress(&format!("{} of {} messages open, {} deliveries, {:.1} s", remaining, options.messages, deliveries.lock().unwrap_or_else(|p| p.into_inner()).len(), started.elapsed().as_secs_f64()));
-            if (remaining == 0 && faults_over) || started.elapsed() > deadline {
+            if (remaining == 0 && faults_over && enqueued == options.messages) || started.elapsed() > deadline {
                 break;
             }
         }

@@ -782,11 +782,28 @@ fn pg_fix_widths(sql: &str, params: &[Param]) -> Vec<Box<dyn postgres::types::To
         .collect()
 }
 
-impl Store for PgStore {
-    fn enqueue(&mut self, req: &EnqueueRequest) -> Result<EnqueueResult, StoreError> {
+impl PgStore {
+    /// An enqueue that no claim or write overlaps (it holds the table in EXCLUSIVE mode), stamped
+    /// inside its transaction by `stamp`, a query returning one bigint: for a recorder that
+    /// orders a history by stamps while relays work (a claim's snapshot can otherwise predate an
+    /// enqueue stamped before it).
+    pub fn enqueue_stamped(&mut self, req: &EnqueueRequest, stamp: &str) -> Result<(EnqueueResult, i64), StoreError> {
+        let table = self.common.table.name();
+        let mut tx = self.scratch.client().transaction()?;
+        tx.batch_execute(&format!("LOCK TABLE {table} IN EXCLUSIVE MODE"))?;
+        let result = Self::enqueue_in(&mut self.common, &mut tx, req)?;
+        let stamp: i64 = tx.query_one(stamp, &[])?.get(0);
+        if matches!(result, EnqueueResult::Applied { .. }) {
+            tx.commit()?;
+        }
+        Ok((result, stamp))
+    }
+
+    /// The enqueue's statements in `tx`: the business change from the expected version, then
+    /// the outbox row. Stale (the business row moved): nothing done, the caller rolls back.
+    fn enqueue_in(common: &mut Common, tx: &mut postgres::Transaction<'_>, req: &EnqueueRequest) -> Result<EnqueueResult, StoreError> {
         let (tenant, aggregate) = (tenant_name(req.tenant_id), aggregate_name(req.aggregate_id));
         let expected = i64::from(req.expected_version);
-        let mut tx = self.scratch.client().transaction()?;
         // The business change: moves the aggregate only from the expected version.
         let business = if expected == 0 {
             "INSERT INTO business_aggregates (tenant_id, aggregate_id, version) VALUES ($1::text, $2::text, $3::bigint + 1) \
@@ -798,21 +815,30 @@ impl Store for PgStore {
         let params = [Param::Text(tenant.clone()), Param::Text(aggregate.clone()), Param::Int(expected)];
         let values = pg_fix_widths(business, &params);
         let changed = tx.execute(business, &refs(&values))?;
-        self.common.log.push(render(business, &params));
+        common.log.push(render(business, &params));
         if changed != 1 {
             let current: Option<i64> = tx
                 .query_opt("SELECT version FROM business_aggregates WHERE tenant_id = $1 AND aggregate_id = $2", &[&tenant, &aggregate])?
                 .map(|r| r.get(0));
-            tx.rollback()?;
             return Ok(EnqueueResult::Stale { current_version: current.unwrap_or(0) as u32 });
         }
-        let (insert, params) = self.common.insert(req);
+        let (insert, params) = common.insert(req);
         let insert = insert.as_str();
         let values = pg_fix_widths(insert, &params);
         tx.execute(insert, &refs(&values))?;
-        self.common.log.push(render(insert, &params));
-        tx.commit()?;
+        common.log.push(render(insert, &params));
         Ok(EnqueueResult::Applied { version: req.expected_version + 1 })
+    }
+}
+
+impl Store for PgStore {
+    fn enqueue(&mut self, req: &EnqueueRequest) -> Result<EnqueueResult, StoreError> {
+        let mut tx = self.scratch.client().transaction()?;
+        let result = Self::enqueue_in(&mut self.common, &mut tx, req)?;
+        if matches!(result, EnqueueResult::Applied { .. }) {
+            tx.commit()?;
+        }
+        Ok(result)
     }
 
     fn claim(&mut self, req: &ClaimRequest) -> Result<Vec<Lease>, StoreError> {
