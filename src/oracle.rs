@@ -118,6 +118,11 @@ pub struct Divergence {
     /// Unknown outcomes opened more resolutions than the oracle keeps, some were dropped: the
     /// divergence may belong to a dropped one.
     pub resolutions_dropped: bool,
+    /// Where unknown outcomes leave more than one resolution and they fail differently: what
+    /// each other resolution breaks, one line each (empty when every resolution fails as this
+    /// one does). The history then breaks one of these or this finding, not this one for sure.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub otherwise: Vec<String>,
     /// The model's rows, until they are put in the history's names.
     #[serde(skip)]
     model_rows: Vec<Row>,
@@ -136,6 +141,9 @@ impl std::fmt::Display for Divergence {
             write!(f, "{}\n  event: {}", self.got, self.event)?;
         } else {
             write!(f, "the model allows {}, the implementation reported {}\n  event: {}", self.expected, self.got, self.event)?;
+        }
+        for other in &self.otherwise {
+            write!(f, "\n  or, where the unknown outcomes resolve otherwise: {other}")?;
         }
         if self.resolutions_dropped {
             write!(f, "\n  (too many unknown outcomes: {BRANCHES_MAX} resolutions were kept, others dropped)")?;
@@ -160,6 +168,7 @@ impl Divergence {
             got,
             rows: Vec::new(),
             resolutions_dropped: false,
+            otherwise: Vec::new(),
             model_rows: rows.to_vec(),
         }
     }
@@ -313,6 +322,37 @@ struct Branch {
     /// A safety property this resolution broke (a claim of unknown outcome that, committed, broke
     /// one by the design's own rule): reported if no resolution without one survives.
     broke: Option<Box<Divergence>>,
+}
+
+/// The divergence to report when every resolution of the unknown outcomes failed at one event:
+/// a finding every resolution shares if there is one (the history breaks it whichever way the
+/// outcomes went); else, as before, a safety property one of them breaks rather than a departure
+/// from the design in another — but then naming what each other resolution breaks instead, so
+/// the report never says more than the history shows (decision 62).
+fn choose(failures: Vec<Divergence>) -> Option<Divergence> {
+    let id = |d: &Divergence| d.property.map(|p| p.id()).or(d.conformance.map(|c| c.id()));
+    let shared = |d: &Divergence| failures.iter().all(|f| id(f) == id(d));
+    let pick = failures
+        .iter()
+        .position(|d| shared(d) && d.property.is_some())
+        .or_else(|| failures.iter().position(|d| shared(d)))
+        .or_else(|| failures.iter().position(|d| d.property.is_some()))
+        .or(if failures.is_empty() { None } else { Some(0) })?;
+    let mut others: Vec<String> = Vec::new();
+    let mut seen = vec![id(&failures[pick])];
+    for d in &failures {
+        if !seen.contains(&id(d)) {
+            seen.push(id(d));
+            let mut other = d.clone();
+            other.otherwise.clear();
+            let text = other.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            others.push(first.split_once(": ").map_or(first, |(_, rest)| rest).to_string());
+        }
+    }
+    let mut chosen = failures.into_iter().nth(pick)?;
+    chosen.otherwise = others;
+    Some(chosen)
 }
 
 /// A claimable row a skip-locked claim did not return: excused once the history shows another
@@ -533,6 +573,7 @@ impl Oracle {
             return Ok(());
         };
         let counter = self.policy.token_kind == crate::core::policy::TokenKind::Counter;
+        let mut first = None;
         for (got, id) in leases.iter().zip(messages) {
             // A claim without a token has nothing to compare: the implementation cannot fence.
             let Some(got_token) = &got.token else {
@@ -560,9 +601,14 @@ impl Oracle {
                 _ => row.seen.iter().find(|(t, _)| *t == token).and_then(|&(_, at)| reused(at)),
             };
             if let Some((expected, got_text)) = problem {
-                let mut d = Divergence::new(line, event, Blame::Safety(Property::S2), expected, got_text, &[]);
-                d.resolutions_dropped = self.dropped;
-                return Err(d);
+                // The claim's other leases are still recorded: going on (--all), a later claim
+                // is judged against every token this one handed out.
+                if first.is_none() {
+                    let mut d = Divergence::new(line, event, Blame::Safety(Property::S2), expected, got_text, &[]);
+                    d.resolutions_dropped = self.dropped;
+                    first = Some(d);
+                }
+                continue;
             }
             // A counter design's numeric tokens only grow (or S2 stopped the history above):
             // the largest stands for all of them. Any other token is kept to compare with.
@@ -576,7 +622,7 @@ impl Oracle {
                 other => row.seen.push((other, line)),
             }
         }
-        Ok(())
+        first.map_or(Ok(()), Err)
     }
 
     /// The implementation's name for a thing, as a small number (in order of first appearance).
@@ -637,7 +683,8 @@ impl Oracle {
             }
             token_divergence = Some(d);
         }
-        let mut first_error = None;
+        // Every failing resolution's divergence: the one reported is chosen from all of them.
+        let mut failures: Vec<Divergence> = Vec::new();
         let mut branches = std::mem::take(&mut self.branches);
         let before = branches.len();
         if branches.iter().any(|b| !b.deferred.is_empty()) {
@@ -652,9 +699,7 @@ impl Oracle {
         branches.retain_mut(|b| {
             let skipped = self.judge_skips(b, begin, settled, &locked);
             if skipped.is_err() && !self.keep_going {
-                if first_error.is_none() {
-                    first_error = skipped.err().map(|d| self.in_your_names(d, b));
-                }
+                failures.extend(skipped.err().map(|d| self.in_your_names(d, b)));
                 return false;
             }
             let saved = self.keep_going.then(|| b.clone());
@@ -671,22 +716,15 @@ impl Oracle {
                             true
                         }
                         Err(d) => {
-                            if first_error.is_none() {
-                                first_error = Some(self.in_your_names(d, b));
-                            }
+                            failures.push(self.in_your_names(d, b));
                             went_on.push(b.clone());
                             false
                         }
                     }
                 }
                 Err(divergence) => {
-                    // Where resolutions fail differently, a safety property one of them breaks
-                    // says more than a departure from the design in another.
                     let d = skipped.err().unwrap_or(divergence);
-                    let better = first_error.as_ref().is_none_or(|f: &Divergence| f.property.is_none() && d.property.is_some());
-                    if better {
-                        first_error = Some(self.in_your_names(d, b));
-                    }
+                    failures.push(self.in_your_names(d, b));
                     if let Some(mut saved) = saved {
                         self.adopt(&mut saved, line, event, &plan);
                         self.forget(&mut saved, &plan, event);
@@ -705,7 +743,7 @@ impl Oracle {
         // Only resolutions that broke a property are left: the history breaks it.
         let clean = branches.iter().any(|b| b.broke.is_none());
         if !branches.is_empty() && !clean && token_divergence.is_none() {
-            let d = branches.iter().find_map(|b| b.broke.as_deref().cloned());
+            let d = choose(branches.iter().filter_map(|b| b.broke.as_deref().cloned()).collect());
             if let Some(d) = d {
                 for b in &mut branches {
                     b.broke = None;
@@ -720,7 +758,7 @@ impl Oracle {
         let mut next = branches;
         let divergence = match (token_divergence, any_ok) {
             (Some(d), _) => Some(d),
-            (None, false) => Some(first_error.unwrap_or_else(|| {
+            (None, false) => Some(choose(failures).unwrap_or_else(|| {
                 Divergence::new(line, event, Blame::Conformance(Conformance::C8), "no history".into(), "an event".into(), &[])
             })),
             (None, true) => None,
@@ -934,7 +972,7 @@ impl Oracle {
     pub fn finish_all(mut self) -> (Accepted, Vec<Divergence>) {
         let mut divergences = Vec::new();
         if !self.branches.is_empty() && self.branches.iter().all(|b| b.broke.is_some()) {
-            divergences.extend(self.branches[0].broke.as_deref().cloned());
+            divergences.extend(choose(self.branches.iter().filter_map(|b| b.broke.as_deref().cloned()).collect()));
             self.branches.iter_mut().for_each(|b| b.broke = None);
         }
         self.branches.retain(|b| b.broke.is_none());

@@ -457,3 +457,39 @@ fn declared_relays_settle_a_skip_that_an_unlisted_relay_would_excuse() {
     let listed = format!("{}\n{body}\n", r#"{"format":"outbox-check-trace","version":2,"max_attempts":3,"concurrency":"skip-locked","relays":["relay-a","relay-b"]}"#);
     assert_eq!(verdict("listed", &listed), Err((Some("C1".to_string()), 5)));
 }
+
+/// A write whose outcome the relay never learnt, then a claim of its row that counts attempts
+/// wrong: if the write applied, the claim takes a terminal row (S4); if not, it is a claim that
+/// miscounts (C2). The history shows one of the two and not which: the divergence names both
+/// (`otherwise`), and says S4 alone only where the write is known to have applied.
+#[test]
+fn resolutions_that_fail_differently_are_all_named() {
+    let head = r#"{"format":"outbox-check-trace","version":2,"max_attempts":3,"relays":["r1","r2"]}"#;
+    let events = |write: &str| {
+        let write = format!(r#"{{"event":"write","relay":"r1","write":"mark_published","message":"m1","tenant":"t","token":"1","now":20,"result":"{write}"}}"#);
+        [
+            r#"{"event":"enqueue","tenant":"t","aggregate":"a","expected_version":0,"message":"m1","now":0,"result":"applied"}"#.to_string(),
+            r#"{"event":"claim","relay":"r1","tenant":"t","batch":1,"lease_ms":100,"now":10,"leases":[{"message":"m1","token":"1","attempts":1}]}"#.to_string(),
+            r#"{"event":"publish","relay":"r1","message":"m1","key":"m1","answer":"ack","token":"1"}"#.to_string(),
+            write,
+            r#"{"event":"claim","relay":"r2","tenant":"t","batch":1,"lease_ms":100,"now":200,"leases":[{"message":"m1","token":"2","attempts":5}]}"#.to_string(),
+        ]
+        .join("\n")
+    };
+    let last = |v: &serde_json::Value| v["files"][0]["divergences"].as_array().unwrap().last().unwrap().clone();
+    let finding = |d: &serde_json::Value| d["property"].as_str().or(d["conformance"].as_str()).unwrap().to_string();
+    let (code, unknown) = trace_cli("unknown", &format!("{head}\n{}\n", events("unknown")), &["--all"]);
+    let d = last(&unknown);
+    assert_eq!((code, d["line"].as_u64()), (Some(1), Some(6)), "{unknown:#}");
+    let mut named: Vec<String> = d["otherwise"].as_array().map(|o| o.iter().map(|s| s.as_str().unwrap()[..2].to_string()).collect()).unwrap_or_default();
+    named.push(finding(&d));
+    named.sort();
+    assert_eq!(named, ["C2", "S4"], "{d:#}");
+    // Known to have applied: the claim took a PUBLISHED row, S4 and nothing else; known not to
+    // have applied (the write left out): the miscount, C2 and nothing else.
+    for (write, alone) in [("applied", "S4"), ("stale", "C2")] {
+        let (_, known) = trace_cli(write, &format!("{head}\n{}\n", events(write)), &["--all"]);
+        let d = last(&known);
+        assert_eq!((finding(&d), d.get("otherwise").is_none()), (alone.to_string(), true), "{d:#}");
+    }
+}
