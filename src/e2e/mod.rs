@@ -494,36 +494,11 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     let base = std::env::temp_dir();
     remove_stale_runs(&base);
     let run = Run::new(base.join(format!("outbox-check-e2e-{}-{}", std::process::id(), options.seed)))?;
-    let window = std::time::Duration::from_millis(options.duplicate_window_ms);
     let runtime = nats::runtime();
     // The JetStream context spawns its acknowledgement task on the current runtime.
     let _entered = runtime.enter();
     let queue = format!("outbox-check-e2e-{}-{}", std::process::id(), options.seed);
-    let mut broker = match options.broker {
-        Broker::Nats => {
-            let server = nats::NatsServer::start(&options.nats_server, &run.dir)?;
-            if let Some(pid) = server.pid() {
-                run.children.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
-            }
-            let client = runtime.block_on(nats::connect(&server.url()))?;
-            let js = nats::jetstream(client, std::time::Duration::from_secs(5));
-            runtime.block_on(nats::create_stream(&js, window))?;
-            BrokerRun::Nats(server)
-        }
-        Broker::Rabbitmq => {
-            let rabbit = runtime.block_on(rabbitmq::connect(&options.rabbitmq_url))?;
-            runtime.block_on(rabbit.declare(&queue))?;
-            let (url, name) = (options.rabbitmq_url.clone(), queue.clone());
-            let interrupt = crate::cleanup::on_interrupt(move || {
-                nats::runtime().block_on(async {
-                    if let Ok(rabbit) = rabbitmq::connect(&url).await {
-                        rabbit.delete(&name).await;
-                    }
-                })
-            });
-            BrokerRun::Rabbit { rabbit, queue: queue.clone(), _interrupt: interrupt }
-        }
-    };
+    let mut broker = start_broker(options, &run, &runtime, &queue)?;
 
     store.scratch().client().batch_execute("CREATE SEQUENCE outbox_check_order").map_err(|e| format!("PostgreSQL: {e}"))?;
     let schema = store.scratch().schema().to_string();
@@ -703,47 +678,8 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     }
     let elapsed = started.elapsed();
 
-    // Stop the relays: the stop file, a moment to finish their cycle, then SIGKILL.
-    std::fs::write(&stop, b"").map_err(|e| format!("cannot write {}: {e}", stop.display()))?;
-    let stopping = std::time::Instant::now();
-    for p in &mut relays {
-        // SAFETY: as above.
-        unsafe {
-            libc::kill(p.child.id() as i32, libc::SIGCONT);
-        }
-    }
-    for p in &mut relays {
-        while p.child.try_wait().ok().flatten().is_none() && stopping.elapsed() < std::time::Duration::from_secs(3) {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        let _ = p.child.kill();
-        let _ = p.child.wait();
-    }
-    // Let the consumer catch up with what the broker holds, then stop it.
-    let draining = std::time::Instant::now();
-    let count = || deliveries.lock().unwrap_or_else(|p| p.into_inner()).len();
-    match &broker {
-        BrokerRun::Nats(server) => {
-            let last = runtime.block_on(last_sequence(&server.url())).unwrap_or(0);
-            while draining.elapsed() < std::time::Duration::from_secs(5)
-                && deliveries.lock().unwrap_or_else(|p| p.into_inner()).iter().filter_map(|d| d.sequence).max().unwrap_or(0) < last
-            {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-        }
-        BrokerRun::Rabbit { rabbit, queue, .. } => {
-            let (mut seen, mut quiet) = (count(), std::time::Instant::now());
-            while draining.elapsed() < std::time::Duration::from_secs(5) {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                if count() != seen {
-                    (seen, quiet) = (count(), std::time::Instant::now());
-                }
-                if runtime.block_on(rabbit.ready(queue)) == Some(0) && quiet.elapsed() > std::time::Duration::from_millis(500) {
-                    break;
-                }
-            }
-        }
-    }
+    stop_relays(&stop, &mut relays)?;
+    drain(&broker, &runtime, &deliveries);
     consuming.store(false, std::sync::atomic::Ordering::Relaxed);
     let _ = consumer.join();
     let deliveries = std::mem::take(&mut *deliveries.lock().unwrap_or_else(|p| p.into_inner()));
@@ -754,37 +690,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     drop(broker);
 
     // The history: the relays' logs merged by commit stamp.
-    let mut publications = Vec::new();
-    let mut relay_faults = Vec::new();
-    for r in 0..options.relays {
-        let path = run.dir.join(format!("relay-{r}.jsonl"));
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
-        // Pending ids are unique over the relay's restarts (they carry the incarnation).
-        let mut pending: std::collections::BTreeMap<u64, (i64, serde_json::Value)> = Default::default();
-        for line in text.lines() {
-            let Ok(line) = serde_json::from_str::<LogLine>(line) else {
-                // The last line of a relay killed while writing it.
-                continue;
-            };
-            match line {
-                LogLine::Pending { id, after, event } => {
-                    pending.insert(id, (after, serde_json::to_value(&event).expect("JSON of plain values")));
-                }
-                LogLine::Committed { stamp, resolves, event } => {
-                    if let Some(id) = resolves {
-                        pending.remove(&id);
-                    }
-                    history.push((2 * stamp, u64::from(r), serde_json::to_value(&event).expect("JSON of plain values")));
-                }
-                LogLine::Publication(p) => publications.push(p),
-                LogLine::Fault { what, .. } => relay_faults.push(what),
-            }
-        }
-        for (_, (after, event)) in pending {
-            history.push((2 * after + 1, u64::from(r), event));
-        }
-    }
-    history.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    let (publications, relay_faults) = merge_logs(&run.dir, options.relays, &mut history);
     let header = crate::trace::Header {
         backoff_base: Some(policy.backoff.base.0),
         backoff_cap: Some(policy.backoff.cap.0),
@@ -799,7 +705,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         text.push_str(&event.to_string());
         text.push('\n');
     }
-    let (oracle, broken, either) = check_history(options.design, &text)?;
+    let Findings { oracle, broken, either } = check_history(options.design, &text)?;
 
     let span = policy.publication_span(Duration(options.lease_ms), options.max_attempts, Duration(options.poll_ms));
     let published: Vec<&crate::core::Row> = rows.iter().filter(|r| r.status == Status::Published).collect();
@@ -864,6 +770,125 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     Ok(report)
 }
 
+/// Starts the run's broker: a nats-server of its own with the stream, or the run's queue on the
+/// machine's RabbitMQ (deleted on interrupt too). Called inside the runtime's context.
+fn start_broker(options: &Options, run: &Run, runtime: &tokio::runtime::Runtime, queue: &str) -> Result<BrokerRun, String> {
+    Ok(match options.broker {
+        Broker::Nats => {
+            let server = nats::NatsServer::start(&options.nats_server, &run.dir)?;
+            if let Some(pid) = server.pid() {
+                run.children.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
+            }
+            let client = runtime.block_on(nats::connect(&server.url()))?;
+            let js = nats::jetstream(client, std::time::Duration::from_secs(5));
+            runtime.block_on(nats::create_stream(&js, std::time::Duration::from_millis(options.duplicate_window_ms)))?;
+            BrokerRun::Nats(server)
+        }
+        Broker::Rabbitmq => {
+            let rabbit = runtime.block_on(rabbitmq::connect(&options.rabbitmq_url))?;
+            runtime.block_on(rabbit.declare(queue))?;
+            let (url, name) = (options.rabbitmq_url.clone(), queue.to_string());
+            let interrupt = crate::cleanup::on_interrupt(move || {
+                nats::runtime().block_on(async {
+                    if let Ok(rabbit) = rabbitmq::connect(&url).await {
+                        rabbit.delete(&name).await;
+                    }
+                })
+            });
+            BrokerRun::Rabbit { rabbit, queue: queue.to_string(), _interrupt: interrupt }
+        }
+    })
+}
+
+/// Stops the relays: the stop file, a moment to finish their cycle (paused ones continued),
+/// then SIGKILL.
+fn stop_relays(stop: &Path, relays: &mut [RelayProcess]) -> Result<(), String> {
+    std::fs::write(stop, b"").map_err(|e| format!("cannot write {}: {e}", stop.display()))?;
+    let stopping = std::time::Instant::now();
+    for p in relays.iter_mut() {
+        // SAFETY: a child of ours, not yet waited for: the pid is still its own.
+        unsafe {
+            libc::kill(p.child.id() as i32, libc::SIGCONT);
+        }
+    }
+    for p in relays.iter_mut() {
+        while p.child.try_wait().ok().flatten().is_none() && stopping.elapsed() < std::time::Duration::from_secs(3) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = p.child.kill();
+        let _ = p.child.wait();
+    }
+    Ok(())
+}
+
+/// Lets the consumer catch up with what the broker holds: NATS, up to the stream's last
+/// sequence; RabbitMQ, until its queue is empty and nothing arrived for half a second. Five
+/// seconds at most.
+fn drain(broker: &BrokerRun, runtime: &tokio::runtime::Runtime, deliveries: &Mutex<Vec<Delivery>>) {
+    let draining = std::time::Instant::now();
+    let count = || deliveries.lock().unwrap_or_else(|p| p.into_inner()).len();
+    match broker {
+        BrokerRun::Nats(server) => {
+            let last = runtime.block_on(last_sequence(&server.url())).unwrap_or(0);
+            while draining.elapsed() < std::time::Duration::from_secs(5)
+                && deliveries.lock().unwrap_or_else(|p| p.into_inner()).iter().filter_map(|d| d.sequence).max().unwrap_or(0) < last
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+        BrokerRun::Rabbit { rabbit, queue, .. } => {
+            let (mut seen, mut quiet) = (count(), std::time::Instant::now());
+            while draining.elapsed() < std::time::Duration::from_secs(5) {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                if count() != seen {
+                    (seen, quiet) = (count(), std::time::Instant::now());
+                }
+                if runtime.block_on(rabbit.ready(queue)) == Some(0) && quiet.elapsed() > std::time::Duration::from_millis(500) {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Merges the relays' logs into `history` by commit stamp: each committed statement at its
+/// stamp, each pending one nobody resolved right after its relay's previous statement. Returns
+/// the publications and the faults the relays drew themselves.
+fn merge_logs(dir: &Path, relays: u16, history: &mut Vec<(i64, u64, serde_json::Value)>) -> (Vec<Publication>, Vec<String>) {
+    let mut publications = Vec::new();
+    let mut relay_faults = Vec::new();
+    for r in 0..relays {
+        let path = dir.join(format!("relay-{r}.jsonl"));
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        // Pending ids are unique over the relay's restarts (they carry the incarnation).
+        let mut pending: std::collections::BTreeMap<u64, (i64, serde_json::Value)> = Default::default();
+        for line in text.lines() {
+            let Ok(line) = serde_json::from_str::<LogLine>(line) else {
+                // The last line of a relay killed while writing it.
+                continue;
+            };
+            match line {
+                LogLine::Pending { id, after, event } => {
+                    pending.insert(id, (after, serde_json::to_value(&event).expect("JSON of plain values")));
+                }
+                LogLine::Committed { stamp, resolves, event } => {
+                    if let Some(id) = resolves {
+                        pending.remove(&id);
+                    }
+                    history.push((2 * stamp, u64::from(r), serde_json::to_value(&event).expect("JSON of plain values")));
+                }
+                LogLine::Publication(p) => publications.push(p),
+                LogLine::Fault { what, .. } => relay_faults.push(what),
+            }
+        }
+        for (_, (after, event)) in pending {
+            history.push((2 * after + 1, u64::from(r), event));
+        }
+    }
+    history.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    (publications, relay_faults)
+}
+
 /// The reaper's statement, stamped; its event if it reaped anything.
 fn reap(db: &mut crate::store::postgres::Scratch, epoch_ms: u64, max_attempts: u32) -> Option<(i64, u64, serde_json::Value)> {
     let at = now_ms(epoch_ms);
@@ -881,7 +906,14 @@ fn reap(db: &mut crate::store::postgres::Scratch, epoch_ms: u64, max_attempts: u
 /// The oracle's verdict on the history text, going on after each divergence: the first in
 /// words, and every property (S1–S10) or conformance finding (C1–C8) named. Reading it back
 /// through the trace format's own parser checks that too.
-fn check_history(design: Design, text: &str) -> Result<(Option<String>, Vec<String>, Vec<String>), String> {
+/// What the oracle made of a run's history (see [`Report`]'s fields of the same names).
+struct Findings {
+    oracle: Option<String>,
+    broken: Vec<String>,
+    either: Vec<String>,
+}
+
+fn check_history(design: Design, text: &str) -> Result<Findings, String> {
     let (header, events) = crate::trace::parse("e2e history", text).map_err(|e| format!("the run wrote a history the trace format refuses (a bug of e2e): {e}"))?;
     let mut oracle = crate::oracle::Oracle::for_header(design, &header).keep_going();
     let mut divergences = Vec::new();
@@ -905,7 +937,7 @@ fn check_history(design: Design, text: &str) -> Result<(Option<String>, Vec<Stri
             format!("{} (line {})", ids.join(" or "), d.line)
         })
         .collect();
-    Ok((divergences.first().map(|d| d.to_string()), broken, either))
+    Ok(Findings { oracle: divergences.first().map(|d| d.to_string()), broken, either })
 }
 
 /// Names every delivery beyond a message's first; lists the publications the broker caught as
