@@ -325,19 +325,13 @@ struct Branch {
 }
 
 /// The divergence to report when every resolution of the unknown outcomes failed at one event:
-/// a finding every resolution shares if there is one (the history breaks it whichever way the
-/// outcomes went); else, as before, a safety property one of them breaks rather than a departure
-/// from the design in another — but then naming what each other resolution breaks instead, so
-/// the report never says more than the history shows (decision 62).
+/// a safety property one of them breaks rather than a departure from the design in another, and
+/// with it what each other resolution breaks where that differs — so the report never says more
+/// than the history shows (decision 62). Where all fail alike, `otherwise` stays empty: the
+/// finding is the history's whichever way the outcomes went.
 fn choose(failures: Vec<Divergence>) -> Option<Divergence> {
     let id = |d: &Divergence| d.property.map(|p| p.id()).or(d.conformance.map(|c| c.id()));
-    let shared = |d: &Divergence| failures.iter().all(|f| id(f) == id(d));
-    let pick = failures
-        .iter()
-        .position(|d| shared(d) && d.property.is_some())
-        .or_else(|| failures.iter().position(|d| shared(d)))
-        .or_else(|| failures.iter().position(|d| d.property.is_some()))
-        .or(if failures.is_empty() { None } else { Some(0) })?;
+    let pick = failures.iter().position(|d| d.property.is_some()).or(if failures.is_empty() { None } else { Some(0) })?;
     let mut others: Vec<String> = Vec::new();
     let mut seen = vec![id(&failures[pick])];
     for d in &failures {
