@@ -13,11 +13,10 @@
 
 use super::nats::{self, Answer};
 use super::{LogLine, Publication, RelaySetup};
-use crate::core::{ClaimRequest, Duration, Instant, Lease, LeaseToken, RelayId, Status, TenantId, WriteRequest, WriteResult};
+use crate::core::{ClaimRequest, Duration, Instant, Lease, RelayId, TenantId, WriteRequest, WriteResult};
 use crate::relay::{Clocks, Cycle, Effect, Input, PublishOutcome, RelayConfig};
-use crate::store::bind::{message_name, owner_name, tenant_name};
+use crate::store::bind::{message_name, owner_name, tenant_name, PgStore, StoreError};
 use crate::store::postgres::Scratch;
-use crate::store::sql::{self, Dialect};
 use crate::trace::{Event, Outcome, PublishAnswer, WriteReport};
 use rand::{Rng, SeedableRng};
 use std::io::Write;
@@ -78,18 +77,22 @@ impl Publisher {
     }
 }
 
-/// The relay's database connection, in the run's schema.
+/// The relay's database connection, in the run's schema: the store's own statements, each
+/// stamped inside its transaction.
 struct Db {
     setup: RelaySetup,
-    db: Scratch,
+    store: PgStore,
     pid: i32,
 }
 
+/// The commit stamp: a sequence value taken inside the statement's transaction.
+const STAMP: &str = "SELECT nextval('outbox_check_order')";
+
 impl Db {
     fn connect(setup: &RelaySetup) -> Result<Db, String> {
-        let mut db = Scratch::attach(&setup.database_url, false, &setup.schema).map_err(|e| e.to_string())?;
-        let pid: i32 = db.client().query_one("SELECT pg_backend_pid()", &[]).map_err(|e| e.to_string())?.get(0);
-        Ok(Db { setup: setup.clone(), db, pid })
+        let mut store = PgStore::attach(&setup.database_url, &setup.schema, setup.policy).map_err(|e| e.to_string())?;
+        let pid: i32 = store.scratch().client().query_one("SELECT pg_backend_pid()", &[]).map_err(|e| e.to_string())?.get(0);
+        Ok(Db { setup: setup.clone(), store, pid })
     }
 
     /// A new connection after a lost one, retried while the server refuses.
@@ -108,63 +111,18 @@ impl Db {
     }
 
     fn stamp(&mut self) -> Result<i64, postgres::Error> {
-        Ok(self.db.client().query_one("SELECT nextval('outbox_check_order')", &[])?.get(0))
+        Ok(self.store.scratch().client().query_one(STAMP, &[])?.get(0))
     }
 
-    fn claim(&mut self, req: &ClaimRequest) -> Result<(i64, Vec<Lease>), postgres::Error> {
-        let policy = self.setup.policy;
-        let select = sql::claim_select(Dialect::Postgres, &policy);
-        let update = sql::claim_update(Dialect::Postgres, &policy);
-        let mut tx = self.db.client().transaction()?;
-        let ids: Vec<String> = tx
-            .query(&select, &[&tenant_name(req.tenant_id), &(req.now.0 as i64), &(req.max_attempts as i32), &i64::from(req.batch)])?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let mut leases = Vec::new();
-        for id in ids {
-            let row = tx.query_one(&update, &[&id, &(req.now.plus(req.lease).0 as i64), &owner_name(req.owner), &0i64])?;
-            leases.push(Lease {
-                message_id: super::message_of(&id),
-                tenant_id: req.tenant_id,
-                owner: req.owner,
-                token: LeaseToken(row.get::<_, i64>(1) as u64),
-                attempts: row.get::<_, i32>(2) as u32,
-                claim_seq: 0,
-            });
-        }
-        let stamp: i64 = tx.query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
-        tx.commit()?;
+    fn claim(&mut self, req: &ClaimRequest) -> Result<(i64, Vec<Lease>), StoreError> {
+        let (leases, stamp) = self.store.claim_stamped(req, STAMP)?;
+        self.store.clear_log();
         Ok((stamp, leases))
     }
 
-    fn write(&mut self, req: &WriteRequest) -> Result<(i64, WriteResult), postgres::Error> {
-        let policy = self.setup.policy;
-        let statement = sql::write(Dialect::Postgres, &policy, req.kind);
-        let code = req.kind.code().map(|c| c.as_str().to_string());
-        let mut tx = self.db.client().transaction()?;
-        let status: Option<String> = tx
-            .query_opt(
-                &statement,
-                &[
-                    &message_name(req.lease.message_id),
-                    &tenant_name(req.lease.tenant_id),
-                    &owner_name(req.lease.owner),
-                    &(req.lease.token.0 as i64),
-                    &(req.now.0 as i64),
-                    &code,
-                    &(req.max_attempts as i32),
-                    &(policy.backoff.base.0 as i64),
-                    &(policy.backoff.cap.0 as i64),
-                ],
-            )?
-            .map(|r| r.get(0));
-        let stamp: i64 = tx.query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
-        tx.commit()?;
-        let result = match status.as_deref().and_then(Status::parse) {
-            Some(status) => WriteResult::Applied { status },
-            None => WriteResult::Stale { reason: crate::core::StaleReason::NotInFlight },
-        };
+    fn write(&mut self, req: &WriteRequest) -> Result<(i64, WriteResult), StoreError> {
+        let (result, stamp) = self.store.write_stamped(req, STAMP)?;
+        self.store.clear_log();
         Ok((stamp, result))
     }
 }

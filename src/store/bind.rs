@@ -643,6 +643,14 @@ impl PgStore {
         Ok(PgStore { scratch, common })
     }
 
+    /// The design's statements in a scratch schema another store created (and drops): for the
+    /// relay processes of one end-to-end run, each with a connection of its own.
+    pub fn attach(url: &str, schema: &str, policy: Policy) -> Result<PgStore, StoreError> {
+        let common = Common::new(policy, Dialect::Postgres)?;
+        let scratch = super::postgres::Scratch::attach(url, false, schema).map_err(|e| StoreError::Setup(e.to_string()))?;
+        Ok(PgStore { scratch, common })
+    }
+
     pub fn scratch(&mut self) -> &mut super::postgres::Scratch {
         &mut self.scratch
     }
@@ -799,6 +807,79 @@ impl PgStore {
         Ok((result, stamp))
     }
 
+    /// A claim stamped inside its transaction by `stamp` (a query returning one bigint): the
+    /// rows it leases are locked until the commit, so stamps order the statements on a row as
+    /// they committed.
+    pub fn claim_stamped(&mut self, req: &ClaimRequest, stamp: &str) -> Result<(Vec<Lease>, i64), StoreError> {
+        let mut tx = self.scratch.client().transaction()?;
+        let leases = Self::claim_in(&mut self.common, &mut tx, req)?;
+        let stamp: i64 = tx.query_one(stamp, &[])?.get(0);
+        tx.commit()?;
+        Ok((leases, stamp))
+    }
+
+    /// A terminal or failure write stamped inside its transaction, as [`PgStore::claim_stamped`].
+    pub fn write_stamped(&mut self, req: &WriteRequest, stamp: &str) -> Result<(WriteResult, i64), StoreError> {
+        let mut tx = self.scratch.client().transaction()?;
+        let result = Self::write_in(&mut self.common, &mut tx, req)?;
+        let stamp: i64 = tx.query_one(stamp, &[])?.get(0);
+        tx.commit()?;
+        Ok((result, stamp))
+    }
+
+    /// Forgets the SQL logged so far: a long-running caller that never reads it.
+    pub fn clear_log(&mut self) {
+        self.common.log.clear();
+    }
+
+    /// The claim's statements in `tx`: the select (FOR UPDATE SKIP LOCKED: the rows are this
+    /// transaction's until it commits), then one update per row.
+    fn claim_in(common: &mut Common, tx: &mut postgres::Transaction<'_>, req: &ClaimRequest) -> Result<Vec<Lease>, StoreError> {
+        let (select, update) = common.claim_sql();
+        let params = Common::claim_select_params(req);
+        let values = pg_fix_widths(&select, &params);
+        let mut log = vec![render(&select, &params)];
+        let mut leases = Vec::new();
+        let ids: Vec<String> = tx.query(&select, &refs(&values))?.iter().map(|r| r.get(0)).collect();
+        for id in ids {
+            let params = common.claim_update_params(&id, req);
+            let values = pg_fix_widths(&update, &params);
+            let row = tx.query_one(&update, &refs(&values))?;
+            let token = match common.table {
+                Table::OutboxEvents => token_from_text(&row.get::<_, String>(1))?,
+                Table::MessagingOutbox => LeaseToken(row.get::<_, i64>(1) as u64),
+            };
+            log.push(render(&update, &params));
+            leases.push(Lease {
+                message_id: MessageId(number(&id, 'm')?),
+                tenant_id: TenantId(number(&row.get::<_, String>(0), 't')? as u16),
+                owner: req.owner,
+                token,
+                attempts: row.get::<_, i32>(2) as u32,
+                claim_seq: 0,
+            });
+        }
+        common.log.append(&mut log);
+        Ok(leases)
+    }
+
+    /// The write's statement in `tx`; where it matched nothing, the row's status then, for
+    /// the design's answer to a stale write.
+    fn write_in(common: &mut Common, tx: &mut postgres::Transaction<'_>, req: &WriteRequest) -> Result<WriteResult, StoreError> {
+        let statement = common.write_sql(req.kind)?;
+        let params = common.write_params(req);
+        let values = pg_fix_widths(&statement, &params);
+        let status: Option<String> = tx.query_opt(&statement, &refs(&values))?.map(|r| r.get(0));
+        common.log.push(render(&statement, &params));
+        match status {
+            Some(s) => Ok(WriteResult::Applied { status: Status::parse(&s).ok_or_else(|| StoreError::Corrupt(s))? }),
+            None => {
+                let current: Option<String> = tx.query_opt(&common.status_sql(), &[&message_name(req.lease.message_id)])?.map(|r| r.get(0));
+                Ok(stale_or_swallowed(&common.policy, current.as_deref().and_then(Status::parse)))
+            }
+        }
+    }
+
     /// The enqueue's statements in `tx`: the business change from the expected version, then
     /// the outbox row. Stale (the business row moved): nothing done, the caller rolls back.
     fn enqueue_in(common: &mut Common, tx: &mut postgres::Transaction<'_>, req: &EnqueueRequest) -> Result<EnqueueResult, StoreError> {
@@ -842,54 +923,17 @@ impl Store for PgStore {
     }
 
     fn claim(&mut self, req: &ClaimRequest) -> Result<Vec<Lease>, StoreError> {
-        let (select, update) = self.common.claim_sql();
-        let params = Common::claim_select_params(req);
-        let values = pg_fix_widths(&select, &params);
-        let mut log = vec![render(&select, &params)];
-        let mut leases = Vec::new();
         let mut tx = self.scratch.client().transaction()?;
-        // FOR UPDATE SKIP LOCKED: the rows are this transaction's until it commits.
-        let ids: Vec<String> = tx.query(&select, &refs(&values))?.iter().map(|r| r.get(0)).collect();
-        for id in ids {
-            let params = self.common.claim_update_params(&id, req);
-            let values = pg_fix_widths(&update, &params);
-            let row = tx.query_one(&update, &refs(&values))?;
-            let token = match self.common.table {
-                Table::OutboxEvents => token_from_text(&row.get::<_, String>(1))?,
-                Table::MessagingOutbox => LeaseToken(row.get::<_, i64>(1) as u64),
-            };
-            log.push(render(&update, &params));
-            leases.push(Lease {
-                message_id: MessageId(number(&id, 'm')?),
-                tenant_id: TenantId(number(&row.get::<_, String>(0), 't')? as u16),
-                owner: req.owner,
-                token,
-                attempts: row.get::<_, i32>(2) as u32,
-                claim_seq: 0,
-            });
-        }
+        let leases = Self::claim_in(&mut self.common, &mut tx, req)?;
         tx.commit()?;
-        self.common.log.append(&mut log);
         Ok(leases)
     }
 
     fn write(&mut self, req: &WriteRequest) -> Result<WriteResult, StoreError> {
-        let statement = self.common.write_sql(req.kind)?;
-        let params = self.common.write_params(req);
-        let values = pg_fix_widths(&statement, &params);
-        let status: Option<String> = self.scratch.client().query_opt(&statement, &refs(&values))?.map(|r| r.get(0));
-        self.common.log.push(render(&statement, &params));
-        match status {
-            Some(s) => Ok(WriteResult::Applied { status: Status::parse(&s).ok_or_else(|| StoreError::Corrupt(s))? }),
-            None => {
-                let current: Option<String> = self
-                    .scratch
-                    .client()
-                    .query_opt(&self.common.status_sql(), &[&message_name(req.lease.message_id)])?
-                    .map(|r| r.get(0));
-                Ok(stale_or_swallowed(&self.common.policy, current.as_deref().and_then(Status::parse)))
-            }
-        }
+        let mut tx = self.scratch.client().transaction()?;
+        let result = Self::write_in(&mut self.common, &mut tx, req)?;
+        tx.commit()?;
+        Ok(result)
     }
 
     fn reap(&mut self, now: Instant, max_attempts: u32) -> Result<Vec<MessageId>, StoreError> {
