@@ -342,11 +342,9 @@ enum Command {
         Exit: 0 every check passed, 1 a check failed (the history is written for `outbox-check\n\
         trace`), 2 bad input or a missing server.")]
     E2e {
-        /// The broker: nats (NATS JetStream, a server the run starts itself, deduplicating on
-        /// Nats-Msg-Id within the stream's duplicate window) or rabbitmq (the machine's RabbitMQ
-        /// with publisher confirms, a queue of the run's own; no deduplication, no outage fault).
+        /// The broker the relays publish to.
         #[arg(long, value_enum, default_value = "nats")]
-        broker: E2eBroker,
+        broker: crate::e2e::Broker,
         /// RabbitMQ's URL, with --broker rabbitmq (loopback only).
         #[arg(long, value_name = "URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
         rabbitmq_url: String,
@@ -640,10 +638,7 @@ pub fn main() -> ExitCode {
             json,
             quiet,
         } => e2e(crate::e2e::Options {
-            broker: match broker {
-                E2eBroker::Nats => crate::e2e::Broker::Nats,
-                E2eBroker::Rabbitmq => crate::e2e::Broker::Rabbitmq,
-            },
+            broker,
             rabbitmq_url,
             design: variant,
             relays,
@@ -996,13 +991,6 @@ fn replay(file: &std::path::Path, json: bool) -> ExitCode {
     } else {
         ExitCode::from(1)
     }
-}
-
-/// The broker of an end-to-end run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum E2eBroker {
-    Nats,
-    Rabbitmq,
 }
 
 /// Where the nats-server program is: on PATH, or where Debian puts it.

@@ -57,13 +57,14 @@ pub(crate) fn die_with_parent(command: &mut Command) {
 }
 
 /// The broker an end-to-end run publishes to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum Broker {
-    /// NATS JetStream, a server the run starts itself: deduplicates on `Nats-Msg-Id` within the
-    /// stream's duplicate window.
+    /// NATS JetStream on a server the run starts itself; deduplicates on Nats-Msg-Id within the
+    /// stream's duplicate window
     Nats,
-    /// RabbitMQ with publisher confirms, the machine's own server: no deduplication.
+    /// the machine's RabbitMQ with publisher confirms, a queue of the run's own; no
+    /// deduplication, no outage fault
     Rabbitmq,
 }
 
