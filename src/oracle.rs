@@ -153,6 +153,17 @@ impl std::fmt::Display for Divergence {
 }
 
 impl Divergence {
+    /// The property broken or the conformance finding, by id ("S4", "C2").
+    pub fn finding(&self) -> Option<&'static str> {
+        self.property.map(|p| p.id()).or(self.conformance.map(|c| c.id()))
+    }
+
+    /// This finding and, where unknown outcomes leave resolutions that fail differently, each
+    /// other resolution's: the history breaks one of them.
+    pub fn possible_findings(&self) -> Vec<&str> {
+        self.finding().into_iter().chain(self.otherwise.iter().filter_map(|o| o.split_whitespace().next())).collect()
+    }
+
     fn new(line: usize, event: &Event, blame: Blame, expected: String, got: String, rows: &[Row]) -> Divergence {
         let (kind, property, conformance) = match blame {
             Blame::Safety(p) => ("safety", Some(p), None),
@@ -330,7 +341,7 @@ struct Branch {
 /// than the history shows (decision 62). Where all fail alike, `otherwise` stays empty: the
 /// finding is the history's whichever way the outcomes went.
 fn choose(failures: Vec<Divergence>) -> Option<Divergence> {
-    let id = |d: &Divergence| d.property.map(|p| p.id()).or(d.conformance.map(|c| c.id()));
+    let id = Divergence::finding;
     let pick = failures.iter().position(|d| d.property.is_some()).or(if failures.is_empty() { None } else { Some(0) })?;
     let mut others: Vec<String> = Vec::new();
     let mut seen = vec![id(&failures[pick])];

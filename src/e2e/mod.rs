@@ -16,7 +16,7 @@ pub mod nats;
 pub mod rabbitmq;
 pub mod relay;
 
-use crate::core::{AggregateId, Design, Duration, EnqueueRequest, Instant, MessageId, Policy, Status, TenantId};
+use crate::core::{AggregateId, Design, Duration, EnqueueRequest, Instant, MessageId, Policy, RelayId, Status, TenantId};
 use crate::store::bind::{aggregate_name, message_name, owner_name, tenant_name};
 use crate::store::{PgStore, Store};
 use crate::trace::PublishAnswer;
@@ -247,8 +247,8 @@ impl Scheduled {
     /// In words, for the report.
     pub fn words(&self) -> String {
         match self {
-            Scheduled::Kill { at_ms, relay } => format!("t={} r{relay:04} killed (SIGKILL) and started again", secs(*at_ms)),
-            Scheduled::Pause { at_ms, relay, for_ms } => format!("t={} r{relay:04} paused {} (SIGSTOP, SIGCONT)", secs(*at_ms), secs(*for_ms)),
+            Scheduled::Kill { at_ms, relay } => format!("t={} {} killed (SIGKILL) and started again", secs(*at_ms), owner_name(RelayId(*relay))),
+            Scheduled::Pause { at_ms, relay, for_ms } => format!("t={} {} paused {} (SIGSTOP, SIGCONT)", secs(*at_ms), owner_name(RelayId(*relay)), secs(*for_ms)),
             Scheduled::Outage { at_ms, for_ms } => format!("t={} broker killed (SIGKILL), started again {} later", secs(*at_ms), secs(*for_ms)),
         }
     }
@@ -508,7 +508,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     let mut history: Vec<(i64, u64, serde_json::Value)> = Vec::new();
     // The application's enqueues: with faults on, a tenth at the start and the rest at a steady
     // pace through the fault window, so the faults meet relays at work; without, all at once.
-    let faulty = options.faults != Faults::parse("none").expect("a fault list");
+    let faulty = !options.faults.names().is_empty();
     let upfront = if faulty { options.messages.div_ceil(10) } else { options.messages };
     let enqueue_at = |n: u32| -> u64 {
         if n < upfront {
@@ -697,7 +697,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         backoff_cap: Some(policy.backoff.cap.0),
         source: Some(format!("outbox-check e2e --seed {}: {} relay processes on PostgreSQL and {}", options.seed, options.relays, options.broker.name())),
         concurrency: Some(crate::trace::Concurrency::SkipLocked),
-        relays: Some((0..options.relays).map(|r| owner_name(crate::core::RelayId(r))).chain(policy.relay.reaper.then(|| "reaper".to_string())).collect()),
+        relays: Some((0..options.relays).map(|r| owner_name(RelayId(r))).chain(policy.relay.reaper.then(|| "reaper".to_string())).collect()),
         ..crate::trace::Header::new(options.design.name(), options.max_attempts)
     };
     let mut text = serde_json::to_string(&header).expect("JSON of plain values");
@@ -904,9 +904,6 @@ fn reap(db: &mut crate::store::postgres::Scratch, epoch_ms: u64, max_attempts: u
     })
 }
 
-/// The oracle's verdict on the history text, going on after each divergence: the first in
-/// words, and every property (S1–S10) or conformance finding (C1–C8) named. Reading it back
-/// through the trace format's own parser checks that too.
 /// What the oracle made of a run's history (see [`Report`]'s fields of the same names).
 struct Findings {
     oracle: Option<String>,
@@ -914,6 +911,9 @@ struct Findings {
     either: Vec<String>,
 }
 
+/// The oracle's verdict on the history text, going on after each divergence: the first in
+/// words, and every property (S1–S10) or conformance finding (C1–C8) named. Reading it back
+/// through the trace format's own parser checks that too.
 fn check_history(design: Design, text: &str) -> Result<Findings, String> {
     let (header, events) = crate::trace::parse("e2e history", text).map_err(|e| format!("the run wrote a history the trace format refuses (a bug of e2e): {e}"))?;
     let mut oracle = crate::oracle::Oracle::for_header(design, &header).keep_going();
@@ -924,19 +924,13 @@ fn check_history(design: Design, text: &str) -> Result<Findings, String> {
         }
     }
     divergences.extend(oracle.finish_all().1);
-    let finding = |d: &crate::oracle::Divergence| d.property.map(|p| p.id().to_string()).or_else(|| d.conformance.map(|c| c.id().to_string()));
-    let mut broken: Vec<String> = divergences.iter().filter(|d| d.otherwise.is_empty()).filter_map(finding).collect();
+    let mut broken: Vec<String> = divergences.iter().filter(|d| d.otherwise.is_empty()).filter_map(|d| d.finding().map(str::to_string)).collect();
     broken.sort_by_key(|id| (id.starts_with('C'), id[1..].parse::<u32>().unwrap_or(0)));
     broken.dedup();
-    // Each other resolution's line starts with its finding's id ("S2 fresh token per claim: …").
     let either = divergences
         .iter()
         .filter(|d| !d.otherwise.is_empty())
-        .map(|d| {
-            let mut ids: Vec<String> = finding(d).into_iter().collect();
-            ids.extend(d.otherwise.iter().filter_map(|o| o.split_whitespace().next().map(str::to_string)));
-            format!("{} (line {})", ids.join(" or "), d.line)
-        })
+        .map(|d| format!("{} (line {})", d.possible_findings().join(" or "), d.line))
         .collect();
     Ok(Findings { oracle: divergences.first().map(|d| d.to_string()), broken, either })
 }
