@@ -9,8 +9,8 @@
 //! complete check kept, where it could keep it, else on a graph of its own.
 
 use crate::liveness::{check_l1, check_l2, check_l3, Graph, LassoVerdict};
-use crate::model::{replay, replay_with, OutboxModel, ReplayStep, REACHABILITY, SAFETY_NAMES};
-use crate::world::{Action, WorldConfig};
+use crate::outbox::{replay, replay_with, OutboxModel, ReplayStep, REACHABILITY, SAFETY_NAMES};
+use outbox_check::world::{Action, WorldConfig};
 use serde::Serialize;
 use stateright::Model;
 use std::collections::BTreeSet;
@@ -162,7 +162,7 @@ pub struct CheckReport {
     pub properties: Vec<PropertyResult>,
 }
 
-/// [`crate::core::Policy::publication_span`] of a fleet: the longest over its designs, or why
+/// [`outbox_check::core::Policy::publication_span`] of a fleet: the longest over its designs, or why
 /// none bounds it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct PublicationSpan {
@@ -273,7 +273,7 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
     let search_started = Instant::now();
     let stop = || budget.exceeded().is_some();
     let normalisation =
-        crate::world::Abstraction { tracked: tracked & crate::world::ABSTRACTION_READS, settled };
+        outbox_check::world::Abstraction { tracked: tracked & outbox_check::world::ABSTRACTION_READS, settled };
     let share = options.liveness && options.shard.is_none();
     let job = crate::graph::Explore {
         config,
@@ -321,8 +321,8 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
 
     let mut properties = Vec::new();
     for (i, name) in SAFETY_NAMES.iter().enumerate() {
-        let id = crate::core::Property::SAFETY[i].id();
-        let witness = crate::model::witness_of(id).expect("every safety property has a witness");
+        let id = outbox_check::core::Property::SAFETY[i].id();
+        let witness = crate::outbox::witness_of(id).expect("every safety property has a witness");
         let exercised = path_of(witness.name).is_some();
         let replayed = path_of(name).map(|(_, actions, encoded)| (confirmed(id, actions), encoded.clone()));
         let (status, counterexample, explorer_path, note) = match replayed {
@@ -495,7 +495,7 @@ pub fn merged(id: &str, reports: &[CheckReport]) -> Verdict {
 }
 
 /// Why a safety property's witness was not reached, in the configuration's terms.
-fn not_exercised_reason(config: &WorldConfig, witness: &crate::model::Reachability) -> String {
+fn not_exercised_reason(config: &WorldConfig, witness: &crate::outbox::Reachability) -> String {
     let hint = match witness.exercises {
         "S9" if config.tenants < 2 => " (one tenant: no row or write of another tenant exists; try --tenants 2)",
         "S9" if !config.faults.misrouted_write => " (no claim meets another tenant's row, and mis-routed writes are off)",
@@ -534,9 +534,9 @@ pub fn bfs_paths(
     use std::collections::VecDeque;
     // Keys are fingerprints already: hashing them again is wasted work.
     type HashMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<crate::graph::PassThrough>>;
-    let fp = crate::world::fingerprint::<crate::world::World>;
+    let fp = outbox_check::world::fingerprint::<outbox_check::world::World>;
     let properties: Vec<_> = model.properties().into_iter().filter(|p| targets.contains(p.name)).collect();
-    let violated = |p: &stateright::Property<OutboxModel>, w: &crate::world::World| match p.expectation {
+    let violated = |p: &stateright::Property<OutboxModel>, w: &outbox_check::world::World| match p.expectation {
         stateright::Expectation::Sometimes => (p.condition)(model, w),
         _ => !(p.condition)(model, w),
     };
@@ -633,10 +633,10 @@ pub fn explorer_path_of(config: &WorldConfig, real: &[Action]) -> Option<String>
 /// second tenant (so a write can be mis-routed to it), one operator requeue, every fault.
 /// `reference` keeps every safety property in this world (a test checks it), so a violation
 /// here is the mutant's doing.
-pub fn mutant_config(design: crate::core::Design) -> WorldConfig {
-    let mut config = WorldConfig::fleet(&[design, design, design], 1, 2, 3, crate::world::Faults::all());
+pub fn mutant_config(design: outbox_check::core::Design) -> WorldConfig {
+    let mut config = WorldConfig::fleet(&[design, design, design], 1, 2, 3, outbox_check::world::Faults::all());
     for relay in &mut config.relays {
-        relay.tenant_id = crate::core::TenantId(0);
+        relay.tenant_id = outbox_check::core::TenantId(0);
     }
     config.relays[2].owner = config.relays[0].owner;
     config.requeues = 1;
@@ -647,7 +647,7 @@ pub fn mutant_config(design: crate::core::Design) -> WorldConfig {
 /// rest in the configuration itself.
 pub fn world_of(config: &WorldConfig, id: &str) -> WorldConfig {
     let mut world = config.clone();
-    world.permanent_outage |= id == crate::core::Property::L2.id();
+    world.permanent_outage |= id == outbox_check::core::Property::L2.id();
     world
 }
 
@@ -661,7 +661,7 @@ fn liveness(
 ) -> (Vec<PropertyResult>, Option<usize>) {
     let states_max = options.liveness_states_max;
     let threads = options.threads.max(1);
-    use crate::core::Property as P;
+    use outbox_check::core::Property as P;
     // `normalisation`: the graph's, whose relay order the lasso's steps follow.
     let result = |p: P, verdict: Option<LassoVerdict>, world: &WorldConfig, normalisation, note: Option<String>| {
         let (mut status, mut counterexample, mut cycle_from, mut note, mut message) = (Verdict::Unknown, None, None, note, None);

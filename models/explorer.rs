@@ -4,7 +4,7 @@
 //! A path is the one `check` prints: `0/3/1/…`, the initial state then, for each step, the
 //! index of the action among the model's next actions at that state. The explorer walks it in
 //! the same normalised model `check` searched, and tells every step from the path replayed in
-//! the plain world ([`crate::model::replay`]), so its words, relays and true times are the ones
+//! the plain world ([`crate::outbox::replay`]), so its words, relays and true times are the ones
 //! `check`, the Markdown reports and the diagrams give. `outage/0/…` walks the world of L2, where
 //! the broker is down for good.
 //!
@@ -13,8 +13,8 @@
 //! not — beside the verdict over the whole model, from a check run once in the background.
 
 use crate::check::{CheckReport, Verdict};
-use crate::model::{replay, state_svg, OutboxModel, REACHABILITY, SAFETY_NAMES};
-use crate::world::{Action, WorldConfig};
+use crate::outbox::{replay, state_svg, OutboxModel, REACHABILITY, SAFETY_NAMES};
+use outbox_check::world::{Action, WorldConfig};
 use serde_json::{json, Value};
 use stateright::Model;
 use std::sync::{Arc, OnceLock};
@@ -37,7 +37,7 @@ pub struct BadPath(String);
 
 impl Explorer {
     pub fn new(config: WorldConfig) -> Explorer {
-        let outage = crate::check::world_of(&config, crate::core::Property::L2.id());
+        let outage = crate::check::world_of(&config, outbox_check::core::Property::L2.id());
         Explorer { normal: OutboxModel::new(config), outage: OutboxModel::new(outage), checked: Default::default() }
     }
 
@@ -47,7 +47,7 @@ impl Explorer {
 
     /// The model actions a path names, in the world it names; the normalised states along it
     /// (the initial one first); and the actions enabled at its end.
-    fn walk(&self, path: &str) -> Result<(bool, Vec<Action>, Vec<crate::world::World>, Vec<Action>), BadPath> {
+    fn walk(&self, path: &str) -> Result<(bool, Vec<Action>, Vec<outbox_check::world::World>, Vec<Action>), BadPath> {
         let path = path.trim_matches('/');
         let (outage, indices) = match path.strip_prefix("outage") {
             Some(rest) => (true, rest.trim_start_matches('/')),
@@ -70,7 +70,7 @@ impl Explorer {
                 return Err(BadPath(format!(
                     "step {}: there is no next action {index} (the state after step {step} has {})",
                     step + 1,
-                    crate::report::count(next.len() as u64, "next action")
+                    outbox_check::report::count(next.len() as u64, "next action")
                 )));
             };
             actions.push(action);
@@ -133,10 +133,10 @@ impl Explorer {
                 Verdict::Holds => ("holds", "holds in every run of this configuration".to_string()),
                 Verdict::Violated if p.kind == crate::check::Kind::Liveness => (
                     "violated",
-                    format!("violated: a fair run that never gets there, {} then a cycle from step {}", crate::report::count(p.counterexample.as_ref().map_or(0, Vec::len) as u64, "step"), p.cycle_from.unwrap_or(1)),
+                    format!("violated: a fair run that never gets there, {} then a cycle from step {}", outbox_check::report::count(p.counterexample.as_ref().map_or(0, Vec::len) as u64, "step"), p.cycle_from.unwrap_or(1)),
                 ),
-                Verdict::Violated => ("violated", format!("violated: shortest counterexample {}", crate::report::count(p.counterexample.as_ref().map_or(0, Vec::len) as u64, "step"))),
-                Verdict::Reached => ("reached", format!("reached: shortest path {}", crate::report::count(p.counterexample.as_ref().map_or(0, Vec::len) as u64, "step"))),
+                Verdict::Violated => ("violated", format!("violated: shortest counterexample {}", outbox_check::report::count(p.counterexample.as_ref().map_or(0, Vec::len) as u64, "step"))),
+                Verdict::Reached => ("reached", format!("reached: shortest path {}", outbox_check::report::count(p.counterexample.as_ref().map_or(0, Vec::len) as u64, "step"))),
                 Verdict::Unreached => ("unreached", "never reached in this configuration".to_string()),
                 Verdict::NotExercised => ("not-exercised", p.note.clone().unwrap_or_else(|| "not exercised".to_string())),
                 Verdict::Unknown => ("unknown", format!("undecided: {}", p.note.clone().unwrap_or_default())),
@@ -144,7 +144,7 @@ impl Explorer {
         };
         let mut properties = Vec::new();
         for (i, name) in SAFETY_NAMES.iter().enumerate() {
-            let id = crate::core::Property::SAFETY[i].id();
+            let id = outbox_check::core::Property::SAFETY[i].id();
             let first = steps.iter().find(|s| s.violations.iter().any(|v| v.property.id() == id));
             let at_last = steps.last().is_some_and(|s| s.violations.iter().any(|v| v.property.id() == id));
             let (here, here_text) = match first {
@@ -177,7 +177,7 @@ impl Explorer {
                 "check_path": p.and_then(|p| p.explorer_path.clone()),
             }));
         }
-        for live in [crate::core::Property::L1, crate::core::Property::L2, crate::core::Property::L3] {
+        for live in [outbox_check::core::Property::L1, outbox_check::core::Property::L2, outbox_check::core::Property::L3] {
             let id = live.id();
             let p = verdict_of(id);
             let (check, check_text) = verdict_words(p);
@@ -195,7 +195,7 @@ impl Explorer {
                 "here": here, "here_text": here_text, "check": check, "check_text": check_text,
                 "check_path": lasso_path, "cycle_from": cycle_from,
                 "lasso": p.and_then(|p| p.counterexample.as_ref()).map(|c| c.iter().map(|s| s.text.join("; ")).collect::<Vec<_>>()),
-                "world": if id == crate::core::Property::L2.id() { "the broker down for good (L2's world)" } else { "the configuration's own faults" },
+                "world": if id == outbox_check::core::Property::L2.id() { "the broker down for good (L2's world)" } else { "the configuration's own faults" },
             }));
         }
         let cycle_from = properties

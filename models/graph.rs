@@ -7,7 +7,7 @@
 //! search ORs together what every step broke and reached, and the state is the world without its
 //! last step. Nothing else changes: the same [`World`], the same steps, the same normalisation
 //! ([`World::normalise_after`] with the safety abstractions of the reachability flags still
-//! tracked), so the reachable worlds are exactly those of [`crate::model::OutboxModel`].
+//! tracked), so the reachable worlds are exactly those of [`crate::outbox::OutboxModel`].
 //!
 //! What is kept per state:
 //! - safety alone: its fingerprint in the visited set; the worlds of the frontier are the only
@@ -32,8 +32,8 @@
 //! never miss).
 
 use crate::liveness::Graph;
-use crate::model::REACHABILITY;
-use crate::world::{Abstraction, Action, FleetFacts, World, WorldConfig};
+use crate::outbox::REACHABILITY;
+use outbox_check::world::{Abstraction, Action, FleetFacts, World, WorldConfig};
 use serde::{Deserialize, Serialize};
 
 /// One of `count` parts of a search.
@@ -142,7 +142,7 @@ struct Expanded {
 fn shard_depth(config: &WorldConfig, facts: &FleetFacts, normalisation: Option<Abstraction>, count: u32) -> usize {
     let init = initial(config, facts, normalisation);
     let mut seen: Visited<()> = Visited::default();
-    seen.insert(crate::world::fingerprint(&init), ());
+    seen.insert(outbox_check::world::fingerprint(&init), ());
     let mut level = vec![init];
     let mut depth = 0;
     let mut actions = Vec::new();
@@ -153,7 +153,7 @@ fn shard_depth(config: &WorldConfig, facts: &FleetFacts, normalisation: Option<A
             state.actions(config, &mut actions);
             for &action in &actions {
                 let (next, _, _) = successor(config, facts, normalisation, state, action);
-                if seen.insert(crate::world::fingerprint(&next), ()).is_none() {
+                if seen.insert(outbox_check::world::fingerprint(&next), ()).is_none() {
                     next_level.push(next);
                 }
             }
@@ -187,7 +187,7 @@ pub fn explore(
     if !job.keep_graph {
         return explore_states(job, &facts, split, init, stop, progress);
     }
-    let fingerprint = crate::world::fingerprint::<World>;
+    let fingerprint = outbox_check::world::fingerprint::<World>;
     let mut visited: Visited<u32> = Visited::default();
     visited.insert(fingerprint(&init), 0);
     let mut graph = job.keep_graph.then(|| Graph::new(config, norm));
@@ -341,7 +341,7 @@ fn explore_states(
     let config = job.config;
     let norm = job.normalisation;
     let threads = job.threads.max(1);
-    let fingerprint = crate::world::fingerprint::<World>;
+    let fingerprint = outbox_check::world::fingerprint::<World>;
     let sets: Vec<std::sync::Mutex<Visited<()>>> = (0..SET_SHARDS).map(|_| Default::default()).collect();
     let part = |fp: u64| (fp >> 56) as usize % SET_SHARDS;
     sets[part(fingerprint(&init))].lock().expect("an unpoisoned set").insert(fingerprint(&init), ());

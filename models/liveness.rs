@@ -23,9 +23,9 @@
 //!   budget left or a live relay about to publish its current lease) from which fault-free
 //!   steps that never publish m reach a fair component that never publishes m.
 
-use crate::core::{MessageId, Status};
-use crate::relay::Effect;
-use crate::world::{Abstraction, Action, BrokerFate, DbFate, World, WorldConfig};
+use outbox_check::core::{MessageId, Status};
+use outbox_check::relay::Effect;
+use outbox_check::world::{Abstraction, Action, BrokerFate, DbFate, World, WorldConfig};
 use std::collections::HashMap;
 
 /// The maintenance jobs, each weakly fair: enabled in a run's cycle, it runs there.
@@ -136,7 +136,7 @@ impl TooLarge {
 /// The actions of a path given as steps' positions (in [`World::actions`]) from the initial
 /// state, under `normalisation`.
 fn actions_at(config: &WorldConfig, normalisation: Option<Abstraction>, positions: &[u16]) -> Vec<Action> {
-    let facts = crate::world::FleetFacts::of(config);
+    let facts = outbox_check::world::FleetFacts::of(config);
     let mut world = crate::graph::initial(config, &facts, normalisation);
     let mut path = Vec::with_capacity(positions.len());
     let mut enabled = Vec::new();
@@ -168,7 +168,7 @@ impl Graph {
     /// liveness normalisation ([`LIVENESS_NORMALISATION`]): the safety abstractions change only
     /// ghost counters and flags no liveness check reads, never a step, so they merge states
     /// liveness cannot tell apart. A path of this graph names relay slots as this
-    /// normalisation ordered them: replay it with [`crate::model::replay_with`] and the same.
+    /// normalisation ordered them: replay it with [`crate::outbox::replay_with`] and the same.
     pub fn build(
         config: &WorldConfig,
         states_max: usize,
@@ -224,7 +224,7 @@ impl Graph {
     }
 
     /// The normalisation the graph was built under: its paths name relay slots as it ordered
-    /// them (replay them with [`crate::model::replay_with`] and this).
+    /// them (replay them with [`crate::outbox::replay_with`] and this).
     pub fn normalisation(&self) -> Option<Abstraction> {
         self.normalisation
     }
@@ -630,7 +630,7 @@ fn row_status(world: &World, m: MessageId) -> Option<Status> {
 /// live current lease and budget is left for another claim. (A relay about to record FAILED or
 /// EXHAUSTED for it means the fault that decided it has already happened.)
 fn deliverable(world: &World, config: &WorldConfig, m: MessageId) -> bool {
-    use crate::core::WriteKind;
+    use outbox_check::core::WriteKind;
     let Some(row) = world.outbox.row(m) else { return false };
     if row.status.is_terminal() {
         return false;
@@ -695,13 +695,13 @@ pub fn check_l3(graph: &Graph, config: &WorldConfig) -> LassoVerdict {
 /// `actions[start..]`. See [`crate::replay`] for what is confirmed.
 pub fn confirm_lasso(
     config: &WorldConfig,
-    property: crate::core::Property,
+    property: outbox_check::core::Property,
     m: MessageId,
     actions: &[Action],
     worlds: &[World],
     start: usize,
 ) -> Result<(), String> {
-    use crate::core::Property as P;
+    use outbox_check::core::Property as P;
     let goal_fails = |w: &World| match property {
         P::L1 => row_status(w, m).is_some_and(|s| !s.is_terminal()),
         P::L2 => row_status(w, m).is_some_and(|s| s != Status::Exhausted),
@@ -734,12 +734,12 @@ pub fn confirm_lasso(
         return Err(format!("{} holds for {m} after step {} of the cycle", property.id(), start + i));
     }
     // The cycle returns to where it began: the same state under the exact reductions.
-    let facts = crate::world::FleetFacts::of(config);
+    let facts = outbox_check::world::FleetFacts::of(config);
     let canonical = |w: &World| {
         let mut w = w.clone();
         w.normalise_by(config, &facts, LIVENESS_NORMALISATION);
         w.step = Default::default();
-        crate::world::fingerprint(&w)
+        outbox_check::world::fingerprint(&w)
     };
     if canonical(&worlds[start]) != canonical(worlds.last().expect("worlds")) {
         return Err("the cycle does not return to the state it began in".into());

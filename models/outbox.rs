@@ -20,8 +20,8 @@
 //! Liveness is checked separately (see [`crate::liveness`]), because stateright's `eventually`
 //! is sound only on acyclic paths and this graph has cycles (a quiet tick returns to its state).
 
-use crate::core::Property as Spec;
-use crate::world::{Abstraction, Action, Event, FleetFacts, Seen, World, WorldConfig};
+use outbox_check::core::Property as Spec;
+use outbox_check::world::{Abstraction, Action, Event, FleetFacts, Seen, World, WorldConfig};
 use stateright::{Model, Property};
 
 /// The model: a world configuration; the state is the [`World`].
@@ -200,7 +200,7 @@ pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<Abstra
         real = now.clone();
     });
     let esc = |t: &str| t.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
-    let instant = |t: Option<crate::core::Instant>| t.map_or("–".to_string(), |t| format!("t={}", t.0));
+    let instant = |t: Option<outbox_check::core::Instant>| t.map_or("–".to_string(), |t| format!("t={}", t.0));
     let mut out = String::new();
     let columns = ["message", "tenant", "status", "attempts", "owner", "token", "lease until", "retry at"];
     let widths = [80, 70, 100, 70, 60, 60, 100, 90];
@@ -237,7 +237,7 @@ pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<Abstra
     for row in real.outbox.rows() {
         y += 22;
         let was = before.outbox.row(row.message_id);
-        let cells_of = |row: &crate::core::Row| {
+        let cells_of = |row: &outbox_check::core::Row| {
             [
                 row.message_id.to_string(),
                 row.tenant_id.to_string(),
@@ -323,7 +323,7 @@ pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<Abstra
 
 /// [`describe`], and where a relay's own skewed clock gave the statement its `now`, the true
 /// time beside it — or the story would seem to run backwards.
-pub fn describe_at(config: &WorldConfig, true_now: crate::core::Instant, event: &Event) -> String {
+pub fn describe_at(config: &WorldConfig, true_now: outbox_check::core::Instant, event: &Event) -> String {
     let text = describe(event);
     let (relay, now) = match event {
         Event::Claimed { relay, request, .. } => (*relay, request.now),
@@ -340,7 +340,7 @@ pub fn describe_at(config: &WorldConfig, true_now: crate::core::Instant, event: 
 
 /// One event in plain words: who did what to which row, with token, attempts and now.
 pub fn describe(event: &Event) -> String {
-    let db = |db: &crate::world::DbFate| db.words();
+    let db = |db: &outbox_check::world::DbFate| db.words();
     match event {
         Event::Enqueued { request, result } => format!(
             "app enqueues {} for {} v{} at t={}: {result}",
@@ -361,8 +361,8 @@ pub fn describe(event: &Event) -> String {
         }
         Event::Published { relay, lease, key, fate } => {
             let key = match key {
-                crate::core::IdempotencyKey::Message { message_id } => format!("key {message_id}"),
-                crate::core::IdempotencyKey::Other { value } => format!("key {value:#x} (not the message id)"),
+                outbox_check::core::IdempotencyKey::Message { message_id } => format!("key {message_id}"),
+                outbox_check::core::IdempotencyKey::Other { value } => format!("key {value:#x} (not the message id)"),
             };
             format!("r{relay} publishes {} ({key}): broker {}", lease.message_id, fate.words())
         }
@@ -393,9 +393,9 @@ pub fn describe(event: &Event) -> String {
             request.lease.message_id,
             request.to,
             match request.fence {
-                crate::core::ReleaseFence::Expired => "its expiry".to_string(),
-                crate::core::ReleaseFence::Token => format!("the token it read, {}", request.lease.token),
-                crate::core::ReleaseFence::Id => "id alone".to_string(),
+                outbox_check::core::ReleaseFence::Expired => "its expiry".to_string(),
+                outbox_check::core::ReleaseFence::Token => format!("the token it read, {}", request.lease.token),
+                outbox_check::core::ReleaseFence::Id => "id alone".to_string(),
             },
             request.fence.name()
         ),
@@ -412,7 +412,7 @@ pub struct ReplayStep {
     pub now: u64,
     pub events: Vec<Event>,
     pub text: Vec<String>,
-    pub violations: Vec<crate::core::Violation>,
+    pub violations: Vec<outbox_check::core::Violation>,
 }
 
 /// Replays a path of model actions in the unnormalised world.
@@ -448,7 +448,7 @@ fn replay_worlds(
     config: &WorldConfig,
     actions: &[Action],
     safety: Option<Abstraction>,
-    mut each: impl FnMut(usize, Action, &World, &World, crate::world::StepReport),
+    mut each: impl FnMut(usize, Action, &World, &World, outbox_check::world::StepReport),
 ) {
     let mut canonical = World::new(config);
     let mut real_of = canonical.normalise_with(config, safety);

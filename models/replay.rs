@@ -14,9 +14,9 @@
 //!   every comparison a rule can still make: the cycle can be repeated forever). For L3, the
 //!   message is still deliverable where the fault-free, never-publishing suffix begins.
 
-use crate::core::{MessageId, Property, Status, Violation};
-use crate::model::{describe_at, ReplayStep, REACHABILITY};
-use crate::world::{Action, World, WorldConfig};
+use outbox_check::core::{MessageId, Property, Status, Violation};
+use crate::outbox::{describe_at, ReplayStep, REACHABILITY};
+use outbox_check::world::{Action, World, WorldConfig};
 
 /// Why a path does not replay as claimed.
 #[derive(Clone, Debug, PartialEq, Eq)]

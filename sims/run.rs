@@ -2,14 +2,14 @@
 
 use super::profile::{Peer, Profile, Scheduled};
 use super::SimConfig;
-use crate::core::{
+use outbox_check::core::{
     AggregateId, Auditor, ClaimRequest, EnqueueRequest, EnqueueResult, IdempotencyKey, Instant, Lease, MessageId, Outbox,
     Property, Status, Violation, WriteRequest, WriteResult,
 };
-use crate::oracle::Oracle;
-use crate::relay::{Clocks, Cycle, Effect, Input, PublishOutcome};
-use crate::trace::{self, Event, Outcome, PublishAnswer, WriteReport};
-use crate::world::WorldConfig;
+use outbox_check::oracle::Oracle;
+use outbox_check::relay::{Clocks, Cycle, Effect, Input, PublishOutcome};
+use outbox_check::trace::{self, Event, Outcome, PublishAnswer, WriteReport};
+use outbox_check::world::WorldConfig;
 use madsim::net::rpc::{Deserialize, Request, Serialize};
 use madsim::net::{Endpoint, NetSim};
 use madsim::runtime::{Handle, NodeHandle, Runtime};
@@ -272,7 +272,7 @@ impl Shared {
 fn names(relay: u16) -> String {
     format!("r{relay}")
 }
-fn tenant(t: crate::core::TenantId) -> String {
+fn tenant(t: outbox_check::core::TenantId) -> String {
     format!("tenant{}", t.0)
 }
 fn message(m: MessageId) -> String {
@@ -284,9 +284,9 @@ fn message(m: MessageId) -> String {
 
 /// The clock a statement runs by: the database's own reading, and the `now` the statement
 /// uses — the database's, unless the relay's design binds its own clock as a parameter.
-fn statement_clock(s: &State, policy: &crate::core::Policy, asked: Instant) -> (Instant, Instant) {
+fn statement_clock(s: &State, policy: &outbox_check::core::Policy, asked: Instant) -> (Instant, Instant) {
     let true_now = Instant(s.now_ms());
-    let now = crate::relay::Clocks { database: true_now, relay: asked }.now_for(policy);
+    let now = outbox_check::relay::Clocks { database: true_now, relay: asked }.now_for(policy);
     (true_now, now)
 }
 
@@ -382,14 +382,14 @@ async fn database(shared: Shared) {
                     st.outbox.rescuable(Instant(now)).map(|row| Lease::of_row(row, st.auditor.ghost(row.message_id).map_or(0, |g| g.claims)))
                 };
                 let Some(lease) = read else { continue };
-                if fence != crate::core::ReleaseFence::Expired {
+                if fence != outbox_check::core::ReleaseFence::Expired {
                     sleep(ms(1 + madsim::rand::random::<u64>() % s.setup.sim.reap_ms.max(1))).await;
                 }
                 let mut st = s.lock();
                 let now = st.now_ms();
                 let attempts = st.outbox.row(lease.message_id).map_or(0, |row| row.attempts);
                 let to = s.setup.world.policy(0).rescue_target(attempts, s.setup.world.max_attempts);
-                let request = crate::core::ReleaseRequest { lease, fence, to, retry_at: None, now: Instant(now) };
+                let request = outbox_check::core::ReleaseRequest { lease, fence, to, retry_at: None, now: Instant(now) };
                 let State { outbox, auditor, .. } = &mut *st;
                 let Ok(result) = auditor.release(outbox, &request) else { continue };
                 st.audit();

@@ -2,7 +2,6 @@
 //! operations bound to SQLite and PostgreSQL behind one [`Store`](bind::Store) trait.
 
 pub mod bind;
-pub mod conform;
 pub mod migrate;
 pub mod postgres;
 pub mod profile;

@@ -396,7 +396,7 @@ pub struct Seen {
 }
 
 impl Seen {
-    /// Keeps the flags whose bit (in [`crate::model::REACHABILITY`]'s order) is set in `mask`.
+    /// Keeps the flags whose bit (in `outbox_check_models::outbox::REACHABILITY`'s order) is set in `mask`.
     pub fn mask(&mut self, mask: u16) {
         let flags = [
             &mut self.stale_refused,
@@ -1071,7 +1071,7 @@ impl World {
     /// property that holds here holds in the exact world; in the fleets where they apply they
     /// also raise no false alarm. No rule of the core reads what they change, so the abstract
     /// world takes exactly the steps of the exact one. `abstraction.tracked` is the bit mask (in
-    /// [`crate::model::REACHABILITY`]'s order) of the reachability flags still looked at: a
+    /// `outbox_check_models::outbox::REACHABILITY`'s order) of the reachability flags still looked at: a
     /// field one of them reads is left alone.
     ///
     /// - **Publications over-counted** (S3). A row's ghost publication count `p` becomes
@@ -1412,7 +1412,7 @@ impl World {
 /// `Some`) may merge states that differ only in what it no longer reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Abstraction {
-    /// The reachability flags still tracked (bits in [`crate::model::REACHABILITY`]'s order): a
+    /// The reachability flags still tracked (bits in `outbox_check_models::outbox::REACHABILITY`'s order): a
     /// field one of them reads is left alone.
     pub tracked: u16,
     /// The safety properties already settled (bits in [`Property::SAFETY`]'s order): an exact
@@ -1443,7 +1443,7 @@ impl Abstraction {
 /// A normalised `published_at` before the horizon: no write to come can read it as its `now`.
 pub const PUBLISHED_LONG_AGO: Instant = Instant(u64::MAX);
 
-/// The reachability flags (bits in [`crate::model::REACHABILITY`]'s order) whose fields the
+/// The reachability flags (bits in `outbox_check_models::outbox::REACHABILITY`'s order) whose fields the
 /// safety abstractions leave alone while they are tracked: R-S8 reads the broker's storage, R-S7
 /// the failure code. Tracking any other flag normalises exactly as tracking none.
 pub const ABSTRACTION_READS: u16 = 1 << 1 | 1 << 4;

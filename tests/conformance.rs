@@ -5,7 +5,7 @@ use outbox_check::core::{
     AggregateId, ClaimRequest, Design, Duration, EnqueueRequest, FailureCode, Instant, MessageId, Mutant, Policy, RelayId,
     Status, TenantId, Variant, WriteKind, WriteRequest, WriteResult,
 };
-use outbox_check::store::conform::{conform, execute, ops, Bounds};
+use outbox_check_models::conform::{conform, execute, ops, Bounds};
 use outbox_check::store::{MemoryStore, PgStore, SqliteStore, Store, StoreError};
 use proptest::strategy::{Strategy, ValueTree};
 

@@ -56,11 +56,11 @@ fn the_explorer_state_matches_its_schema() {
     let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("docs/json/explore-state.schema.json")).unwrap()).unwrap();
     let validator = jsonschema::validator_for(&schema).expect("a valid schema");
     let config = WorldConfig::small(Design::Variant(Variant::LegacyV1), 2, 1);
-    let explorer = outbox_check::explorer::Explorer::new(config.clone());
-    let options = outbox_check::check::CheckOptions { threads: 1, ..Default::default() };
+    let explorer = outbox_check_models::explorer::Explorer::new(config.clone());
+    let options = outbox_check_models::check::CheckOptions { threads: 1, ..Default::default() };
     for checked in [false, true] {
         if checked {
-            let _ = explorer.checked.set(outbox_check::check::check(&config, &options, &|_, _| {}));
+            let _ = explorer.checked.set(outbox_check_models::check::check(&config, &options, &|_, _| {}));
         }
         let report = explorer.checked.get();
         let lasso = report.and_then(|r| r.properties.iter().find(|p| p.id == "L2")).and_then(|p| p.explorer_path.clone());

@@ -1,9 +1,9 @@
 //! The stateright model: pinned state counts, the verdicts it discovers for every variant and a
 //! mixed fleet, shortest counterexamples that replay, and reductions that change no verdict.
 
-use outbox_check::check::{check, CheckOptions, CheckReport, Verdict};
+use outbox_check_models::check::{check, CheckOptions, CheckReport, Verdict};
 use outbox_check::core::{Design, Mutant, Variant};
-use outbox_check::model::{replay, OutboxModel, SAFETY_NAMES};
+use outbox_check_models::outbox::{replay, OutboxModel, SAFETY_NAMES};
 use outbox_check::world::{Abstraction, Faults, WorldConfig};
 use stateright::{Checker, Model};
 use std::collections::BTreeSet;
@@ -188,10 +188,10 @@ fn every_counterexample_of_every_fleet_replays_in_the_plain_world() {
         for p in &report.properties {
             assert!(!p.note.as_deref().unwrap_or("").starts_with("checker bug"), "{designs:?} {}: {:?}", p.id, p.note);
         }
-        let written = outbox_check::report::write_counterexamples(&report, &dir, "test").expect("written");
+        let written = outbox_check_models::report::write_counterexamples(&report, &dir, "test").expect("written");
         for file in written.iter().filter(|f| f.extension().is_some_and(|e| e == "json") && !f.to_string_lossy().ends_with(".itf.json")) {
-            let cx = outbox_check::report::CounterexampleFile::parse(&std::fs::read_to_string(file).unwrap()).expect("a file replay reads");
-            let confirmed = outbox_check::replay::confirm(&cx.config, &cx.id, &cx.actions, cx.cycle_from, cx.message);
+            let cx = outbox_check_models::report::CounterexampleFile::parse(&std::fs::read_to_string(file).unwrap()).expect("a file replay reads");
+            let confirmed = outbox_check_models::replay::confirm(&cx.config, &cx.id, &cx.actions, cx.cycle_from, cx.message);
             assert!(confirmed.is_ok(), "{}: {:?}", file.display(), confirmed.err());
             replayed += 1;
         }
@@ -205,17 +205,17 @@ fn every_counterexample_of_every_fleet_replays_in_the_plain_world() {
 /// two mixed fleets, replays in the plain world.
 #[test]
 fn every_shortest_path_at_two_messages_replays_in_the_plain_world() {
-    use outbox_check::model::REACHABILITY;
+    use outbox_check_models::outbox::REACHABILITY;
     let names: BTreeSet<&'static str> = SAFETY_NAMES.iter().copied().chain(REACHABILITY.iter().map(|r| r.name)).collect();
     let mut replayed = 0;
     for designs in every_fleet() {
         let config = WorldConfig::fleet(&designs, 2, 1, 3, Faults::all());
         let model = OutboxModel::new(config.clone());
-        let (paths, _) = outbox_check::check::bfs_paths(&model, &names, &|found| found.len() == names.len(), Some(150_000), None);
+        let (paths, _) = outbox_check_models::check::bfs_paths(&model, &names, &|found| found.len() == names.len(), Some(150_000), None);
         for (name, actions, _) in paths {
             let id = name.split(' ').next().unwrap();
             let real: Vec<_> = replay(&config, &actions).iter().map(|s| s.action).collect();
-            let confirmed = outbox_check::replay::confirm(&config, id, &real, None, None);
+            let confirmed = outbox_check_models::replay::confirm(&config, id, &real, None, None);
             assert!(confirmed.is_ok(), "{designs:?} {id}: {:?}", confirmed.err());
             replayed += 1;
         }
@@ -230,13 +230,13 @@ fn a_path_that_stops_short_does_not_replay() {
     let report = run(&config);
     let s1 = report.property("S1").and_then(|p| p.counterexample.clone()).expect("S1 is broken");
     let mut actions: Vec<_> = s1.iter().map(|s| s.action).collect();
-    assert!(outbox_check::replay::confirm(&config, "S1", &actions, None, None).is_ok());
+    assert!(outbox_check_models::replay::confirm(&config, "S1", &actions, None, None).is_ok());
     actions.pop();
-    let refused = outbox_check::replay::confirm(&config, "S1", &actions, None, None);
+    let refused = outbox_check_models::replay::confirm(&config, "S1", &actions, None, None);
     assert!(refused.is_err(), "a path without its last step still broke S1");
     // An action that is not possible where it is taken.
     actions.insert(0, outbox_check::world::Action::Write { relay: 0, db: outbox_check::world::DbFate::Ok });
-    let refused = outbox_check::replay::confirm(&config, "S1", &actions, None, None).unwrap_err();
+    let refused = outbox_check_models::replay::confirm(&config, "S1", &actions, None, None).unwrap_err();
     assert!(refused.0.contains("step 1"), "{refused}");
 }
 
@@ -306,8 +306,8 @@ fn every_mutant_is_killed_by_a_property_mutants_md_lists() {
     ];
     let safety: BTreeSet<&'static str> = SAFETY_NAMES.into_iter().collect();
     for &(mutant, property, depth) in pinned {
-        let model = OutboxModel::new(outbox_check::check::mutant_config(Design::Mutant(mutant)));
-        let first = outbox_check::check::shortest_paths_until(&model, &safety, 1);
+        let model = OutboxModel::new(outbox_check_models::check::mutant_config(Design::Mutant(mutant)));
+        let first = outbox_check_models::check::shortest_paths_until(&model, &safety, 1);
         let killers: Vec<(String, usize)> = first
             .iter()
             .map(|(name, actions, _)| (OutboxModel::spec_property(name).unwrap().id().to_string(), actions.len()))
@@ -343,7 +343,7 @@ fn the_safety_abstractions_hide_no_mutant() {
 fn abstractions_hide_no_mutant(mutants: &[Mutant]) {
     for &mutant in mutants {
         let started = std::time::Instant::now();
-        let config = outbox_check::check::mutant_config(Design::Mutant(mutant));
+        let config = outbox_check_models::check::mutant_config(Design::Mutant(mutant));
         let exact = OutboxModel::new(config.clone()).checker().threads(2).spawn_bfs().join();
         let abstracted = OutboxModel::for_safety(config, 0).checker().threads(2).spawn_bfs().join();
         let violated = |names: Vec<&'static str>| -> BTreeSet<&'static str> {
@@ -361,7 +361,7 @@ fn abstractions_hide_no_mutant(mutants: &[Mutant]) {
 /// mutant's doing.
 #[test]
 fn reference_survives_the_mutants_world() {
-    let model = OutboxModel::new(outbox_check::check::mutant_config(Design::Variant(Variant::Reference)));
+    let model = OutboxModel::new(outbox_check_models::check::mutant_config(Design::Variant(Variant::Reference)));
     let checker = model.checker().threads(2).spawn_bfs().join();
     let violated: Vec<&str> = checker.discoveries().keys().copied().filter(|n| OutboxModel::spec_property(n).is_some()).collect();
     assert!(violated.is_empty(), "{violated:?}");
@@ -392,7 +392,7 @@ fn normalising_after_a_step_equals_normalising_in_full() {
         fleet(&["reference", "reference"], 2),
         fleet(&["seed-tenant", "seed-tenant"], 1),
         fleet(&["seed-v2", "legacy-v1"], 1),
-        outbox_check::check::mutant_config(Design::Variant(Variant::Reference)),
+        outbox_check_models::check::mutant_config(Design::Variant(Variant::Reference)),
     ];
     configs.extend(rescuers().into_iter().map(|d| WorldConfig::fleet(&[d, d], 2, 1, 3, Faults::all())));
     configs[1].relays[1].skew = -2;
@@ -461,8 +461,8 @@ fn other_time_scales_change_no_verdict_under_the_reductions() {
 
 /// What one search found, as property names: the safety properties some step broke and the
 /// reachability flags of `tracked` some step reached.
-fn engine_found(found: &outbox_check::graph::Explored, tracked: u16) -> BTreeSet<&'static str> {
-    let reach = outbox_check::model::REACHABILITY.iter().enumerate().filter(|(i, _)| found.reached & tracked & (1 << i) != 0);
+fn engine_found(found: &outbox_check_models::graph::Explored, tracked: u16) -> BTreeSet<&'static str> {
+    let reach = outbox_check_models::outbox::REACHABILITY.iter().enumerate().filter(|(i, _)| found.reached & tracked & (1 << i) != 0);
     SAFETY_NAMES
         .iter()
         .enumerate()
@@ -472,8 +472,8 @@ fn engine_found(found: &outbox_check::graph::Explored, tracked: u16) -> BTreeSet
         .collect()
 }
 
-fn engine(config: &WorldConfig, normalisation: Abstraction, threads: usize, keep_graph: bool, shard: Option<outbox_check::graph::Shard>) -> outbox_check::graph::Explored {
-    let job = outbox_check::graph::Explore {
+fn engine(config: &WorldConfig, normalisation: Abstraction, threads: usize, keep_graph: bool, shard: Option<outbox_check_models::graph::Shard>) -> outbox_check_models::graph::Explored {
+    let job = outbox_check_models::graph::Explore {
         config,
         normalisation: Some(normalisation),
         threads,
@@ -482,7 +482,7 @@ fn engine(config: &WorldConfig, normalisation: Abstraction, threads: usize, keep
         limit_stops: false,
         shard,
     };
-    outbox_check::graph::explore(&job, &|| false, &|_, _| {})
+    outbox_check_models::graph::explore(&job, &|| false, &|_, _| {})
 }
 
 /// The complete check's own search (edge-labelled, fingerprints only, several threads) against
@@ -493,7 +493,7 @@ fn engine(config: &WorldConfig, normalisation: Abstraction, threads: usize, keep
 /// and the shards together find exactly what the whole search finds.
 #[test]
 fn the_check_engine_finds_what_stateright_finds() {
-    let all = (1u16 << outbox_check::model::REACHABILITY.len()) - 1;
+    let all = (1u16 << outbox_check_models::outbox::REACHABILITY.len()) - 1;
     let mut configs: Vec<(WorldConfig, Vec<u16>)> =
         every_fleet().into_iter().map(|d| (WorldConfig::fleet(&d, 1, 1, 3, Faults::all()), vec![all, 0])).collect();
     configs.push((fleet(&["reference", "reference"], 2), vec![0]));
@@ -517,7 +517,7 @@ fn the_check_engine_finds_what_stateright_finds() {
             assert!(two.unique <= stateright.unique_state_count(), "{name}");
             for count in [3u32] {
                 let shards: Vec<_> = (0..count)
-                    .map(|index| engine(&config, normalisation, 2, false, Some(outbox_check::graph::Shard { index, count })))
+                    .map(|index| engine(&config, normalisation, 2, false, Some(outbox_check_models::graph::Shard { index, count })))
                     .collect();
                 assert!(shards.iter().all(|s| s.complete), "{name}");
                 let union: BTreeSet<&'static str> = shards.iter().flat_map(|s| engine_found(s, tracked)).collect();
@@ -538,11 +538,11 @@ fn merged_shards_give_the_unsharded_verdicts() {
         let whole = check(&config, &CheckOptions { liveness: false, ..CheckOptions::default() }, &|_, _| {});
         let shards: Vec<(String, CheckReport)> = (0..3)
             .map(|index| {
-                let shard = Some(outbox_check::graph::Shard { index, count: 3 });
+                let shard = Some(outbox_check_models::graph::Shard { index, count: 3 });
                 (format!("shard {index}"), check(&config, &CheckOptions { liveness: false, shard, ..CheckOptions::default() }, &|_, _| {}))
             })
             .collect();
-        let merged = outbox_check::check::merge_shards(shards).expect("the shards of one search");
+        let merged = outbox_check_models::check::merge_shards(shards).expect("the shards of one search");
         let verdicts = |r: &CheckReport| {
             r.properties.iter().map(|p| (p.id.clone(), p.status.clone(), p.counterexample.as_ref().map(|c| c.len()))).collect::<Vec<_>>()
         };
@@ -558,7 +558,7 @@ fn merged_shards_give_the_unsharded_verdicts() {
 /// every tracked situation reached exactly where it was, and settling never adds a state.
 #[test]
 fn settling_a_property_hides_no_other_finding() {
-    use outbox_check::model::REACHABILITY;
+    use outbox_check_models::outbox::REACHABILITY;
     let all_flags = (1u16 << REACHABILITY.len()) - 1;
     let every: Vec<u16> = (0..SAFETY_NAMES.len()).map(|i| 1u16 << i).chain([(1u16 << SAFETY_NAMES.len()) - 1]).collect();
     let mut configs: Vec<WorldConfig> = every_fleet().iter().map(|d| WorldConfig::fleet(d, 1, 1, 3, Faults::all())).collect();
@@ -594,7 +594,7 @@ fn settling_changes_no_verdict_of_check() {
             .map(|p| {
                 // A lasso is the first fair one the graph shows: its length may differ in a
                 // smaller graph; that it replays is checked (or the verdict would be unknown).
-                let length = if p.kind == outbox_check::check::Kind::Liveness { None } else { p.counterexample.as_ref().map(|c| c.len()) };
+                let length = if p.kind == outbox_check_models::check::Kind::Liveness { None } else { p.counterexample.as_ref().map(|c| c.len()) };
                 (p.id.clone(), p.status.clone(), length)
             })
             .collect::<Vec<_>>()
@@ -614,15 +614,15 @@ fn settling_changes_no_verdict_of_check() {
 /// graph with none settled, for every design and two mixed fleets.
 #[test]
 fn the_liveness_graphs_settle_nothing_liveness_reads() {
-    use outbox_check::liveness::{check_l1, check_l2, check_l3, Graph};
+    use outbox_check_models::liveness::{check_l1, check_l2, check_l3, Graph};
     let never = || None;
     for designs in every_fleet() {
         let config = WorldConfig::fleet(&designs, 1, 1, 3, Faults::all());
-        let outage = outbox_check::check::world_of(&config, "L2");
+        let outage = outbox_check_models::check::world_of(&config, "L2");
         let graph = |config: &WorldConfig, abstraction| {
             Graph::build_with(config, Some(abstraction), usize::MAX, 2, &never).expect("a small graph").0
         };
-        let found = |v: outbox_check::liveness::LassoVerdict| (v.lasso.is_some(), v.message);
+        let found = |v: outbox_check_models::liveness::LassoVerdict| (v.lasso.is_some(), v.message);
         let (plain, settled) = (graph(&config, Abstraction::tracking(0)), graph(&config, Abstraction::LIVENESS));
         assert_eq!(found(check_l1(&settled, &config)), found(check_l1(&plain, &config)), "{designs:?} L1");
         assert_eq!(found(check_l3(&settled, &config)), found(check_l3(&plain, &config)), "{designs:?} L3");
@@ -657,7 +657,7 @@ fn settling_hides_nothing(designs: [&str; 2], masks: &[u16], trackings: &[u16]) 
     }
 }
 
-const ALL_FLAGS: u16 = (1 << outbox_check::model::REACHABILITY.len()) - 1;
+const ALL_FLAGS: u16 = (1 << outbox_check_models::outbox::REACHABILITY.len()) - 1;
 const ALL_SETTLED: u16 = (1 << SAFETY_NAMES.len()) - 1;
 
 #[test]

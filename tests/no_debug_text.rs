@@ -77,9 +77,9 @@ fn the_explorer_carries_no_debug_text() {
     let mut found = Vec::new();
     for variant in [Variant::LegacyV1, Variant::Reference] {
         let config = WorldConfig::small(Design::Variant(variant), 2, 1);
-        let explorer = outbox_check::explorer::Explorer::new(config.clone());
-        let options = outbox_check::check::CheckOptions { threads: 1, ..Default::default() };
-        let report = outbox_check::check::check(&config, &options, &|_, _| {});
+        let explorer = outbox_check_models::explorer::Explorer::new(config.clone());
+        let options = outbox_check_models::check::CheckOptions { threads: 1, ..Default::default() };
+        let report = outbox_check_models::check::check(&config, &options, &|_, _| {});
         let paths: Vec<String> = std::iter::once("0".to_string()).chain(report.properties.iter().filter_map(|p| p.explorer_path.clone())).collect();
         let _ = explorer.checked.set(report);
         for path in paths {

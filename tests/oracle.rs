@@ -221,7 +221,7 @@ fn the_oracle_accepts_every_reference_walk_and_rejects_legacy_ones() {
 /// breaks a safety property under its own rules.
 #[test]
 fn counterexample_traces_pass_through_the_oracle() {
-    use outbox_check::check::{check, CheckOptions};
+    use outbox_check_models::check::{check, CheckOptions};
     use outbox_check::core::Design;
     use outbox_check::world::{Faults, WorldConfig};
     let dir = std::env::temp_dir().join(format!("outbox-check-cx-{}", std::process::id()));
@@ -229,7 +229,7 @@ fn counterexample_traces_pass_through_the_oracle() {
         let d = Design::parse(design).unwrap();
         let config = WorldConfig::fleet(&[d, d], messages, 1, 3, Faults::parse(faults).unwrap());
         let report = check(&config, &CheckOptions { liveness: false, ..CheckOptions::default() }, &|_, _| {});
-        outbox_check::report::write_counterexamples(&report, &dir, "test").unwrap();
+        outbox_check_models::report::write_counterexamples(&report, &dir, "test").unwrap();
     };
     run("reference", 2, "broker-drop");
     run("legacy-v1", 1, "all");

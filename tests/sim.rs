@@ -2,10 +2,10 @@
 //! are not vacuous (faults really happen, the oracle really reads the histories).
 
 use outbox_check::core::{Design, Property, Status, Variant};
-use outbox_check::sim::profile::Profile;
-use outbox_check::sim::run::{run, run_with_profile, OracleVerdict, RunResult};
-use outbox_check::sim::sweep::{sweep, Seeds};
-use outbox_check::sim::SimConfig;
+use outbox_check_sims::profile::Profile;
+use outbox_check_sims::run::{run, run_with_profile, OracleVerdict, RunResult};
+use outbox_check_sims::sweep::{sweep, Seeds};
+use outbox_check_sims::SimConfig;
 
 fn config(variant: Variant) -> SimConfig {
     SimConfig::new(vec![Design::Variant(variant); 3], 20)
@@ -55,7 +55,7 @@ fn reference_survives_a_sweep_and_the_faults_were_real() {
         assert_eq!(r.oracle, OracleVerdict::Accepted, "seed {}: the oracle rejected a reference history", r.seed);
     }
     // Not vacuous: the sweep met stale writes, lost replies, duplicates, exhausted and failed rows.
-    let total = |f: fn(&outbox_check::sim::run::RunResult) -> u64| results.iter().map(f).sum::<u64>();
+    let total = |f: fn(&outbox_check_sims::run::RunResult) -> u64| results.iter().map(f).sum::<u64>();
     assert!(total(|r| r.stats.stale_refused) > 0, "no stale write was ever refused");
     assert!(total(|r| r.stats.unknown_outcomes) > 0, "no outcome was ever unknown");
     assert!(total(|r| r.stats.deduplicated) > 0, "the consumer never deduplicated");
@@ -145,7 +145,7 @@ fn an_empty_or_overflowing_seed_range_is_refused() {
 /// A sweep's summary is the same whether it is folded run by run or built from all the runs.
 #[test]
 fn a_streamed_summary_equals_the_summary_of_every_run() {
-    use outbox_check::sim::sweep::Summary;
+    use outbox_check_sims::sweep::Summary;
     let config = config(Variant::LegacyV1);
     let all = results(&config, 60);
     let whole = Summary::new(&config, Seeds::all(0, 60), &all, 1.0);

@@ -1,9 +1,9 @@
 //! `outbox-check conform`: the SQL of a design against the core, by differential property tests.
 
-use crate::core::Design;
-use crate::store::conform::{conform, Bounds, Report};
-use crate::store::bind::reusing_postgres;
-use crate::store::{SqliteStore, Store, StoreError};
+use outbox_check::core::Design;
+use outbox_check_models::conform::{conform, Bounds, Report};
+use outbox_check::store::bind::reusing_postgres;
+use outbox_check::store::{SqliteStore, Store, StoreError};
 use std::process::ExitCode;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -14,7 +14,7 @@ pub enum Engine {
 
 pub struct ConformArgs {
     /// The user's own SQL, when given: run instead of ours.
-    pub profile: Option<crate::store::profile::Profile>,
+    pub profile: Option<outbox_check::store::profile::Profile>,
     pub engine: Engine,
     pub design: Design,
     pub against: Design,
@@ -57,7 +57,7 @@ fn clean_up(args: &ConformArgs) -> ExitCode {
     }
     let dropped = url(args)
         .map_err(|e| e.to_string())
-        .and_then(|url| crate::store::postgres::clean_up(&url, args.disposable).map_err(|e| e.to_string()));
+        .and_then(|url| outbox_check::store::postgres::clean_up(&url, args.disposable).map_err(|e| e.to_string()));
     match dropped {
         Ok(dropped) if args.json => {
             println!("{}", serde_json::json!({ "dropped": dropped }));
@@ -98,10 +98,10 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
         // (b) the schedules that matter, from the model checker, before the random sequences
         // take the progress bar.
         let spinner = if args.quiet || args.json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new_spinner() };
-        let schedules = crate::store::conform::schedules(args.against, &|name| spinner.set_message(format!("finding the schedules that matter: model checking {name}")));
+        let schedules = outbox_check_models::conform::schedules(args.against, &|name| spinner.set_message(format!("finding the schedules that matter: model checking {name}")));
         spinner.finish_and_clear();
         let replay_all = |open: &dyn Fn() -> Result<Box<dyn Store>, StoreError>| -> Result<Vec<_>, StoreError> {
-            schedules.iter().map(|s| Ok(crate::store::conform::replay_schedule(s, args.against.policy(), open()?.as_mut()))).collect()
+            schedules.iter().map(|s| Ok(outbox_check_models::conform::replay_schedule(s, args.against.policy(), open()?.as_mut()))).collect()
         };
         let report = match args.engine {
             Engine::Sqlite => {
@@ -187,7 +187,7 @@ fn print(args: &ConformArgs, report: &Report) {
     match &report.divergence {
         None => println!("  agrees: every result and the whole table matched the model after every step"),
         Some(d) => {
-            println!("  DIVERGED (shrunk to {}):", crate::report::count(d.ops.len() as u64, "step"));
+            println!("  DIVERGED (shrunk to {}):", outbox_check::report::count(d.ops.len() as u64, "step"));
             for line in d.to_string().lines() {
                 println!("  {line}");
             }
@@ -266,9 +266,9 @@ fn print(args: &ConformArgs, report: &Report) {
 }
 
 /// The command that shows a declared design's own counterexamples.
-fn check_command(design: crate::core::Design) -> String {
+fn check_command(design: outbox_check::core::Design) -> String {
     match design {
-        crate::core::Design::Custom(_) => "outbox-check check --design on the profile's design file".to_string(),
+        outbox_check::core::Design::Custom(_) => "outbox-check check --design on the profile's design file".to_string(),
         built_in => format!("outbox-check check --variant {built_in}"),
     }
 }

@@ -1,9 +1,9 @@
 //! `outbox-check sim`: one seed, or a sweep of seeds, of the madsim world.
 
-use crate::core::Design;
-use crate::sim::run::{run, OracleVerdict};
-use crate::sim::sweep::{replay_command, sweep, Seeds, Summary};
-use crate::sim::SimConfig;
+use outbox_check::core::Design;
+use outbox_check_sims::run::{run, OracleVerdict};
+use outbox_check_sims::sweep::{replay_command, sweep, Seeds, Summary};
+use outbox_check_sims::SimConfig;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -51,7 +51,7 @@ fn one(args: &SimArgs, seed: u64) -> ExitCode {
         println!("{}", serde_json::to_string_pretty(&value).expect("JSON of plain values"));
     } else {
         let s = &result.stats;
-        println!("seed {seed}: {} × {}, faults: {}", result.fleet, crate::report::count(args.config.messages, "message"), kinds(&result.profile.kinds()));
+        println!("seed {seed}: {} × {}, faults: {}", result.fleet, outbox_check::report::count(args.config.messages, "message"), kinds(&result.profile.kinds()));
         println!(
             "  {} events, {} simulated ms, {} stale writes refused, {} unknown outcomes, {} duplicates delivered ({} deduplicated)",
             s.events, s.ended_ms, s.stale_refused, s.unknown_outcomes, s.duplicates_delivered, s.deduplicated
@@ -96,7 +96,7 @@ fn many(args: &SimArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     if let Some(out) = &args.out {
-        if let Err(problem) = crate::cli::writable_dir(out) {
+        if let Err(problem) = crate::writable_dir(out) {
             eprintln!("outbox-check: --out {}: {problem}", out.display());
             return ExitCode::from(2);
         }
@@ -178,7 +178,7 @@ fn print_summary(s: &Summary, written: &[String]) {
         println!("  no property violated in any run");
     }
     for (property, runs) in &s.violations {
-        let name = crate::core::Property::parse(property).map(|p| p.to_string()).unwrap_or_else(|| property.clone());
+        let name = outbox_check::core::Property::parse(property).map(|p| p.to_string()).unwrap_or_else(|| property.clone());
         println!("  VIOLATED in {runs:>5} runs: {name}");
     }
     let oracle: Vec<String> = s.oracle.iter().map(|(k, v)| format!("{v} {k}")).collect();
@@ -216,7 +216,7 @@ fn print_summary(s: &Summary, written: &[String]) {
 }
 
 /// Writes a failing run's history (oracle trace format) and its result beside it.
-fn write_history(out: &Path, config: &SimConfig, result: &crate::sim::run::RunResult) -> Result<std::path::PathBuf, String> {
+fn write_history(out: &Path, config: &SimConfig, result: &outbox_check_sims::run::RunResult) -> Result<std::path::PathBuf, String> {
     let dir = out.join(config.fleet_name());
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let path = dir.join(format!("seed-{}.trace.jsonl", result.seed));
@@ -232,7 +232,7 @@ fn write_history(out: &Path, config: &SimConfig, result: &crate::sim::run::RunRe
 /// The designs of `--variant V --relays R` or of `--fleet A,B,...` (reference by default).
 pub fn designs(variant: Option<Design>, fleet: &[Design], relays: u16) -> Vec<Design> {
     if fleet.is_empty() {
-        vec![variant.unwrap_or(Design::Variant(crate::core::Variant::Reference)); relays as usize]
+        vec![variant.unwrap_or(Design::Variant(outbox_check::core::Variant::Reference)); relays as usize]
     } else {
         fleet.to_vec()
     }

@@ -1,9 +1,9 @@
 //! `outbox-check verify`: every engine on every variant and a mixed fleet, one verdict matrix,
 //! compared with the expectations pinned in `reports/expectations.json`.
 
-use crate::check::{check, merged, CheckOptions, CheckReport, Verdict};
-use crate::core::{Design, Property, Variant};
-use crate::world::{Faults, WorldConfig};
+use outbox_check_models::check::{check, merged, CheckOptions, CheckReport, Verdict};
+use outbox_check::core::{Design, Property, Variant};
+use outbox_check::world::{Faults, WorldConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -91,16 +91,16 @@ fn environment(args: &VerifyArgs) -> Result<(BTreeMap<String, Found>, Option<Str
     };
     let expected = serde_json::from_str(&text).map_err(|e| format!("{source} is not valid: {e}"))?;
     if let Some(dir) = &args.report {
-        crate::cli::writable_dir(dir).map_err(|problem| format!("--report {}: {problem}", dir.display()))?;
+        crate::writable_dir(dir).map_err(|problem| format!("--report {}: {problem}", dir.display()))?;
     }
     if let Some(file) = &args.junit {
-        crate::cli::writable_file(file).map_err(|problem| format!("--junit {}: {problem}", file.display()))?;
+        crate::writable_file(file).map_err(|problem| format!("--junit {}: {problem}", file.display()))?;
     }
     let pg_url = args.database_url.clone().or_else(|| std::env::var("OUTBOX_CHECK_PG_URL").ok().filter(|u| !u.is_empty()));
     if let Some(url) = &pg_url {
         // Connect once now (a scratch schema, dropped at once): a bad URL or a server that does
         // not answer is found before minutes of model checking, not reported as a divergence.
-        crate::store::postgres::Scratch::connect(url, false).map_err(|e| format!("PostgreSQL at {url}: {e}"))?;
+        outbox_check::store::postgres::Scratch::connect(url, false).map_err(|e| format!("PostgreSQL at {url}: {e}"))?;
     }
     Ok((expected, pg_url))
 }
@@ -142,7 +142,7 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
         let mut sql = BTreeMap::new();
         // A design our SQL does not cover (deletion, a visibility timeout, a rescuer) has no SQL
         // of ours to hold against it: its own is checked with conform --profile.
-        if let Some(design) = single(fleet).filter(|d| crate::store::bind::ours_cover(&d.policy())) {
+        if let Some(design) = single(fleet).filter(|d| outbox_check::store::bind::ours_cover(&d.policy())) {
             sql.insert("sqlite".to_string(), conformance(design, None));
             if let Some(url) = &pg_url {
                 sql.insert("postgres".to_string(), conformance(design, Some(url)));
@@ -380,7 +380,7 @@ fn expectations_name(args: &VerifyArgs) -> String {
 }
 
 /// The report whose world decided `id` as `merged` says, for its counterexample and note.
-fn deciding<'a>(id: &str, reports: &'a [CheckReport]) -> Option<&'a crate::check::PropertyResult> {
+fn deciding<'a>(id: &str, reports: &'a [CheckReport]) -> Option<&'a outbox_check_models::check::PropertyResult> {
     let verdict = merged(id, reports);
     reports.iter().filter_map(|r| r.property(id)).find(|p| p.status == verdict)
 }
@@ -397,14 +397,14 @@ fn single(fleet: &Fleet) -> Option<Design> {
 }
 
 #[cfg(madsim)]
-fn simulate(fleet: &Fleet, seeds: u64, threads: usize) -> Option<crate::sim::sweep::Summary> {
-    use crate::sim::sweep::{sweep, Seeds};
+fn simulate(fleet: &Fleet, seeds: u64, threads: usize) -> Option<outbox_check_sims::sweep::Summary> {
+    use outbox_check_sims::sweep::{sweep, Seeds};
     // Simulations run three relays of a variant (the model checker two), the mixed fleet as is.
     let designs = match single(fleet) {
         Some(d) => vec![d; 3],
         None => fleet.designs.clone(),
     };
-    let config = crate::sim::SimConfig::new(designs, 20);
+    let config = outbox_check_sims::SimConfig::new(designs, 20);
     Some(sweep(&config, Seeds::all(0, seeds), threads, &|_| {}, &|_| {}))
 }
 
@@ -422,15 +422,15 @@ struct NoSim {
 
 /// The design's SQL against its own core: `agrees`, `diverges`, or why it could not run.
 fn conformance(design: Design, url: Option<&str>) -> String {
-    use crate::store::conform::{conform, Bounds};
-    use crate::store::{SqliteStore, Store};
+    use outbox_check_models::conform::{conform, Bounds};
+    use outbox_check::store::{SqliteStore, Store};
     let policy = design.policy();
     let report = match url {
         None => {
             let open = || Ok(Box::new(SqliteStore::in_memory(policy)?) as Box<dyn Store>);
             conform(policy, &open, Bounds::default(), 100, 0, &|| {})
         }
-        Some(url) => match crate::store::bind::reusing_postgres(url, false, policy) {
+        Some(url) => match outbox_check::store::bind::reusing_postgres(url, false, policy) {
             Err(e) => Err(e),
             Ok(open) => conform(policy, &open, Bounds::default(), 30, 0, &|| {}),
         },
@@ -463,7 +463,7 @@ trait SimLike {
 }
 
 #[cfg(madsim)]
-impl SimLike for crate::sim::sweep::Summary {
+impl SimLike for outbox_check_sims::sweep::Summary {
     fn violated(&self, id: &str) -> bool {
         self.violations.contains_key(id)
     }
@@ -492,7 +492,7 @@ fn print_matrix<S: SimLike>(rows: &[Row<'_, S>], args: &VerifyArgs, seconds: f64
     let ids = ids();
     println!(
         "outbox-check verify — model checking (2 relays, {}, budget 3, every fault; and two tenants with enqueues, for S9 and S10), simulation ({} seeds of 3 relays × 20 messages), SQL conformance\n",
-        crate::report::count(args.messages, "message"), args.sim_seeds
+        outbox_check::report::count(args.messages, "message"), args.sim_seeds
     );
     let sql_of = |fleet: &Fleet, found: &Found| {
         let sql: Vec<String> = found.sql.iter().map(|(e, v)| format!("{e} {v}")).collect();
@@ -574,10 +574,10 @@ fn verdicts_json<S: SimLike>(
                         "model": p.map(|p| p.status.clone()),
                         "note": p.and_then(|p| p.note.clone()),
                         "steps": p.and_then(|p| p.counterexample.as_ref().map(|c| c.len())),
-                        "what_goes_wrong": p.filter(|p| p.status == Verdict::Violated).and_then(crate::report::what_goes_wrong),
+                        "what_goes_wrong": p.filter(|p| p.status == Verdict::Violated).and_then(outbox_check_models::report::what_goes_wrong),
                         // Where `--report DIR` wrote it (Markdown, JSON, trace, ITF); null without.
                         "counterexample": p.filter(|p| p.status == Verdict::Violated && p.counterexample.is_some()).zip(decider).zip(args.report.as_ref()).map(|((p, r), dir)| {
-                            dir.join("counterexamples").join(crate::report::config_slug(&r.config)).join(format!("{}.md", p.id)).display().to_string()
+                            dir.join("counterexamples").join(outbox_check::report::config_slug(&r.config)).join(format!("{}.md", p.id)).display().to_string()
                         }),
                         "simulation_seed": sim.as_ref().and_then(|s| s.first_failing(id)).map(|(seed, _)| seed),
                         "replay": sim.as_ref().and_then(|s| s.first_failing(id)).map(|(_, r)| r),
@@ -610,7 +610,7 @@ fn write_report<S: SimLike>(dir: &std::path::Path, rows: &[Row<'_, S>], args: &V
     use std::fmt::Write;
     let fleets: Vec<(&str, &[CheckReport], &[String])> =
         rows.iter().map(|(fleet, reports, _, found)| (fleet.name.as_str(), reports.as_slice(), found.simulation.as_slice())).collect();
-    crate::report::write_index(dir, &fleets, args.messages)?;
+    outbox_check_models::report::write_index(dir, &fleets, args.messages)?;
     // The other engines' columns, appended.
     let mut out = String::new();
     let _ = writeln!(

@@ -6,8 +6,8 @@
 //! time advancing — and shrinks a divergence to a minimal sequence, which is reported with the
 //! SQL the store ran, ready to paste.
 
-use super::bind::{MemoryStore, Store, StoreError};
-use crate::core::{
+use outbox_check::store::bind::{MemoryStore, Store, StoreError};
+use outbox_check::core::{
     AggregateId, ClaimRequest, Duration, EnqueueRequest, FailureCode, Instant, Lease, MessageId, Policy, RelayId, Row,
     Status, TenantId, WriteKind, WriteRequest, WriteResult,
 };
@@ -97,7 +97,7 @@ impl std::fmt::Display for Op {
 impl std::fmt::Display for Divergence {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "step {} ({}) diverged:\n  model: {}\n  store: {}", self.step, self.op, self.expected, self.got)?;
-        writeln!(f, "sequence ({}):", crate::report::count(self.ops.len() as u64, "step"))?;
+        writeln!(f, "sequence ({}):", outbox_check::report::count(self.ops.len() as u64, "step"))?;
         for (i, op) in self.ops.iter().enumerate() {
             writeln!(f, "  {:>2}. {op}", i + 1)?;
         }
@@ -114,7 +114,7 @@ trait Said {
     fn said(&self) -> String;
 }
 
-impl Said for crate::core::EnqueueResult {
+impl Said for outbox_check::core::EnqueueResult {
     fn said(&self) -> String {
         self.to_string()
     }
@@ -189,7 +189,7 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
     let mut now = Instant(1_000);
     let mut next_message = 0u32;
     let mut leases: Vec<Lease> = Vec::new();
-    let mut reads: Vec<(MessageId, crate::core::LeaseToken)> = Vec::new();
+    let mut reads: Vec<(MessageId, outbox_check::core::LeaseToken)> = Vec::new();
     let diverge = |step: usize, expected: String, got: String, store: &dyn Store| Divergence {
         step: step + 1,
         op: ops[step].clone(),
@@ -217,7 +217,7 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
                     now,
                 };
                 let (a, b) = (model.enqueue(&req), store.enqueue(&req));
-                if matches!(a, Ok(crate::core::EnqueueResult::Applied { .. })) {
+                if matches!(a, Ok(outbox_check::core::EnqueueResult::Applied { .. })) {
                     next_message += 1;
                 }
                 if !same(&a, &b) {
@@ -299,7 +299,7 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
 /// The rescuer's move of the row it read as `read`: back to PENDING with budget left, else to
 /// EXHAUSTED (FAILED in a design without it), as the world's rescuer does; fenced as the model's
 /// design says.
-fn rescue_request(model: &mut dyn Store, read: (MessageId, crate::core::LeaseToken), now: Instant, max_attempts: u32) -> Result<crate::core::ReleaseRequest, StoreError> {
+fn rescue_request(model: &mut dyn Store, read: (MessageId, outbox_check::core::LeaseToken), now: Instant, max_attempts: u32) -> Result<outbox_check::core::ReleaseRequest, StoreError> {
     let policy = model.core_policy().ok_or_else(|| StoreError::Setup("the model is the core".into()))?;
     let rows = model.rows()?;
     let row = rows.iter().find(|r| r.message_id == read.0);
@@ -313,7 +313,7 @@ fn rescue_request(model: &mut dyn Store, read: (MessageId, crate::core::LeaseTok
         claim_seq: 0,
     };
     let fence = policy.rescue.ok_or_else(|| StoreError::Setup("the design has no rescuer".into()))?;
-    Ok(crate::core::ReleaseRequest { lease, fence, to, retry_at: None, now })
+    Ok(outbox_check::core::ReleaseRequest { lease, fence, to, retry_at: None, now })
 }
 
 /// The first row where two tables differ, in words: the fields that differ, by name.
@@ -363,7 +363,7 @@ pub struct Report {
     /// The schedules that matter, replayed (SQL profiles only).
     pub schedules: Vec<ScheduleResult>,
     /// Concurrent relays over the statements (SQL profiles on PostgreSQL only).
-    pub concurrent: Option<crate::store::profile::ConcurrentReport>,
+    pub concurrent: Option<outbox_check::store::profile::ConcurrentReport>,
 }
 
 impl Report {
@@ -465,7 +465,7 @@ pub fn conform(
 fn seed_bytes(seed: u64) -> [u8; 32] {
     let mut bytes = [0u8; 32];
     for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-        chunk.copy_from_slice(&crate::core::random_token(seed.wrapping_add(i as u64)).to_le_bytes());
+        chunk.copy_from_slice(&outbox_check::core::random_token(seed.wrapping_add(i as u64)).to_le_bytes());
     }
     bytes
 }
@@ -480,7 +480,7 @@ pub struct Schedule {
     pub property: String,
     /// The world's events along the path (the application's first enqueues included).
     #[serde(skip)]
-    pub events: Vec<crate::world::Event>,
+    pub events: Vec<outbox_check::world::Event>,
     /// The path is a counterexample of the declared design itself: statements that agree with
     /// the design along it break the property as the design does.
     pub design_breaks: bool,
@@ -519,14 +519,14 @@ pub struct ScheduleDivergence {
 /// before they ran are not sent; writes the store has no statement for, and requeues, end
 /// the replay there (what follows would depend on them).
 pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dyn Store) -> ScheduleResult {
-    use crate::world::{DbFate, Event};
+    use outbox_check::world::{DbFate, Event};
     let mut model = MemoryStore::new(model_policy);
     let mut interleaving = Vec::new();
     let mut operations = 0;
     // A relay presents the lease its claim gave it: the lease the model's claim issued in place
     // of the one the path's own design issued (their tokens and counts may differ).
     let mut issued: Vec<(Lease, Lease)> = Vec::new();
-    let mut rescue_read: Option<(MessageId, crate::core::LeaseToken)> = None;
+    let mut rescue_read: Option<(MessageId, outbox_check::core::LeaseToken)> = None;
     let result = |operations, divergence| ScheduleResult {
         source: schedule.source.clone(),
         property: schedule.property.clone(),
@@ -535,7 +535,7 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
         design_breaks: schedule.design_breaks,
     };
     for (i, event) in schedule.events.iter().enumerate() {
-        interleaving.push(crate::model::describe(event));
+        interleaving.push(crate::outbox::describe(event));
         let diverged = |finding: String, expected: String, got: String, interleaving: &Vec<String>, store: &dyn Store| ScheduleDivergence {
             step: i + 1,
             finding,
@@ -616,7 +616,7 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
                 // A rescuer that finds and moves in one statement reads as it moves.
                 let read = match rescue_read.take() {
                     Some(read) => Some(read),
-                    None if request.fence == crate::core::ReleaseFence::Expired => {
+                    None if request.fence == outbox_check::core::ReleaseFence::Expired => {
                         let (a, b) = (model.rescue_read(request.now), store.rescue_read(request.now));
                         if !same(&a, &b) {
                             let d = diverged("your rescuer finds another expired lease than the design's".into(), read_said(&a), read_said(&b), &interleaving, store);
@@ -696,7 +696,7 @@ fn claim_finding(before: &[Row], request: &ClaimRequest, model: &Result<Vec<Leas
     "your claim hands out other leases (token or attempts) than the design's".into()
 }
 
-fn read_said(r: &Result<Option<(MessageId, crate::core::LeaseToken)>, StoreError>) -> String {
+fn read_said(r: &Result<Option<(MessageId, outbox_check::core::LeaseToken)>, StoreError>) -> String {
     match r {
         Ok(Some((m, t))) => format!("{m} (token {t})"),
         Ok(None) => "no expired lease".into(),
@@ -717,8 +717,8 @@ fn model_policy_max(schedule: &Schedule) -> u32 {
         .events
         .iter()
         .find_map(|e| match e {
-            crate::world::Event::Claimed { request, .. } => Some(request.max_attempts),
-            crate::world::Event::Wrote { request, .. } => Some(request.max_attempts),
+            outbox_check::world::Event::Claimed { request, .. } => Some(request.max_attempts),
+            outbox_check::world::Event::Wrote { request, .. } => Some(request.max_attempts),
             _ => None,
         })
         .unwrap_or(3)
@@ -728,10 +728,10 @@ fn model_policy_max(schedule: &Schedule) -> u32 {
 /// that some built-in design or mutant breaks (each the interleaving that breaks it there), and
 /// the design's own reachability examples (a takeover, a stale write refused, the budget spent,
 /// an ambiguous message later published …). Found by the model checker, safety only.
-pub fn schedules(declared: crate::core::Design, progress: &dyn Fn(&str)) -> Vec<Schedule> {
+pub fn schedules(declared: outbox_check::core::Design, progress: &dyn Fn(&str)) -> Vec<Schedule> {
     use crate::check::{check, CheckOptions, Kind, Verdict};
-    use crate::core::{Design, Mutant, Variant};
-    use crate::world::{Faults, WorldConfig};
+    use outbox_check::core::{Design, Mutant, Variant};
+    use outbox_check::world::{Faults, WorldConfig};
     let options = CheckOptions { threads: 2, liveness: false, ..CheckOptions::default() };
     let mut worlds: Vec<(String, WorldConfig)> = Vec::new();
     for v in Variant::ALL {
@@ -744,8 +744,8 @@ pub fn schedules(declared: crate::core::Design, progress: &dyn Fn(&str)) -> Vec<
     }
     let own = WorldConfig::fleet(&[declared; 2], 1, 1, 3, Faults::all());
     let mut out: Vec<Schedule> = Vec::new();
-    let mut add = |source: String, property: String, config: &WorldConfig, steps: &[crate::model::ReplayStep], design_breaks: bool| {
-        let (_, mut events) = crate::world::World::new_with_events(config);
+    let mut add = |source: String, property: String, config: &WorldConfig, steps: &[crate::outbox::ReplayStep], design_breaks: bool| {
+        let (_, mut events) = outbox_check::world::World::new_with_events(config);
         events.extend(steps.iter().flat_map(|s| s.events.iter().cloned()));
         // One schedule per sequence of events.
         match out.iter_mut().find(|s| s.events == events) {

@@ -1,11 +1,17 @@
-//! The command line: parses, orchestrates the engines, presents. No outbox rule lives here.
+//! The `outbox-check` binary: parses the command line, orchestrates the engines, presents. No
+//! outbox rule lives here.
 //!
 //! Exit codes: 0 everything checked holds, 1 a property is violated, 2 bad input or environment.
 
-use crate::check::{check, CheckOptions, CheckReport, Kind, Verdict};
-use crate::core::{Design, Mutant, Variant};
-use crate::world::{Faults, WorldConfig};
+use outbox_check_models::check::{check, CheckOptions, CheckReport, Kind, Verdict};
+use outbox_check::core::{Design, Mutant, Variant};
+use outbox_check::world::{Faults, WorldConfig};
 use clap::{Parser, Subcommand};
+
+// Model checking clones and drops millions of small states; mimalloc makes that allocation
+// cheaper than the system allocator does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod conform;
 mod verify;
@@ -344,7 +350,7 @@ enum Command {
     E2e {
         /// The broker the relays publish to.
         #[arg(long, value_enum, default_value = "nats")]
-        broker: crate::e2e::Broker,
+        broker: outbox_check::e2e::Broker,
         /// RabbitMQ's URL, with --broker rabbitmq (loopback only).
         #[arg(long, value_name = "URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
         rabbitmq_url: String,
@@ -384,8 +390,8 @@ enum Command {
         #[arg(long, default_value_t = 120_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
         duplicate_window_ms: u64,
         /// Faults: all, none, or a comma-separated list of kill, pause, backend, cut, outage.
-        #[arg(long, default_value = "all", value_parser = crate::e2e::Faults::parse)]
-        faults: crate::e2e::Faults,
+        #[arg(long, default_value = "all", value_parser = outbox_check::e2e::Faults::parse)]
+        faults: outbox_check::e2e::Faults,
         /// PostgreSQL URL (default: OUTBOX_CHECK_PG_URL); loopback only.
         #[arg(long)]
         database_url: Option<String>,
@@ -515,9 +521,9 @@ impl FleetArgs {
         let mut config = WorldConfig::fleet(&designs, self.messages, self.tenants, self.max_attempts, self.faults);
         config.requeues = self.requeues;
         config.enqueue_actions = self.enqueues;
-        config.lease = crate::core::Duration(self.lease);
-        config.backoff_base = crate::core::Duration(self.backoff_base);
-        config.backoff_cap = crate::core::Duration(self.backoff_cap);
+        config.lease = outbox_check::core::Duration(self.lease);
+        config.backoff_base = outbox_check::core::Duration(self.backoff_base);
+        config.backoff_cap = outbox_check::core::Duration(self.backoff_cap);
         let skew = self.skew.unwrap_or(self.lease as i64);
         for relay in config.relays.iter_mut().filter(|r| r.skew != 0) {
             relay.skew = skew;
@@ -544,7 +550,7 @@ fn parse_shard(text: &str) -> Result<(u64, u64), String> {
 /// Parses a variant or mutant name.
 pub fn parse_design(text: &str) -> Result<Design, String> {
     if text.ends_with(".toml") || text.contains('/') {
-        return crate::design::load(std::path::Path::new(text));
+        return outbox_check::design::load(std::path::Path::new(text));
     }
     Design::parse(text).ok_or_else(|| {
         let names = Design::all_names();
@@ -582,7 +588,17 @@ fn port(text: &str) -> Result<u16, String> {
 }
 
 /// Runs the command line; returns the process's exit code.
-pub fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // Rust ignores SIGPIPE, so `outbox-check ... | head` would panic on the closed pipe; a
+    // command-line tool should end quietly instead, as the default disposition does.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    run()
+}
+
+fn run() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {
@@ -615,7 +631,7 @@ pub fn main() -> ExitCode {
             })
         }
         Command::Variants { design, json, toml } => variants(design, json, toml),
-        Command::E2eRelay { file } => crate::e2e::relay::main(&file),
+        Command::E2eRelay { file } => outbox_check::e2e::relay::main(&file),
         Command::E2e {
             broker,
             rabbitmq_url,
@@ -637,7 +653,7 @@ pub fn main() -> ExitCode {
             history,
             json,
             quiet,
-        } => e2e(crate::e2e::Options {
+        } => e2e(outbox_check::e2e::Options {
             broker,
             rabbitmq_url,
             design: variant,
@@ -666,7 +682,7 @@ pub fn main() -> ExitCode {
         Command::Check { fleet, threads, timeout, max_memory, no_liveness, shard, out, no_write: _, explorer_port, json, quiet } => {
             let shard = match shard.map(|(index, count)| (u32::try_from(index), u32::try_from(count))) {
                 None => None,
-                Some((Ok(index), Ok(count))) => Some(crate::graph::Shard { index, count }),
+                Some((Ok(index), Ok(count))) => Some(outbox_check_models::graph::Shard { index, count }),
                 Some(_) => {
                     eprintln!("outbox-check: --shard: at most {} shards", u32::MAX);
                     return ExitCode::from(2);
@@ -698,7 +714,7 @@ pub fn main() -> ExitCode {
             }
             #[cfg(madsim)]
             {
-                let mut config = crate::sim::SimConfig::new(sim::designs(variant, &fleet, relays), messages);
+                let mut config = outbox_check_sims::SimConfig::new(sim::designs(variant, &fleet, relays), messages);
                 config.tenants = tenants;
                 config.max_attempts = max_attempts;
                 let (shard, shards) = shard.unwrap_or((0, 1));
@@ -708,7 +724,7 @@ pub fn main() -> ExitCode {
                 sim::sim(&sim::SimArgs {
                     config,
                     seed,
-                    seeds: crate::sim::sweep::Seeds { from, count: seeds, shard, shards },
+                    seeds: outbox_check_sims::sweep::Seeds { from, count: seeds, shard, shards },
                     threads,
                     out: (!no_write).then_some(out),
                     history,
@@ -720,7 +736,7 @@ pub fn main() -> ExitCode {
         Command::Conform {
             engine, variant, against, profile, cases, seed, database_url, i_understand_this_database_is_disposable, clean_up, json, quiet,
         } => {
-            let profile = match profile.map(|p| crate::store::profile::Profile::load(&p)).transpose() {
+            let profile = match profile.map(|p| outbox_check::store::profile::Profile::load(&p)).transpose() {
                 Ok(profile) => profile,
                 Err(problem) => {
                     eprintln!("outbox-check: {problem}");
@@ -768,7 +784,7 @@ fn variants(only: Option<Design>, json: bool, toml: bool) -> ExitCode {
             Design::Mutant(m) => format!("reference with one mistake: {}", m.mistake()),
             Design::Custom(c) => c.description.clone(),
         };
-        let mut file = crate::core::design::DesignFile::complete(design.name(), &about, &design.policy());
+        let mut file = outbox_check::core::design::DesignFile::complete(design.name(), &about, &design.policy());
         if let Design::Custom(c) = design {
             file.statuses = c.statuses.clone();
         }
@@ -803,7 +819,7 @@ fn variants(only: Option<Design>, json: bool, toml: bool) -> ExitCode {
         println!("{}", serde_json::to_string_pretty(&out).expect("JSON of plain values"));
         return ExitCode::SUCCESS;
     }
-    let reference = crate::core::Policy::reference().switches();
+    let reference = outbox_check::core::Policy::reference().switches();
     let chosen = |d: Design| designs.contains(&d);
     if Variant::ALL.iter().any(|v| chosen(Design::Variant(*v))) {
         println!("Variants (SPEC §5): switches that differ from reference\n");
@@ -889,11 +905,11 @@ fn check_command(
         bar.set_message(format!("model checking: {states} states generated, {unique} unique"));
     });
     bar.finish_and_clear();
-    let command = crate::report::check_command(&config);
+    let command = outbox_check::report::check_command(&config);
     let mut written = Vec::new();
     let mut write_failed = false;
     if let Some(dir) = out {
-        match crate::report::write_counterexamples(&report, dir, &command) {
+        match outbox_check_models::report::write_counterexamples(&report, dir, &command) {
             Ok(files) => written = files,
             Err(error) => {
                 // The verdicts below still stand: say what could not be written, lose nothing.
@@ -944,7 +960,7 @@ fn replay(file: &std::path::Path, json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let parsed = crate::report::CounterexampleFile::parse(&text);
+    let parsed = outbox_check_models::report::CounterexampleFile::parse(&text);
     let cx = match parsed {
         Ok(cx) => cx,
         Err(problem) => {
@@ -958,10 +974,10 @@ fn replay(file: &std::path::Path, json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let outcome = crate::replay::confirm(&cx.config, &cx.id, &cx.actions, cx.cycle_from, cx.message);
+    let outcome = outbox_check_models::replay::confirm(&cx.config, &cx.id, &cx.actions, cx.cycle_from, cx.message);
     let (steps, confirmed) = match &outcome {
         Ok(steps) => (steps.clone(), None),
-        Err(why) => (crate::replay::run(&cx.config, &cx.actions).map(|(s, _)| s).unwrap_or_default(), Some(why.to_string())),
+        Err(why) => (outbox_check_models::replay::run(&cx.config, &cx.actions).map(|(s, _)| s).unwrap_or_default(), Some(why.to_string())),
     };
     if json {
         let value = serde_json::json!({
@@ -1001,7 +1017,7 @@ fn find_program(name: &str, fallback: &str) -> Option<std::path::PathBuf> {
 
 /// `outbox-check e2e`: checks the environment (a PostgreSQL URL, the broker's program) in one
 /// line each, runs, prints.
-fn e2e(mut options: crate::e2e::Options, json: bool, quiet: bool) -> ExitCode {
+fn e2e(mut options: outbox_check::e2e::Options, json: bool, quiet: bool) -> ExitCode {
     if options.backoff_cap_ms < options.backoff_base_ms {
         eprintln!("outbox-check: --backoff-cap-ms {} is below --backoff-base-ms {}", options.backoff_cap_ms, options.backoff_base_ms);
         return ExitCode::from(2);
@@ -1010,7 +1026,7 @@ fn e2e(mut options: crate::e2e::Options, json: bool, quiet: bool) -> ExitCode {
         eprintln!("outbox-check: e2e needs a PostgreSQL server: --database-url URL or OUTBOX_CHECK_PG_URL (loopback only)");
         return ExitCode::from(2);
     }
-    if options.broker == crate::e2e::Broker::Rabbitmq {
+    if options.broker == outbox_check::e2e::Broker::Rabbitmq {
         let loopback = options.rabbitmq_url.split_once("://").map(|(_, rest)| rest.rsplit_once('@').map_or(rest, |(_, host)| host));
         if !loopback.is_some_and(|host| host.starts_with("127.0.0.1") || host.starts_with("localhost") || host.starts_with("[::1]")) {
             eprintln!("outbox-check: --rabbitmq-url {}: only a loopback RabbitMQ (the run declares and deletes a queue there)", options.rabbitmq_url);
@@ -1040,7 +1056,7 @@ fn e2e(mut options: crate::e2e::Options, json: bool, quiet: bool) -> ExitCode {
             eprint!("\r\x1b[2K{line}");
         }
     };
-    let report = crate::e2e::run(&options, &progress);
+    let report = outbox_check::e2e::run(&options, &progress);
     if show {
         eprint!("\r\x1b[2K");
     }
@@ -1053,7 +1069,7 @@ fn e2e(mut options: crate::e2e::Options, json: bool, quiet: bool) -> ExitCode {
             if json {
                 println!("{}", serde_json::to_string_pretty(&report).expect("JSON of plain values"));
             } else {
-                crate::e2e::print(&report);
+                outbox_check::e2e::print(&report);
             }
             if report.passed() {
                 ExitCode::SUCCESS
@@ -1105,7 +1121,7 @@ fn merge(files: &[std::path::PathBuf], json: bool) -> ExitCode {
             }
         }
     }
-    let report = match crate::check::merge_shards(reports) {
+    let report = match outbox_check_models::check::merge_shards(reports) {
         Ok(report) => report,
         Err(problem) => {
             eprintln!("outbox-check: {problem}");
@@ -1129,9 +1145,9 @@ fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) 
     println!(
         "outbox-check check — {} ({}, {}, {}, budget {}, faults: {})",
         report.fleet.join(", "),
-        crate::report::count(c.relays.len() as u64, "relay"),
-        crate::report::count(c.messages, "message"),
-        crate::report::count(c.tenants, "tenant"),
+        outbox_check::report::count(c.relays.len() as u64, "relay"),
+        outbox_check::report::count(c.messages, "message"),
+        outbox_check::report::count(c.tenants, "tenant"),
         c.max_attempts,
         c.faults.names().join(", ")
     );
@@ -1167,7 +1183,7 @@ fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) 
             Verdict::Unknown => "unknown",
             Verdict::NotExercised => "–",
         };
-        let depth = p.counterexample.as_ref().map(|c| format!(" ({})", crate::report::count(c.len() as u64, "step"))).unwrap_or_default();
+        let depth = p.counterexample.as_ref().map(|c| format!(" ({})", outbox_check::report::count(c.len() as u64, "step"))).unwrap_or_default();
         println!("  {:<9} {:<7} {}{depth}", status, p.id, p.name);
         if let Some(note) = &p.note {
             println!("  {:<17} {note}", "");
@@ -1218,8 +1234,8 @@ fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) 
                 "\nBroker deduplication: a message's {} here span at most {} (lease {}, backoff {}–{}, a poll every tick). \
                  In real time: lease + the sum over the budget's retries of (lease + backoff + poll interval), assuming no relay pauses past \
                  its lease; a broker's dedup window shorter than that delivers a late republication twice (outbox-check e2e shows it).",
-                crate::report::count(publications, "publication"),
-                crate::report::count(ticks, "tick"),
+                outbox_check::report::count(publications, "publication"),
+                outbox_check::report::count(ticks, "tick"),
                 c.lease.0,
                 c.backoff_base.0,
                 c.backoff_cap.0
@@ -1248,7 +1264,7 @@ fn explore(fleet: &FleetArgs, port: u16) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let explorer = crate::explorer::Explorer::new(config);
+    let explorer = outbox_check_models::explorer::Explorer::new(config);
     println!(
         "outbox-check explore — {} on http://{address}/ (Ctrl-C to stop)",
         explorer.config().relays.iter().map(|r| r.design.name()).collect::<Vec<_>>().join(", ")
@@ -1258,8 +1274,8 @@ fn explore(fleet: &FleetArgs, port: u16) -> ExitCode {
     let checked = explorer.checked.clone();
     let config = explorer.config().clone();
     std::thread::spawn(move || {
-        let options = crate::check::CheckOptions { threads: 1, timeout: Some(std::time::Duration::from_secs(120)), ..Default::default() };
-        let _ = checked.set(crate::check::check(&config, &options, &|_, _| {}));
+        let options = outbox_check_models::check::CheckOptions { threads: 1, timeout: Some(std::time::Duration::from_secs(120)), ..Default::default() };
+        let _ = checked.set(outbox_check_models::check::check(&config, &options, &|_, _| {}));
     });
     explorer.serve(server);
     ExitCode::SUCCESS
@@ -1272,18 +1288,18 @@ fn mutants(threads: usize, json: bool, quiet: bool) -> ExitCode {
     let mut rows = Vec::new();
     for mutant in Mutant::ALL {
         bar.set_message(mutant.name());
-        let model = crate::model::OutboxModel::new(crate::check::mutant_config(Design::Mutant(mutant)));
+        let model = outbox_check_models::outbox::OutboxModel::new(outbox_check_models::check::mutant_config(Design::Mutant(mutant)));
         let started = std::time::Instant::now();
         // stateright finds whether a failure exists; the exact depth of the first one comes
         // from our own breadth-first search (stateright keeps the last path it met).
         let checker = model.clone().checker().threads(threads).finish_when(HasDiscoveries::AnyFailures).spawn_bfs().join();
-        let failing = checker.discoveries().keys().any(|name| crate::model::OutboxModel::spec_property(name).is_some());
+        let failing = checker.discoveries().keys().any(|name| outbox_check_models::outbox::OutboxModel::spec_property(name).is_some());
         let killers: Vec<(String, usize)> = if failing {
-            let safety: std::collections::BTreeSet<&'static str> = crate::model::SAFETY_NAMES.into_iter().collect();
-            crate::check::shortest_paths_until(&model, &safety, 1)
+            let safety: std::collections::BTreeSet<&'static str> = outbox_check_models::outbox::SAFETY_NAMES.into_iter().collect();
+            outbox_check_models::check::shortest_paths_until(&model, &safety, 1)
                 .into_iter()
                 .filter_map(|(name, actions, _)| {
-                    crate::model::OutboxModel::spec_property(name).map(|p| (p.id().to_string(), actions.len()))
+                    outbox_check_models::outbox::OutboxModel::spec_property(name).map(|p| (p.id().to_string(), actions.len()))
                 })
                 .collect()
         } else {
@@ -1338,13 +1354,13 @@ struct TraceMode {
 
 impl TraceMode {
     /// Whether a divergence fails the run (a conformance finding does not, with --safety-only).
-    fn fails(&self, d: &crate::oracle::Divergence) -> bool {
+    fn fails(&self, d: &outbox_check::oracle::Divergence) -> bool {
         d.kind == "safety" || !self.safety_only
     }
 }
 
 fn trace(files: &[std::path::PathBuf], variant: Option<Design>, mode: TraceMode, html: Option<&std::path::Path>) -> ExitCode {
-    use crate::oracle::Oracle;
+    use outbox_check::oracle::Oracle;
     let stdin = |f: &std::path::Path| f.as_os_str() == "-";
     if files.iter().filter(|f| stdin(f)).count() > 1 {
         eprintln!("outbox-check: standard input ('-') can be read only once");
@@ -1386,15 +1402,15 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, mode: TraceMode,
         };
         // Parse and check line by line: a long history is never held in memory whole (except
         // to draw it, with --html).
-        let mut divergences: Vec<crate::oracle::Divergence> = Vec::new();
-        let mut kept: Vec<(usize, crate::trace::Event)> = Vec::new();
+        let mut divergences: Vec<outbox_check::oracle::Divergence> = Vec::new();
+        let mut kept: Vec<(usize, outbox_check::trace::Event)> = Vec::new();
         let mut header_seen = None;
         let slot: std::cell::RefCell<Option<Oracle>> = std::cell::RefCell::new(None);
         let keep_going = mode.all || mode.safety_only;
-        let checked = crate::trace::stream_reader(
+        let checked = outbox_check::trace::stream_reader(
             &name,
             reader,
-            crate::trace::ReadOptions {
+            outbox_check::trace::ReadOptions {
                 strict: mode.strict,
                 statuses: match variant {
                     Some(Design::Custom(c)) => c.statuses.as_ref(),
@@ -1473,7 +1489,7 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, mode: TraceMode,
                     for d in &divergences {
                         println!("  {d}");
                         for row in &d.rows {
-                            println!("    row before: {}", crate::oracle::row_words(row));
+                            println!("    row before: {}", outbox_check::oracle::row_words(row));
                         }
                     }
                     if stopped {
@@ -1489,7 +1505,7 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, mode: TraceMode,
             });
         }
         if let (Some(out), Some(header)) = (html, &header_seen) {
-            let page = crate::report::trace_html(&name, header, &kept, &divergences);
+            let page = outbox_check::report::trace_html(&name, header, &kept, &divergences);
             if let Err(error) = std::fs::write(out, page) {
                 bar.finish_and_clear();
                 eprintln!("outbox-check: cannot write {}: {error}", out.display());
@@ -1512,7 +1528,7 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, mode: TraceMode,
     bar.finish_and_clear();
     if mode.json {
         // docs/trace-verdict.schema.json describes this object.
-        let out = serde_json::json!({ "schema": crate::oracle::VERDICT_SCHEMA, "files": verdicts });
+        let out = serde_json::json!({ "schema": outbox_check::oracle::VERDICT_SCHEMA, "files": verdicts });
         println!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
     }
     if failed {

@@ -1,15 +1,16 @@
-//! Deterministic simulation with madsim: the real relay cycle, under simulated time, network,
+//! Deterministic simulation with madsim (the crate `outbox_check_sims`; empty unless built with
+//! `--cfg madsim`, which `.cargo/config.toml` sets): the real relay cycle, under simulated time, network,
 //! crashes and broker behaviour, all driven by one seed.
 //!
 //! One run builds a small world of madsim nodes:
 //!
-//! - a **database** node serving the core (through the [`Auditor`](crate::core::Auditor), which
+//! - a **database** node serving the core (through the [`Auditor`](outbox_check::core::Auditor), which
 //!   checks SPEC §7's safety properties at every statement) over simulated RPC, with the
 //!   application's enqueues and, for designs that have one, the reaper job or the rescuer;
 //! - a **broker** node that stores publications by idempotency key and feeds a consumer that
 //!   counts effects and drops duplicates;
 //! - one **relay** node per relay of the fleet, each running the sans-IO
-//!   [`Cycle`](crate::relay::Cycle) through async adapters — the same code the model checker
+//!   [`Cycle`](outbox_check::relay::Cycle) through async adapters — the same code the model checker
 //!   steps.
 //!
 //! The seed draws a fault [`Profile`](profile::Profile) with ChaCha (swarm testing), and seeds
@@ -17,17 +18,19 @@
 //! ends; then the heal phase runs until every row is terminal or the heal time is up, and L1 and
 //! L3 (or L2, under a permanent broker outage) are checked on the table. The run's history is
 //! written in the oracle's trace format and, for a single-design fleet, checked again by the
-//! [`Oracle`](crate::oracle::Oracle).
+//! [`Oracle`](outbox_check::oracle::Oracle).
 //!
 //! Everything is bounded: simulated time ends at the heal deadline, and every relay loop waits
 //! on simulated time between cycles.
+
+#![cfg(madsim)]
 
 pub mod profile;
 pub mod run;
 pub mod sweep;
 
-use crate::core::{Design, Duration};
-use crate::world::{Faults, WorldConfig};
+use outbox_check::core::{Design, Duration};
+use outbox_check::world::{Faults, WorldConfig};
 use serde::Serialize;
 
 /// What one simulation runs: the fleet and its timing, in simulated milliseconds.
@@ -103,7 +106,7 @@ impl SimConfig {
     /// The `outbox-check sim` flags that select this world.
     pub fn command_line(&self) -> String {
         let fleet = match self.single_design() {
-            Some(d @ crate::core::Design::Custom(_)) => format!("--design {} --relays {}", d.argument(), self.designs.len()),
+            Some(d @ outbox_check::core::Design::Custom(_)) => format!("--design {} --relays {}", d.argument(), self.designs.len()),
             Some(d) => format!("--variant {} --relays {}", d.name(), self.designs.len()),
             None => format!("--fleet {}", self.designs.iter().map(|d| d.argument()).collect::<Vec<_>>().join(",")),
         };
