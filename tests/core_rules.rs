@@ -288,7 +288,7 @@ fn the_publication_span_follows_lease_backoff_and_budget() {
     // 1,000 for the last lease, then two gaps: lease + delay(1) + poll, lease + delay(2) (capped) + poll.
     assert_eq!((span.publications, span.longest), (3, Duration(1_000 + (1_000 + 200 + 100) + (1_000 + 300 + 100))));
     assert_eq!(reference.publication_span(Duration(1_000), 1, Duration(100)).unwrap().longest, Duration(1_000));
-    // The README's example: lease 30 s, backoff 1–60 s, budget 5, a poll every second: 169 s.
+    // docs/cli.md's example: lease 30 s, backoff 1–60 s, budget 5, a poll every second: 169 s.
     let mut readme = Policy::reference();
     readme.backoff = Backoff { base: Duration(1_000), cap: Duration(60_000) };
     assert_eq!(readme.publication_span(Duration(30_000), 5, Duration(1_000)).unwrap().longest, Duration(169_000));

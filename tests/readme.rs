@@ -1,7 +1,9 @@
-//! The README's commands work as written and leave the repository as it was: every line of its
-//! `sh` blocks (but the test command itself) runs from the repository's root with the built
-//! binary, ends with a verdict (exit 0 or 1, never 2 or a panic), and `git status --porcelain` is
-//! the same afterwards as before. In CI the tree is a clean clone, so "the same" is "empty".
+//! The README's and docs/' commands work as written and leave the repository as it was: every
+//! line of their `sh` blocks (but the test command itself) runs from the repository's root with
+//! the built binary, ends with a verdict (exit 0 or 1, never 2 or a panic), and `git status
+//! --porcelain` is the same afterwards as before. In CI the tree is a clean clone, so "the same"
+//! is "empty". The CLI synopsis of docs/cli.md matches every `--help`, and the counterexample the
+//! README shows is what `check` prints.
 
 use std::process::Command;
 
@@ -41,8 +43,14 @@ fn every_readme_command_works_and_leaves_git_status_as_it_was() {
         common::not_run("the README commands test needs a git checkout");
         return;
     }
-    let commands = readme_commands(&std::fs::read_to_string(root.join("README.md")).unwrap());
-    assert!(commands.len() >= 4, "the README's sh blocks: {commands:?}");
+    let readme = readme_commands(&std::fs::read_to_string(root.join("README.md")).unwrap());
+    assert!(readme.len() >= 4, "the README's sh blocks: {readme:?}");
+    let mut commands = readme;
+    let mut docs: Vec<_> = std::fs::read_dir(root.join("docs")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "md")).collect();
+    docs.sort();
+    for doc in docs {
+        commands.extend(readme_commands(&std::fs::read_to_string(doc).unwrap()));
+    }
     let before = porcelain(root);
     let pg = std::env::var("OUTBOX_CHECK_PG_URL").ok().filter(|u| !u.is_empty());
     let mut ran = 0;
@@ -83,13 +91,13 @@ fn every_readme_command_works_and_leaves_git_status_as_it_was() {
     assert!(ran >= 3, "{ran} README commands ran");
 }
 
-/// The README's CLI synopsis agrees with `--help`: for every command it lists, the long options
-/// it names are exactly those the command's `--help` lists.
+/// docs/cli.md's synopsis agrees with `--help`: for every command it lists, the long options it
+/// names are exactly those the command's `--help` lists.
 #[test]
-fn the_readme_synopsis_lists_exactly_the_options_of_each_help() {
+fn the_cli_synopsis_lists_exactly_the_options_of_each_help() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let block = readme.split("## CLI\n\n```\n").nth(1).and_then(|b| b.split("```").next()).expect("a CLI block");
+    let doc = std::fs::read_to_string(root.join("docs/cli.md")).unwrap();
+    let block = doc.split("## Synopsis\n\n```\n").nth(1).and_then(|b| b.split("```").next()).expect("a synopsis block");
     let mut synopsis: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = Default::default();
     let mut current = String::new();
     let options = |text: &str| -> Vec<String> {
@@ -129,8 +137,28 @@ fn the_readme_synopsis_lists_exactly_the_options_of_each_help() {
             }
         }
         listed.remove("--help");
-        let readme_has = synopsis.get(command).unwrap_or_else(|| panic!("the README's synopsis has no `{command}`"));
-        assert_eq!(readme_has, &listed, "`outbox-check {command}`: the README's synopsis against --help");
+        let doc_has = synopsis.get(command).unwrap_or_else(|| panic!("docs/cli.md's synopsis has no `{command}`"));
+        assert_eq!(doc_has, &listed, "`outbox-check {command}`: docs/cli.md's synopsis against --help");
+    }
+}
+
+/// The counterexample the README shows "as it prints" is the one `check` prints today: every line
+/// of the block from the verdict to the explorer link, and the command the README names.
+#[test]
+fn the_readme_counterexample_is_what_check_prints() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = readme.split("## A counterexample, as it prints").nth(1).expect("the README's counterexample section");
+    let command = section.split('`').find(|w| w.starts_with("outbox-check check ")).expect("the command it names");
+    let block = section.split("```text\n").nth(1).and_then(|b| b.split("```").next()).expect("its text block");
+    let shown: Vec<&str> = block.lines().skip_while(|l| !l.trim_start().starts_with("VIOLATED")).collect();
+    assert!(shown.len() >= 4 && shown.last().unwrap().trim_start().starts_with("explorer:"), "{shown:?}");
+    let args: Vec<&str> = command.split_whitespace().skip(1).collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(&args).arg("--quiet").current_dir(root).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "`{command}` finds a violation");
+    let printed = String::from_utf8(out.stdout).unwrap();
+    for line in shown {
+        assert!(printed.lines().any(|p| p == line), "the README shows a line `{command}` does not print:\n{line}\n\nit printed:\n{printed}");
     }
 }
 
