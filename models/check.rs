@@ -39,7 +39,15 @@ pub struct CheckOptions {
 
 impl Default for CheckOptions {
     fn default() -> Self {
-        CheckOptions { threads: 2, timeout: None, max_memory: None, liveness: true, liveness_states_max: 50_000_000, shard: None, settle: true }
+        CheckOptions {
+            threads: 2,
+            timeout: None,
+            max_memory: None,
+            liveness: true,
+            liveness_states_max: 50_000_000,
+            shard: None,
+            settle: true,
+        }
     }
 }
 
@@ -295,7 +303,13 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
         .enumerate()
         .filter(|(i, _)| found.violated & (1 << i) != 0)
         .map(|(_, n)| *n)
-        .chain(REACHABILITY.iter().enumerate().filter(|(i, _)| found.reached & tracked & (1 << i) != 0).map(|(_, r)| r.name))
+        .chain(
+            REACHABILITY
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| found.reached & tracked & (1 << i) != 0)
+                .map(|(_, r)| r.name),
+        )
         .collect();
     let missing: BTreeSet<&'static str> =
         discovered.into_iter().filter(|name| paths.iter().all(|(n, _, _)| n != name)).collect();
@@ -315,8 +329,9 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
     let confirmed = |id: &str, actions: &[Action]| -> Result<Vec<ReplayStep>, String> {
         let steps = replay(config, actions);
         let real: Vec<Action> = steps.iter().map(|s| s.action).collect();
-        crate::replay::confirm(config, id, &real, None, None)
-            .map_err(|e| format!("checker bug: the path found does not replay in the plain world ({e}); please report it"))
+        crate::replay::confirm(config, id, &real, None, None).map_err(|e| {
+            format!("checker bug: the path found does not replay in the plain world ({e}); please report it")
+        })
     };
 
     let mut properties = Vec::new();
@@ -332,7 +347,9 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
                 Verdict::Unknown,
                 None,
                 None,
-                stopped.clone().map(|s| format!("{s}: the complete check flagged it, and the search for its path was cut short")),
+                stopped
+                    .clone()
+                    .map(|s| format!("{s}: the complete check flagged it, and the search for its path was cut short")),
             ),
             None if unconfirmed.contains(name) => (
                 Verdict::Unknown,
@@ -367,7 +384,8 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
                 Verdict::Unreached,
                 None,
                 None,
-                (id == "R-order" && config.messages < 2).then(|| "needs two events of one aggregate: --messages 2".to_string()),
+                (id == "R-order" && config.messages < 2)
+                    .then(|| "needs two events of one aggregate: --messages 2".to_string()),
             ),
         };
         properties.push(PropertyResult {
@@ -396,7 +414,11 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
         max_depth: found.max_depth,
         merged_shards: None,
         publication_span: Some(publication_span(config)),
-        shard: options.shard.map(|s| ShardInfo { index: s.index, count: s.count, depth: found.shard_depth.unwrap_or(0) }),
+        shard: options.shard.map(|s| ShardInfo {
+            index: s.index,
+            count: s.count,
+            depth: found.shard_depth.unwrap_or(0),
+        }),
         seconds,
         search_seconds,
         path_search_states,
@@ -424,18 +446,28 @@ pub fn merge_shards(reports: Vec<(String, CheckReport)>) -> Result<CheckReport, 
             return Err(format!("{name} is not a shard's report (it was written without --shard)"));
         };
         if shard.count != info.count {
-            return Err(format!("{name} is shard {}/{} but {first_name} is one of {}", shard.index, shard.count, info.count));
+            return Err(format!(
+                "{name} is shard {}/{} but {first_name} is one of {}",
+                shard.index, shard.count, info.count
+            ));
         }
         if report.config != first.config || report.fleet != first.fleet {
-            return Err(format!("{name} checked another configuration than {first_name} ({})", report.fleet.join(", ")));
+            return Err(format!(
+                "{name} checked another configuration than {first_name} ({})",
+                report.fleet.join(", ")
+            ));
         }
         if let Some(other) = seen[shard.index as usize].replace(name) {
             return Err(format!("shard {}/{} is given twice: {other} and {name}", shard.index, shard.count));
         }
     }
-    let absent: Vec<String> = seen.iter().enumerate().filter(|(_, s)| s.is_none()).map(|(i, _)| format!("{i}/{}", info.count)).collect();
+    let absent: Vec<String> =
+        seen.iter().enumerate().filter(|(_, s)| s.is_none()).map(|(i, _)| format!("{i}/{}", info.count)).collect();
     if !absent.is_empty() {
-        return Err(format!("shards missing: {} (every shard of the search is needed for its verdict)", absent.join(", ")));
+        return Err(format!(
+            "shards missing: {} (every shard of the search is needed for its verdict)",
+            absent.join(", ")
+        ));
     }
     let complete = reports.iter().all(|(_, r)| r.complete);
     let shortest = |found: Vec<&PropertyResult>| {
@@ -445,7 +477,8 @@ pub fn merge_shards(reports: Vec<(String, CheckReport)>) -> Result<CheckReport, 
     for p in first.properties.iter().filter(|p| p.kind != Kind::Liveness) {
         let all: Vec<&PropertyResult> = reports.iter().filter_map(|(_, r)| r.property(&p.id)).collect();
         let with = |v: Verdict| all.iter().copied().filter(|q| q.status == v).collect::<Vec<_>>();
-        let merged = if let Some(found) = shortest(with(Verdict::Violated)).or_else(|| shortest(with(Verdict::Reached))) {
+        let merged = if let Some(found) = shortest(with(Verdict::Violated)).or_else(|| shortest(with(Verdict::Reached)))
+        {
             found
         } else if let Some(unknown) = with(Verdict::Unknown).first() {
             (*unknown).clone()
@@ -498,8 +531,12 @@ pub fn merged(id: &str, reports: &[CheckReport]) -> Verdict {
 fn not_exercised_reason(config: &WorldConfig, witness: &crate::outbox::Reachability) -> String {
     let hint = match witness.exercises {
         "S9" if config.tenants < 2 => " (one tenant: no row or write of another tenant exists; try --tenants 2)",
-        "S9" if !config.faults.misrouted_write => " (no claim meets another tenant's row, and mis-routed writes are off)",
-        "S10" if !config.enqueue_actions => " (every message is in the table from the start: no enqueue is attempted; try --enqueues)",
+        "S9" if !config.faults.misrouted_write => {
+            " (no claim meets another tenant's row, and mis-routed writes are off)"
+        }
+        "S10" if !config.enqueue_actions => {
+            " (every message is in the table from the start: no enqueue is attempted; try --enqueues)"
+        }
         _ => "",
     };
     let (_, situation) = witness.name.split_once(' ').unwrap_or(("", witness.name));
@@ -597,7 +634,10 @@ pub fn bfs_paths(
                 path_actions.push(action);
                 state = model.next_state(&state, action).expect("a model step");
             }
-            let encoded = std::iter::once("0".to_string()).chain(indices.iter().map(|i| i.to_string())).collect::<Vec<_>>().join("/");
+            let encoded = std::iter::once("0".to_string())
+                .chain(indices.iter().map(|i| i.to_string()))
+                .collect::<Vec<_>>()
+                .join("/");
             (name, path_actions, encoded)
         })
         .collect();
@@ -626,7 +666,6 @@ pub fn explorer_path_of(config: &WorldConfig, real: &[Action]) -> Option<String>
     let root = if config.permanent_outage { "outage/0" } else { "0" };
     Some(std::iter::once(root.to_string()).chain(indices).collect::<Vec<_>>().join("/"))
 }
-
 
 /// The world every mutant is checked in: three relays competing for one message, the third
 /// reusing the first one's id (a restarted relay while its paused predecessor still lives), a
@@ -664,7 +703,8 @@ fn liveness(
     use outbox_check::core::Property as P;
     // `normalisation`: the graph's, whose relay order the lasso's steps follow.
     let result = |p: P, verdict: Option<LassoVerdict>, world: &WorldConfig, normalisation, note: Option<String>| {
-        let (mut status, mut counterexample, mut cycle_from, mut note, mut message) = (Verdict::Unknown, None, None, note, None);
+        let (mut status, mut counterexample, mut cycle_from, mut note, mut message) =
+            (Verdict::Unknown, None, None, note, None);
         let mut explorer_path = None;
         match verdict {
             None => {}
@@ -678,10 +718,13 @@ fn liveness(
                 match crate::replay::confirm(world, p.id(), &real, Some(from), m.map(|m| m.0)) {
                     Ok(_) => {
                         explorer_path = explorer_path_of(world, &real);
-                        (status, counterexample, cycle_from, message) = (Verdict::Violated, Some(steps), Some(from), m.map(|m| m.0));
+                        (status, counterexample, cycle_from, message) =
+                            (Verdict::Violated, Some(steps), Some(from), m.map(|m| m.0));
                     }
                     Err(e) => {
-                        note = Some(format!("checker bug: the lasso found does not replay in the plain world ({e}); please report it"));
+                        note = Some(format!(
+                            "checker bug: the lasso found does not replay in the plain world ({e}); please report it"
+                        ));
                     }
                 }
             }
@@ -705,7 +748,8 @@ fn liveness(
     let outage = world_of(config, P::L2.id());
     // L1 and L3 on the main graph, and L2's graph with its check, side by side.
     let (l1, l3, l2) = std::thread::scope(|scope| {
-        let l2 = scope.spawn(|| Graph::build(&outage, states_max, threads, &stop).map(|graph| check_l2(&graph, &outage)));
+        let l2 =
+            scope.spawn(|| Graph::build(&outage, states_max, threads, &stop).map(|graph| check_l2(&graph, &outage)));
         let (l1, l3) = match &main {
             Ok(graph) => {
                 let l3 = scope.spawn(|| check_l3(graph, config));
@@ -729,9 +773,10 @@ fn liveness(
     }
     match l2 {
         Ok(verdict) => out.insert(1, result(P::L2, Some(verdict), &outage, own, None)),
-        Err(stopped) => {
-            out.insert(1, result(P::L2, None, &outage, own, Some(format!("not checked: {}", stopped.reason("the outage graph")))))
-        }
+        Err(stopped) => out.insert(
+            1,
+            result(P::L2, None, &outage, own, Some(format!("not checked: {}", stopped.reason("the outage graph")))),
+        ),
     }
     (out, states)
 }

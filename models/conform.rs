@@ -6,11 +6,11 @@
 //! time advancing — and shrinks a divergence to a minimal sequence, which is reported with the
 //! SQL the store ran, ready to paste.
 
-use outbox_check::store::bind::{MemoryStore, Store, StoreError};
 use outbox_check::core::{
     AggregateId, ClaimRequest, Duration, EnqueueRequest, FailureCode, Instant, Lease, MessageId, Policy, RelayId, Row,
     Status, TenantId, WriteKind, WriteRequest, WriteResult,
 };
+use outbox_check::store::bind::{MemoryStore, Store, StoreError};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use serde::Serialize;
@@ -20,18 +20,34 @@ use serde::Serialize;
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Op {
     /// The application enqueues the next message; `stale` with a version one too far.
-    Enqueue { tenant: u16, aggregate: u32, stale: bool },
-    Claim { owner: u16, tenant: u16, batch: u32 },
+    Enqueue {
+        tenant: u16,
+        aggregate: u32,
+        stale: bool,
+    },
+    Claim {
+        owner: u16,
+        tenant: u16,
+        batch: u32,
+    },
     /// A terminal write presenting the `pick`-th lease ever issued (mod their number): current
     /// or superseded.
-    Write { pick: usize, kind: u8, code: u8 },
+    Write {
+        pick: usize,
+        kind: u8,
+        code: u8,
+    },
     Reap,
     /// The rescuer reads the first expired lease (designs with a rescuer).
     RescueRead,
     /// The rescuer moves the row of the `pick`-th read so far (mod their number): the latest,
     /// or one read before the row was claimed again.
-    Rescue { pick: usize },
-    Advance { ms: u64 },
+    Rescue {
+        pick: usize,
+    },
+    Advance {
+        ms: u64,
+    },
 }
 
 /// The fixed parameters of a sequence.
@@ -82,10 +98,20 @@ impl std::fmt::Display for Op {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match *self {
             Op::Enqueue { tenant, aggregate, stale } => {
-                write!(f, "enqueue for {} {}{}", TenantId(tenant), AggregateId(aggregate), if stale { " with a stale version" } else { "" })
+                write!(
+                    f,
+                    "enqueue for {} {}{}",
+                    TenantId(tenant),
+                    AggregateId(aggregate),
+                    if stale { " with a stale version" } else { "" }
+                )
             }
-            Op::Claim { owner, tenant, batch } => write!(f, "claim by {} for {}, batch {batch}", RelayId(owner), TenantId(tenant)),
-            Op::Write { pick, kind: k, code } => write!(f, "{} presenting one of the leases issued so far (pick {pick})", kind(k, code).name()),
+            Op::Claim { owner, tenant, batch } => {
+                write!(f, "claim by {} for {}, batch {batch}", RelayId(owner), TenantId(tenant))
+            }
+            Op::Write { pick, kind: k, code } => {
+                write!(f, "{} presenting one of the leases issued so far (pick {pick})", kind(k, code).name())
+            }
             Op::Reap => f.write_str("reap"),
             Op::RescueRead => f.write_str("the rescuer reads the first expired lease"),
             Op::Rescue { pick } => write!(f, "the rescuer moves a row it read (pick {pick})"),
@@ -133,7 +159,9 @@ impl Said for Vec<Lease> {
         }
         let leases: Vec<String> = self
             .iter()
-            .map(|l| format!("{} (token {}, attempts {}, {} of {})", l.message_id, l.token, l.attempts, l.owner, l.tenant_id))
+            .map(|l| {
+                format!("{} (token {}, attempts {}, {} of {})", l.message_id, l.token, l.attempts, l.owner, l.tenant_id)
+            })
             .collect();
         leases.join(", ")
     }
@@ -174,7 +202,8 @@ fn same_write(a: &WriteResult, b: &WriteResult) -> bool {
 }
 
 fn kind(kind: u8, code: u8) -> WriteKind {
-    let code = [FailureCode::Timeout, FailureCode::Unavailable, FailureCode::Rejected, FailureCode::Timeout][code as usize % 4];
+    let code = [FailureCode::Timeout, FailureCode::Unavailable, FailureCode::Rejected, FailureCode::Timeout]
+        [code as usize % 4];
     match kind % 5 {
         0 => WriteKind::Published,
         1 => WriteKind::Ambiguous { code },
@@ -245,7 +274,12 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
                 if leases.is_empty() || !store.can_write(&kind(k, code)) {
                     continue;
                 }
-                let req = WriteRequest { lease: leases[pick % leases.len()], kind: kind(k, code), now, max_attempts: bounds.max_attempts };
+                let req = WriteRequest {
+                    lease: leases[pick % leases.len()],
+                    kind: kind(k, code),
+                    now,
+                    max_attempts: bounds.max_attempts,
+                };
                 let (a, b) = (model.write(&req), store.write(&req));
                 let same = match (&a, &b) {
                     (Ok(x), Ok(y)) => same_write(x, y),
@@ -274,7 +308,8 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
                 if reads.is_empty() {
                     continue;
                 }
-                let req = rescue_request(model, reads[pick % reads.len()], now, bounds.max_attempts).map_err(|e| diverge(step, "rows".into(), e.to_string(), store))?;
+                let req = rescue_request(model, reads[pick % reads.len()], now, bounds.max_attempts)
+                    .map_err(|e| diverge(step, "rows".into(), e.to_string(), store))?;
                 let (a, b) = (model.rescue(&req, bounds.max_attempts), store.rescue(&req, bounds.max_attempts));
                 let same = match (&a, &b) {
                     (Ok(x), Ok(y)) => same_write(x, y),
@@ -286,7 +321,8 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
             }
             Op::Advance { ms } => now = now.plus(Duration(ms)),
         }
-        let (a, b) = (model.rows().map(|rows| rows.into_iter().map(|r| store.view(r)).collect::<Vec<_>>()), store.rows());
+        let (a, b) =
+            (model.rows().map(|rows| rows.into_iter().map(|r| store.view(r)).collect::<Vec<_>>()), store.rows());
         if !same(&a, &b) {
             let (a, b) = (a.unwrap_or_default(), b.map_err(|e| diverge(step, "rows".into(), e.to_string(), store))?);
             let (x, y) = first_difference(&a, &b);
@@ -299,7 +335,12 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
 /// The rescuer's move of the row it read as `read`: back to PENDING with budget left, else to
 /// EXHAUSTED (FAILED in a design without it), as the world's rescuer does; fenced as the model's
 /// design says.
-fn rescue_request(model: &mut dyn Store, read: (MessageId, outbox_check::core::LeaseToken), now: Instant, max_attempts: u32) -> Result<outbox_check::core::ReleaseRequest, StoreError> {
+fn rescue_request(
+    model: &mut dyn Store,
+    read: (MessageId, outbox_check::core::LeaseToken),
+    now: Instant,
+    max_attempts: u32,
+) -> Result<outbox_check::core::ReleaseRequest, StoreError> {
     let policy = model.core_policy().ok_or_else(|| StoreError::Setup("the model is the core".into()))?;
     let rows = model.rows()?;
     let row = rows.iter().find(|r| r.message_id == read.0);
@@ -325,14 +366,26 @@ fn first_difference(a: &[Row], b: &[Row]) -> (String, String) {
                 let fields: [(&str, String, String); 12] = [
                     ("message_id", x.message_id.to_string(), y.message_id.to_string()),
                     ("tenant_id", x.tenant_id.to_string(), y.tenant_id.to_string()),
-                    ("aggregate", format!("{} v{}", x.aggregate_id, x.aggregate_version), format!("{} v{}", y.aggregate_id, y.aggregate_version)),
+                    (
+                        "aggregate",
+                        format!("{} v{}", x.aggregate_id, x.aggregate_version),
+                        format!("{} v{}", y.aggregate_id, y.aggregate_version),
+                    ),
                     ("status", x.status.to_string(), y.status.to_string()),
                     ("attempts", x.attempts.to_string(), y.attempts.to_string()),
-                    ("lease_owner", x.lease_owner.map_or("none".into(), |o| o.to_string()), y.lease_owner.map_or("none".into(), |o| o.to_string())),
+                    (
+                        "lease_owner",
+                        x.lease_owner.map_or("none".into(), |o| o.to_string()),
+                        y.lease_owner.map_or("none".into(), |o| o.to_string()),
+                    ),
                     ("lease_token", x.lease_token.to_string(), y.lease_token.to_string()),
                     ("lease_expires_at", instant(x.lease_expires_at), instant(y.lease_expires_at)),
                     ("next_attempt_at", instant(x.next_attempt_at), instant(y.next_attempt_at)),
-                    ("last_failure_code", x.last_failure_code.map_or("none".into(), |c| c.as_str().to_string()), y.last_failure_code.map_or("none".into(), |c| c.as_str().to_string())),
+                    (
+                        "last_failure_code",
+                        x.last_failure_code.map_or("none".into(), |c| c.as_str().to_string()),
+                        y.last_failure_code.map_or("none".into(), |c| c.as_str().to_string()),
+                    ),
                     ("created_at", x.created_at.to_string(), y.created_at.to_string()),
                     ("published_at", instant(x.published_at), instant(y.published_at)),
                 ];
@@ -383,8 +436,12 @@ impl Report {
     /// The properties the declared design breaks by itself and the statements, agreeing with it
     /// along its counterexample, break too.
     pub fn design_breaks(&self) -> Vec<&str> {
-        let mut out: Vec<&str> =
-            self.schedules.iter().filter(|s| s.design_breaks && s.divergence.is_none()).map(|s| s.property.as_str()).collect();
+        let mut out: Vec<&str> = self
+            .schedules
+            .iter()
+            .filter(|s| s.design_breaks && s.divergence.is_none())
+            .map(|s| s.property.as_str())
+            .collect();
         out.sort_unstable();
         out.dedup();
         out
@@ -415,10 +472,10 @@ pub fn conform(
 ) -> Result<Report, StoreError> {
     let started = std::time::Instant::now();
     let config = Config { cases, failure_persistence: None, ..Config::default() };
-    let mut runner = TestRunner::new_with_rng(config, proptest::test_runner::TestRng::from_seed(
-        proptest::test_runner::RngAlgorithm::ChaCha,
-        &seed_bytes(seed),
-    ));
+    let mut runner = TestRunner::new_with_rng(
+        config,
+        proptest::test_runner::TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &seed_bytes(seed)),
+    );
     let operations = std::cell::Cell::new(0u64);
     let setup_error: std::cell::RefCell<Option<StoreError>> = std::cell::RefCell::new(None);
     let last: std::cell::RefCell<Option<Divergence>> = std::cell::RefCell::new(None);
@@ -459,7 +516,14 @@ pub fn conform(
         }
         Err(TestError::Abort(reason)) => return Err(StoreError::Setup(format!("proptest aborted: {reason}"))),
     };
-    Ok(Report { cases, operations: operations.get(), seconds: started.elapsed().as_secs_f64(), divergence, schedules: Vec::new(), concurrent: None })
+    Ok(Report {
+        cases,
+        operations: operations.get(),
+        seconds: started.elapsed().as_secs_f64(),
+        divergence,
+        schedules: Vec::new(),
+        concurrent: None,
+    })
 }
 
 fn seed_bytes(seed: u64) -> [u8; 32] {
@@ -536,19 +600,28 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
     };
     for (i, event) in schedule.events.iter().enumerate() {
         interleaving.push(crate::outbox::describe(event));
-        let diverged = |finding: String, expected: String, got: String, interleaving: &Vec<String>, store: &dyn Store| ScheduleDivergence {
-            step: i + 1,
-            finding,
-            expected,
-            got,
-            interleaving: interleaving.clone(),
-            sql: store.log().to_vec(),
-        };
+        let diverged =
+            |finding: String, expected: String, got: String, interleaving: &Vec<String>, store: &dyn Store| {
+                ScheduleDivergence {
+                    step: i + 1,
+                    finding,
+                    expected,
+                    got,
+                    interleaving: interleaving.clone(),
+                    sql: store.log().to_vec(),
+                }
+            };
         match event {
             Event::Enqueued { request, .. } => {
                 let (a, b) = (model.enqueue(request), store.enqueue(request));
                 if !same(&a, &b) {
-                    let d = diverged("your statements answer the enqueue differently".into(), show(&a), show(&b), &interleaving, store);
+                    let d = diverged(
+                        "your statements answer the enqueue differently".into(),
+                        show(&a),
+                        show(&b),
+                        &interleaving,
+                        store,
+                    );
                     return result(operations, Some(d));
                 }
             }
@@ -597,7 +670,13 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
                 let max = model_policy_max(schedule);
                 let (a, b) = (model.reap(*now, max), store.reap(*now, max));
                 if !same(&a, &b) {
-                    let d = diverged("your maintenance job moves other rows than the design's".into(), show(&a), show(&b), &interleaving, store);
+                    let d = diverged(
+                        "your maintenance job moves other rows than the design's".into(),
+                        show(&a),
+                        show(&b),
+                        &interleaving,
+                        store,
+                    );
                     return result(operations, Some(d));
                 }
             }
@@ -607,7 +686,13 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
             Event::RescueRead { now, .. } => {
                 let (a, b) = (model.rescue_read(*now), store.rescue_read(*now));
                 if !same(&a, &b) {
-                    let d = diverged("your rescuer reads another expired lease than the design's".into(), read_said(&a), read_said(&b), &interleaving, store);
+                    let d = diverged(
+                        "your rescuer reads another expired lease than the design's".into(),
+                        read_said(&a),
+                        read_said(&b),
+                        &interleaving,
+                        store,
+                    );
                     return result(operations, Some(d));
                 }
                 rescue_read = a.ok().flatten();
@@ -619,7 +704,13 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
                     None if request.fence == outbox_check::core::ReleaseFence::Expired => {
                         let (a, b) = (model.rescue_read(request.now), store.rescue_read(request.now));
                         if !same(&a, &b) {
-                            let d = diverged("your rescuer finds another expired lease than the design's".into(), read_said(&a), read_said(&b), &interleaving, store);
+                            let d = diverged(
+                                "your rescuer finds another expired lease than the design's".into(),
+                                read_said(&a),
+                                read_said(&b),
+                                &interleaving,
+                                store,
+                            );
                             return result(operations, Some(d));
                         }
                         a.ok().flatten()
@@ -628,7 +719,9 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
                 };
                 let Some(read) = read else { return result(operations, None) };
                 let max = model_policy_max(schedule);
-                let Ok(req) = rescue_request(&mut model, read, request.now, max) else { return result(operations, None) };
+                let Ok(req) = rescue_request(&mut model, read, request.now, max) else {
+                    return result(operations, None);
+                };
                 let (a, b) = (model.rescue(&req, max), store.rescue(&req, max));
                 let agree = match (&a, &b) {
                     (Ok(x), Ok(y)) => same_write(x, y),
@@ -636,8 +729,12 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
                 };
                 if !agree {
                     let finding = match (&a, &b) {
-                        (Ok(WriteResult::Stale { .. }), Ok(WriteResult::Applied { .. })) => "your rescuer moves a row it read that another relay claimed since".to_string(),
-                        (Ok(WriteResult::Applied { .. }), Ok(WriteResult::Stale { .. })) => "your rescuer refuses a move the design makes".to_string(),
+                        (Ok(WriteResult::Stale { .. }), Ok(WriteResult::Applied { .. })) => {
+                            "your rescuer moves a row it read that another relay claimed since".to_string()
+                        }
+                        (Ok(WriteResult::Applied { .. }), Ok(WriteResult::Stale { .. })) => {
+                            "your rescuer refuses a move the design makes".to_string()
+                        }
                         _ => "your rescuer leaves another result than the design's".to_string(),
                     };
                     let d = diverged(finding, show(&a), show(&b), &interleaving, store);
@@ -648,13 +745,20 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
             _ => continue,
         }
         operations += 1;
-        let (a, b) = (model.rows().map(|rows| rows.into_iter().map(|r| store.view(r)).collect::<Vec<_>>()), store.rows());
+        let (a, b) =
+            (model.rows().map(|rows| rows.into_iter().map(|r| store.view(r)).collect::<Vec<_>>()), store.rows());
         if !same(&a, &b) {
             let (x, y) = match (a, b) {
                 (Ok(a), Ok(b)) => first_difference(&a, &b),
                 (a, b) => (show_rows(&a), show_rows(&b)),
             };
-            let d = diverged("your statements leave the table otherwise than the design".into(), format!("table: {x}"), format!("table: {y}"), &interleaving, store);
+            let d = diverged(
+                "your statements leave the table otherwise than the design".into(),
+                format!("table: {x}"),
+                format!("table: {y}"),
+                &interleaving,
+                store,
+            );
             return result(operations, Some(d));
         }
     }
@@ -665,7 +769,12 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
 /// breaks where one row says it: a row taken before its retry time (S7), over a live lease, with
 /// its budget spent (S3), of another tenant (S9), or a row the design's claim takes and the
 /// statement left.
-fn claim_finding(before: &[Row], request: &ClaimRequest, model: &Result<Vec<Lease>, StoreError>, store: &Result<Vec<Lease>, StoreError>) -> String {
+fn claim_finding(
+    before: &[Row],
+    request: &ClaimRequest,
+    model: &Result<Vec<Lease>, StoreError>,
+    store: &Result<Vec<Lease>, StoreError>,
+) -> String {
     let (Ok(ours), Ok(theirs)) = (model, store) else {
         return "your claim takes other rows, or other leases, than the design's".into();
     };
@@ -681,7 +790,10 @@ fn claim_finding(before: &[Row], request: &ClaimRequest, model: &Result<Vec<Leas
             return format!("your claim takes {id} at t={} while {owner}'s lease runs until t={} (S6)", now.0, until.0);
         }
         if row.attempts >= request.max_attempts {
-            return format!("your claim takes {id} with its budget spent ({} attempts of {}) (S3)", row.attempts, request.max_attempts);
+            return format!(
+                "your claim takes {id} with its budget spent ({} attempts of {}) (S3)",
+                row.attempts, request.max_attempts
+            );
         }
         if row.status.is_terminal() {
             return format!("your claim takes {id}, which is {}", row.status);
@@ -744,14 +856,19 @@ pub fn schedules(declared: outbox_check::core::Design, progress: &dyn Fn(&str)) 
     }
     let own = WorldConfig::fleet(&[declared; 2], 1, 1, 3, Faults::all());
     let mut out: Vec<Schedule> = Vec::new();
-    let mut add = |source: String, property: String, config: &WorldConfig, steps: &[crate::outbox::ReplayStep], design_breaks: bool| {
+    let mut add = |source: String,
+                   property: String,
+                   config: &WorldConfig,
+                   steps: &[crate::outbox::ReplayStep],
+                   design_breaks: bool| {
         let (_, mut events) = outbox_check::world::World::new_with_events(config);
         events.extend(steps.iter().flat_map(|s| s.events.iter().cloned()));
         // One schedule per sequence of events.
         match out.iter_mut().find(|s| s.events == events) {
             Some(same) if design_breaks && same.property == property => {
                 // The declared design's own counterexample, found for another design too.
-                same.source = format!("{source} (the same path as {}'s)", same.source.rsplit(" of ").next().unwrap_or_default());
+                same.source =
+                    format!("{source} (the same path as {}'s)", same.source.rsplit(" of ").next().unwrap_or_default());
                 same.design_breaks = true;
             }
             Some(_) => {}
@@ -763,7 +880,13 @@ pub fn schedules(declared: outbox_check::core::Design, progress: &dyn Fn(&str)) 
         let report = check(config, &options, &|_, _| {});
         for p in report.properties.iter().filter(|p| p.kind == Kind::Safety && p.status == Verdict::Violated) {
             if let Some(steps) = &p.counterexample {
-                add(format!("{} {}: the shortest counterexample of {name}", p.id, p.name), p.id.clone(), config, steps, false);
+                add(
+                    format!("{} {}: the shortest counterexample of {name}", p.id, p.name),
+                    p.id.clone(),
+                    config,
+                    steps,
+                    false,
+                );
             }
         }
     }
@@ -773,7 +896,13 @@ pub fn schedules(declared: outbox_check::core::Design, progress: &dyn Fn(&str)) 
     let report = check(&own, &CheckOptions { liveness: true, ..options.clone() }, &|_, _| {});
     for p in report.properties.iter().filter(|p| p.kind != Kind::Reachability && p.status == Verdict::Violated) {
         if let Some(steps) = &p.counterexample {
-            add(format!("{} {}: the shortest counterexample of {}", p.id, p.name, declared.name()), p.id.clone(), &own, steps, true);
+            add(
+                format!("{} {}: the shortest counterexample of {}", p.id, p.name, declared.name()),
+                p.id.clone(),
+                &own,
+                steps,
+                true,
+            );
         }
     }
     for p in report.properties.iter().filter(|p| p.kind == Kind::Reachability && p.status == Verdict::Reached) {

@@ -63,7 +63,8 @@ impl Explorer {
         let (mut actions, mut next) = (Vec::new(), Vec::new());
         for (step, part) in parts.enumerate() {
             let state = states.last().expect("the initial state");
-            let index: usize = part.parse().map_err(|_| BadPath(format!("step {}: {part:?} is not an action index", step + 1)))?;
+            let index: usize =
+                part.parse().map_err(|_| BadPath(format!("step {}: {part:?} is not an action index", step + 1)))?;
             next.clear();
             model.actions(state, &mut next);
             let Some(&action) = next.get(index) else {
@@ -87,8 +88,16 @@ impl Explorer {
         let (outage, actions, states, next) = self.walk(path)?;
         let config = if outage { &self.outage.config } else { &self.normal.config };
         let prefix = if outage { "outage/0" } else { "0" };
-        let encoded = |indices: &[String]| std::iter::once(prefix.to_string()).chain(indices.iter().cloned()).collect::<Vec<_>>().join("/");
-        let indices: Vec<String> = path.trim_matches('/').split('/').filter(|p| !p.is_empty() && *p != "outage").skip(1).map(String::from).collect();
+        let encoded = |indices: &[String]| {
+            std::iter::once(prefix.to_string()).chain(indices.iter().cloned()).collect::<Vec<_>>().join("/")
+        };
+        let indices: Vec<String> = path
+            .trim_matches('/')
+            .split('/')
+            .filter(|p| !p.is_empty() && *p != "outage")
+            .skip(1)
+            .map(String::from)
+            .collect();
         let steps = replay(config, &actions);
         let now = steps.last().map_or(0, |s| s.now);
         let steps_json: Vec<Value> = steps
@@ -133,12 +142,30 @@ impl Explorer {
                 Verdict::Holds => ("holds", "holds in every run of this configuration".to_string()),
                 Verdict::Violated if p.kind == crate::check::Kind::Liveness => (
                     "violated",
-                    format!("violated: a fair run that never gets there, {} then a cycle from step {}", outbox_check::report::count(p.counterexample.as_ref().map_or(0, Vec::len) as u64, "step"), p.cycle_from.unwrap_or(1)),
+                    format!(
+                        "violated: a fair run that never gets there, {} then a cycle from step {}",
+                        outbox_check::report::count(p.counterexample.as_ref().map_or(0, Vec::len) as u64, "step"),
+                        p.cycle_from.unwrap_or(1)
+                    ),
                 ),
-                Verdict::Violated => ("violated", format!("violated: shortest counterexample {}", outbox_check::report::count(p.counterexample.as_ref().map_or(0, Vec::len) as u64, "step"))),
-                Verdict::Reached => ("reached", format!("reached: shortest path {}", outbox_check::report::count(p.counterexample.as_ref().map_or(0, Vec::len) as u64, "step"))),
+                Verdict::Violated => (
+                    "violated",
+                    format!(
+                        "violated: shortest counterexample {}",
+                        outbox_check::report::count(p.counterexample.as_ref().map_or(0, Vec::len) as u64, "step")
+                    ),
+                ),
+                Verdict::Reached => (
+                    "reached",
+                    format!(
+                        "reached: shortest path {}",
+                        outbox_check::report::count(p.counterexample.as_ref().map_or(0, Vec::len) as u64, "step")
+                    ),
+                ),
                 Verdict::Unreached => ("unreached", "never reached in this configuration".to_string()),
-                Verdict::NotExercised => ("not-exercised", p.note.clone().unwrap_or_else(|| "not exercised".to_string())),
+                Verdict::NotExercised => {
+                    ("not-exercised", p.note.clone().unwrap_or_else(|| "not exercised".to_string()))
+                }
                 Verdict::Unknown => ("unknown", format!("undecided: {}", p.note.clone().unwrap_or_default())),
             },
         };
@@ -177,7 +204,9 @@ impl Explorer {
                 "check_path": p.and_then(|p| p.explorer_path.clone()),
             }));
         }
-        for live in [outbox_check::core::Property::L1, outbox_check::core::Property::L2, outbox_check::core::Property::L3] {
+        for live in
+            [outbox_check::core::Property::L1, outbox_check::core::Property::L2, outbox_check::core::Property::L3]
+        {
             let id = live.id();
             let p = verdict_of(id);
             let (check, check_text) = verdict_words(p);
@@ -186,7 +215,13 @@ impl Explorer {
             // On its own lasso, the path shown is the run that breaks it.
             let on_lasso = lasso_path.as_deref().is_some_and(|l| l.trim_matches('/') == encoded(&indices));
             let (here, here_text) = if on_lasso {
-                ("lasso", format!("this path is its lasso: from step {} the cycle repeats forever, with no fault", cycle_from.unwrap_or(1)))
+                (
+                    "lasso",
+                    format!(
+                        "this path is its lasso: from step {} the cycle repeats forever, with no fault",
+                        cycle_from.unwrap_or(1)
+                    ),
+                )
             } else {
                 ("runs", "decided over whole runs, not at one state".to_string())
             };
@@ -198,10 +233,7 @@ impl Explorer {
                 "world": if id == outbox_check::core::Property::L2.id() { "the broker down for good (L2's world)" } else { "the configuration's own faults" },
             }));
         }
-        let cycle_from = properties
-            .iter()
-            .find(|p| p["here"] == "lasso")
-            .and_then(|p| p["cycle_from"].as_u64());
+        let cycle_from = properties.iter().find(|p| p["here"] == "lasso").and_then(|p| p["cycle_from"].as_u64());
         Ok(json!({
             "schema": "outbox-check/explore-state/v1",
             "fleet": config.relays.iter().map(|r| r.design.name()).collect::<Vec<_>>(),
@@ -229,7 +261,8 @@ impl Explorer {
             let (status, kind, body) = match route {
                 "/" | "/index.html" => (200, "text/html; charset=utf-8", PAGE.to_string()),
                 "/api/state" => {
-                    let path = query.split('&').find_map(|kv| kv.strip_prefix("path=")).unwrap_or("0").replace("%2F", "/");
+                    let path =
+                        query.split('&').find_map(|kv| kv.strip_prefix("path=")).unwrap_or("0").replace("%2F", "/");
                     match self.view(&path) {
                         Ok(view) => (200, "application/json", view.to_string()),
                         Err(error) => (400, "application/json", json!({ "error": error.to_string() }).to_string()),
@@ -238,8 +271,8 @@ impl Explorer {
                 _ => (404, "text/plain; charset=utf-8", format!("no page {route}: the explorer is at /")),
             };
             let header = tiny_http::Header::from_bytes(&b"Content-Type"[..], kind.as_bytes()).expect("a valid header");
-            let _ = request.respond(tiny_http::Response::from_string(body).with_status_code(status).with_header(header));
+            let _ =
+                request.respond(tiny_http::Response::from_string(body).with_status_code(status).with_header(header));
         }
     }
 }
-

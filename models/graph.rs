@@ -172,11 +172,7 @@ fn owned(fingerprint: u64, shard: Shard) -> bool {
 
 /// Explores; `stop` is asked every batch whether the budget is spent, `progress` told
 /// (generated, unique) about every 200 ms.
-pub fn explore(
-    job: &Explore,
-    stop: &(dyn Fn() -> bool + Sync),
-    progress: &(dyn Fn(usize, usize) + Sync),
-) -> Explored {
+pub fn explore(job: &Explore, stop: &(dyn Fn() -> bool + Sync), progress: &(dyn Fn(usize, usize) + Sync)) -> Explored {
     let config = job.config;
     let facts = FleetFacts::of(config);
     let norm = job.normalisation;
@@ -236,7 +232,11 @@ pub fn explore(
                     let fp = fingerprint(&next);
                     let succ = match visited.get(&fp) {
                         Some(&known) => Succ { fingerprint: fp, known, world: None },
-                        None => Succ { fingerprint: fp, known: u32::MAX, world: fresh.insert(fp, ()).is_none().then_some(next) },
+                        None => Succ {
+                            fingerprint: fp,
+                            known: u32::MAX,
+                            world: fresh.insert(fp, ()).is_none().then_some(next),
+                        },
                     };
                     e.succs.push(succ);
                 }

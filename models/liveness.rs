@@ -311,7 +311,9 @@ impl Graph {
             let member = &member;
             let fault_free = &fault_free;
             let internal_classes = component.iter().flat_map(|&i| {
-                self.edges(i).filter(move |&e| fault_free(i, e) && member[self.targets[e] as usize] == c).map(|e| self.classes[e])
+                self.edges(i)
+                    .filter(move |&e| fault_free(i, e) && member[self.targets[e] as usize] == c)
+                    .map(|e| self.classes[e])
             });
             let mut seen_classes = 0u64; // tick, jobs, relays
             for class in internal_classes {
@@ -364,7 +366,13 @@ impl Graph {
 
     /// The lowest-numbered state marked in `ok` from which component `c` is reachable through
     /// fault-free steps.
-    fn backward_start(&self, fault_free: &dyn Fn(u32, usize) -> bool, member: &[u32], c: u32, ok: &[bool]) -> Option<u32> {
+    fn backward_start(
+        &self,
+        fault_free: &dyn Fn(u32, usize) -> bool,
+        member: &[u32],
+        c: u32,
+        ok: &[bool],
+    ) -> Option<u32> {
         let n = self.len();
         // Reverse edges of the fault-free graph, as a compact adjacency list.
         let mut count = vec![0u32; n + 1];
@@ -540,8 +548,7 @@ fn pauses(world: &World, config: &WorldConfig) -> bool {
         };
         let current = world.auditor.ghost(lease.message_id).is_some_and(|g| g.claims == lease.claim_seq);
         let row = world.outbox.row(lease.message_id);
-        current
-            && row.is_some_and(|r| r.status == Status::InFlight && r.lease_expires_at.is_some_and(|at| at <= later))
+        current && row.is_some_and(|r| r.status == Status::InFlight && r.lease_expires_at.is_some_and(|at| at <= later))
     })
 }
 

@@ -63,8 +63,16 @@ pub const REACHABILITY: [Reachability; 11] = [
         reached: |s| s.duplicate_deduplicated,
     },
     Reachability { name: "R-S6 a lease expires and is taken over", exercises: "S6", reached: |s| s.lease_taken_over },
-    Reachability { name: "R-S3 the budget is exhausted (a message's last attempt is used)", exercises: "S3", reached: |s| s.exhausted },
-    Reachability { name: "R-S7 an AMBIGUOUS message is later PUBLISHED", exercises: "S7", reached: |s| s.ambiguous_then_published },
+    Reachability {
+        name: "R-S3 the budget is exhausted (a message's last attempt is used)",
+        exercises: "S3",
+        reached: |s| s.exhausted,
+    },
+    Reachability {
+        name: "R-S7 an AMBIGUOUS message is later PUBLISHED",
+        exercises: "S7",
+        reached: |s| s.ambiguous_then_published,
+    },
     Reachability {
         name: "R-order a later event of an aggregate is published before an earlier one",
         exercises: "ordering",
@@ -114,7 +122,13 @@ impl OutboxModel {
     /// The model of the complete safety check: the normalised world with the safety
     /// abstractions, tracking only the reachability flags in the bit mask `tracked`.
     pub fn for_safety(config: WorldConfig, tracked: u16) -> OutboxModel {
-        OutboxModel { facts: FleetFacts::of(&config), config, normalise: true, safety: Some(Abstraction::tracking(tracked)), stop: Default::default() }
+        OutboxModel {
+            facts: FleetFacts::of(&config),
+            config,
+            normalise: true,
+            safety: Some(Abstraction::tracking(tracked)),
+            stop: Default::default(),
+        }
     }
 
     /// The plain world, without reductions; needs a `time_max` to be finite.
@@ -169,7 +183,8 @@ impl Model for OutboxModel {
         }
         properties.extend(sometimes!(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10));
         if let Some(Abstraction { tracked, .. }) = self.safety {
-            let untracked = |name: &str| REACHABILITY.iter().position(|r| r.name == name).is_some_and(|i| tracked & (1 << i) == 0);
+            let untracked =
+                |name: &str| REACHABILITY.iter().position(|r| r.name == name).is_some_and(|i| tracked & (1 << i) == 0);
             properties.retain(|p| !untracked(p.name));
         }
         properties
@@ -221,11 +236,23 @@ pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<Abstra
     let longest = relay_lines.iter().chain(&last_text).map(|l| l.chars().count()).max().unwrap_or(0);
     let width: usize = (widths.iter().sum::<usize>() + 20).max(longest * 73 / 10 + 12);
     let rows = real.outbox.rows().len();
-    let height = 150 + 22 * (rows + 1) + 20 * config.relays.len() + 20 * (2 + last_text.len()) + 52 * last_violations.len().max(1) + 44;
-    let _ = writeln!(out, "<svg width='{width}' height='{height}' viewBox='0 0 {width} {height}' class='outbox-state'>");
+    let height = 150
+        + 22 * (rows + 1)
+        + 20 * config.relays.len()
+        + 20 * (2 + last_text.len())
+        + 52 * last_violations.len().max(1)
+        + 44;
+    let _ =
+        writeln!(out, "<svg width='{width}' height='{height}' viewBox='0 0 {width} {height}' class='outbox-state'>");
     let _ = writeln!(out, "<style>.h{{font:bold 13px sans-serif}} .c{{font:12px monospace}} .changed{{fill:#ffe27a}} .bad{{fill:#c00;font:bold 12px sans-serif}} .ok{{fill:#262;font:12px sans-serif}}</style>");
     let mut y = 18;
-    let _ = writeln!(out, "<text x='4' y='{y}' class='h'>true time t={} · after {} step{}</text>", real.now.0, actions.len(), if actions.len() == 1 { "" } else { "s" });
+    let _ = writeln!(
+        out,
+        "<text x='4' y='{y}' class='h'>true time t={} · after {} step{}</text>",
+        real.now.0,
+        actions.len(),
+        if actions.len() == 1 { "" } else { "s" }
+    );
     y += 24;
     let _ = writeln!(out, "<text x='4' y='{y}' class='h'>the table</text>");
     y += 18;
@@ -255,7 +282,14 @@ pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<Abstra
         for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
             let changed = old.as_ref().is_none_or(|o| o[i] != *cell);
             if changed {
-                let _ = writeln!(out, "<rect x='{}' y='{}' width='{}' height='18' class='changed' data-field='{}'/>", x - 2, y - 14, w - 4, columns[i]);
+                let _ = writeln!(
+                    out,
+                    "<rect x='{}' y='{}' width='{}' height='18' class='changed' data-field='{}'/>",
+                    x - 2,
+                    y - 14,
+                    w - 4,
+                    columns[i]
+                );
             }
             let _ = writeln!(out, "<text x='{x}' y='{y}' class='c'>{}</text>", esc(cell));
             x += w;
@@ -269,20 +303,41 @@ pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<Abstra
     }
     if let Some(lease) = real.rescuer {
         y += 20;
-        let _ = writeln!(out, "<text x='4' y='{y}' class='c'>rescuer: read {}'s expired lease (token {}); about to move it</text>", lease.message_id, lease.token.0);
+        let _ = writeln!(
+            out,
+            "<text x='4' y='{y}' class='c'>rescuer: read {}'s expired lease (token {}); about to move it</text>",
+            lease.message_id, lease.token.0
+        );
     }
     y += 24;
     let stored: Vec<String> = real
         .auditor
         .ghosts()
         .iter()
-        .map(|g| format!("m{}: published {} time{}{}", g.message_id, g.publications_total, if g.publications_total == 1 { "" } else { "s" }, if g.stored { ", stored" } else { "" }))
+        .map(|g| {
+            format!(
+                "m{}: published {} time{}{}",
+                g.message_id,
+                g.publications_total,
+                if g.publications_total == 1 { "" } else { "s" },
+                if g.stored { ", stored" } else { "" }
+            )
+        })
         .collect();
-    let _ = writeln!(out, "<text x='4' y='{y}' class='c'>broker: {}</text>", esc(&if stored.is_empty() { "nothing published".to_string() } else { stored.join("; ") }));
+    let _ = writeln!(
+        out,
+        "<text x='4' y='{y}' class='c'>broker: {}</text>",
+        esc(&if stored.is_empty() { "nothing published".to_string() } else { stored.join("; ") })
+    );
     y += 20;
     // The consumer deduplicates by idempotency key: one effect per message stored under its id.
-    let seen: Vec<String> = real.auditor.ghosts().iter().filter(|g| g.stored).map(|g| format!("m{}", g.message_id)).collect();
-    let consumer = if seen.is_empty() { "nothing delivered".to_string() } else { format!("has applied {} (one effect per idempotency key)", seen.join(", ")) };
+    let seen: Vec<String> =
+        real.auditor.ghosts().iter().filter(|g| g.stored).map(|g| format!("m{}", g.message_id)).collect();
+    let consumer = if seen.is_empty() {
+        "nothing delivered".to_string()
+    } else {
+        format!("has applied {} (one effect per idempotency key)", seen.join(", "))
+    };
     let _ = writeln!(out, "<text x='4' y='{y}' class='c'>consumer: {}</text>", esc(&consumer));
     y += 24;
     let _ = writeln!(out, "<text x='4' y='{y}' class='h'>the last step</text>");
@@ -347,10 +402,8 @@ pub fn describe(event: &Event) -> String {
             request.message_id, request.aggregate_id, request.expected_version, request.now.0
         ),
         Event::Claimed { relay, request, leases, db: fate } => {
-            let got: Vec<String> = leases
-                .iter()
-                .map(|l| format!("{} token {} attempts {}", l.message_id, l.token, l.attempts))
-                .collect();
+            let got: Vec<String> =
+                leases.iter().map(|l| format!("{} token {} attempts {}", l.message_id, l.token, l.attempts)).collect();
             format!(
                 "r{relay} claims for {} at now={}: {}{}",
                 request.tenant_id,
@@ -382,11 +435,18 @@ pub fn describe(event: &Event) -> String {
         Event::Finished { relay, message_id, result } => format!("r{relay} reports {message_id}: {}", result.as_str()),
         Event::Crashed { relay } => format!("r{relay} crashes and restarts with nothing in memory"),
         Event::Reaped { now, messages } => {
-            format!("reaper at t={}: {} exhausted", now.0, messages.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", "))
+            format!(
+                "reaper at t={}: {} exhausted",
+                now.0,
+                messages.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", ")
+            )
         }
         Event::Ticked { now } => format!("time advances to t={}", now.0),
         Event::Requeued { message_id, result } => format!("operator requeues {message_id}: {result}"),
-        Event::RescueRead { now, lease } => format!("rescuer at t={} reads {}'s expired lease (token {}, attempts {})", now.0, lease.message_id, lease.token, lease.attempts),
+        Event::RescueRead { now, lease } => format!(
+            "rescuer at t={} reads {}'s expired lease (token {}, attempts {})",
+            now.0, lease.message_id, lease.token, lease.attempts
+        ),
         Event::Rescued { request, result } => format!(
             "rescuer at t={} moves {} to {} by {} (fence {}): {result}",
             request.now.0,

@@ -14,8 +14,8 @@
 //!   every comparison a rule can still make: the cycle can be repeated forever). For L3, the
 //!   message is still deliverable where the fault-free, never-publishing suffix begins.
 
-use outbox_check::core::{MessageId, Property, Status, Violation};
 use crate::outbox::{describe_at, ReplayStep, REACHABILITY};
+use outbox_check::core::{MessageId, Property, Status, Violation};
 use outbox_check::world::{Action, World, WorldConfig};
 
 /// Why a path does not replay as claimed.
@@ -81,7 +81,8 @@ pub fn confirm(
         return if broken {
             Ok(steps)
         } else {
-            let got: Vec<&str> = steps.last().map(|s| s.violations.iter().map(|v| v.property.id()).collect()).unwrap_or_default();
+            let got: Vec<&str> =
+                steps.last().map(|s| s.violations.iter().map(|v| v.property.id()).collect()).unwrap_or_default();
             Err(NotReplayed(if got.is_empty() {
                 format!("the last step breaks no property, not {id}")
             } else {
@@ -89,7 +90,8 @@ pub fn confirm(
             }))
         };
     }
-    let from = cycle_from.filter(|&c| c >= 1 && c <= steps.len()).ok_or_else(|| NotReplayed("no cycle to repeat".into()))?;
+    let from =
+        cycle_from.filter(|&c| c >= 1 && c <= steps.len()).ok_or_else(|| NotReplayed("no cycle to repeat".into()))?;
     let m = MessageId(message.ok_or_else(|| NotReplayed("the lasso names no message".into()))?);
     crate::liveness::confirm_lasso(config, property, m, actions, &worlds, from - 1).map_err(NotReplayed)?;
     Ok(steps)

@@ -45,8 +45,12 @@ impl CounterexampleFile {
             world: Option<outbox_check::world::WorldConfig>,
             property: Property,
         }
-        let file: File = serde_json::from_str(text).map_err(|e| format!("not a counterexample file of outbox-check check: {e}"))?;
-        let steps = file.property.counterexample.ok_or_else(|| format!("{} has no counterexample in this file", file.property.id))?;
+        let file: File =
+            serde_json::from_str(text).map_err(|e| format!("not a counterexample file of outbox-check check: {e}"))?;
+        let steps = file
+            .property
+            .counterexample
+            .ok_or_else(|| format!("{} has no counterexample in this file", file.property.id))?;
         if file.config.relays.is_empty() {
             return Err("the configuration has no relay".into());
         }
@@ -69,7 +73,12 @@ impl CounterexampleFile {
 /// The Mermaid sequence diagram of a path: a lane per relay, the database and the broker. Only
 /// the notes of `property` (id, name) are drawn on the steps; other properties the path also
 /// breaks are listed once at the end. A lasso's cycle is drawn as a `loop`.
-pub fn mermaid(steps: &[ReplayStep], relays: usize, cycle_from: Option<usize>, property: Option<(&str, &str)>) -> String {
+pub fn mermaid(
+    steps: &[ReplayStep],
+    relays: usize,
+    cycle_from: Option<usize>,
+    property: Option<(&str, &str)>,
+) -> String {
     let mut out = String::from("sequenceDiagram\n");
     for r in 0..relays {
         let _ = writeln!(out, "    participant r{r}");
@@ -96,7 +105,8 @@ pub fn mermaid(steps: &[ReplayStep], relays: usize, cycle_from: Option<usize>, p
     if looping {
         out.push_str("    end\n");
         if let Some((id, name)) = property {
-            let _ = writeln!(out, "    Note over DB: ✗ {id} {} — never, however long the loop runs", mermaid_text(name));
+            let _ =
+                writeln!(out, "    Note over DB: ✗ {id} {} — never, however long the loop runs", mermaid_text(name));
         }
     }
     if !others.is_empty() {
@@ -112,7 +122,8 @@ fn mermaid_text(text: &str) -> String {
 
 fn mermaid_event(event: &Event, true_now: u64) -> String {
     // A relay's skewed clock gave the statement its now: say the true time beside it.
-    let at = |now: u64| if now == true_now { format!("now={now}") } else { format!("now={now} (true time t={true_now})") };
+    let at =
+        |now: u64| if now == true_now { format!("now={now}") } else { format!("now={now} (true time t={true_now})") };
     let lost = |db: &DbFate| match db {
         DbFate::Ok => "",
         DbFate::LostBefore => " (connection lost before it ran)",
@@ -123,11 +134,17 @@ fn mermaid_event(event: &Event, true_now: u64) -> String {
             format!("    Note over DB: app enqueues {} — {}\n", request.message_id, result)
         }
         Event::Claimed { relay, request, leases, db } => {
-            let got: Vec<String> =
-                leases.iter().map(|l| format!("{} token {} attempts {}", l.message_id, l.token.0, l.attempts)).collect();
+            let got: Vec<String> = leases
+                .iter()
+                .map(|l| format!("{} token {} attempts {}", l.message_id, l.token.0, l.attempts))
+                .collect();
             let mut s = format!("    r{relay}->>DB: claim at {}\n", at(request.now.0));
             if *db == DbFate::Ok {
-                let _ = writeln!(s, "    DB-->>r{relay}: {}", if got.is_empty() { "nothing".into() } else { got.join(", ") });
+                let _ = writeln!(
+                    s,
+                    "    DB-->>r{relay}: {}",
+                    if got.is_empty() { "nothing".into() } else { got.join(", ") }
+                );
             } else {
                 let _ = writeln!(s, "    DB--xr{relay}: {}{}", got.join(", "), lost(db));
             }
@@ -135,7 +152,10 @@ fn mermaid_event(event: &Event, true_now: u64) -> String {
         }
         Event::Published { relay, lease, fate, .. } => {
             let answer = fate.words();
-            format!("    r{relay}->>Broker: publish {} key {}\n    Broker-->>r{relay}: {answer}\n", lease.message_id, lease.message_id)
+            format!(
+                "    r{relay}->>Broker: publish {} key {}\n    Broker-->>r{relay}: {answer}\n",
+                lease.message_id, lease.message_id
+            )
         }
         Event::Wrote { relay, request, result, db } => {
             let mut s = format!(
@@ -166,9 +186,14 @@ fn mermaid_event(event: &Event, true_now: u64) -> String {
             messages.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", ")
         ),
         Event::Ticked { now } => format!("    Note over DB: t={}\n", now.0),
-        Event::Requeued { message_id, result } => format!("    Note over DB: operator requeues {message_id}: {result}\n"),
+        Event::Requeued { message_id, result } => {
+            format!("    Note over DB: operator requeues {message_id}: {result}\n")
+        }
         Event::RescueRead { now, lease } => {
-            format!("    Note over DB: rescuer at t={} reads {}'s expired lease (token {})\n", now.0, lease.message_id, lease.token)
+            format!(
+                "    Note over DB: rescuer at t={} reads {}'s expired lease (token {})\n",
+                now.0, lease.message_id, lease.token
+            )
         }
         Event::Rescued { request, result } => format!(
             "    Note over DB: rescuer at t={} moves {} to {} (fence: {}): {result}\n",
@@ -233,7 +258,10 @@ pub fn counterexample_markdown(report: &CheckReport, property: &PropertyResult, 
     );
     if let Some(path) = &property.explorer_path {
         let explore = command.replacen("outbox-check check", "outbox-check explore", 1);
-        let _ = writeln!(out, "Step through it in the explorer: run `{explore}` and open <http://127.0.0.1:3000/#/steps/{path}>.\n");
+        let _ = writeln!(
+            out,
+            "Step through it in the explorer: run `{explore}` and open <http://127.0.0.1:3000/#/steps/{path}>.\n"
+        );
     }
     let Some(steps) = &property.counterexample else {
         return out;
@@ -256,7 +284,11 @@ pub fn counterexample_markdown(report: &CheckReport, property: &PropertyResult, 
             let _ = writeln!(out, "   - **✗ {}**", v);
         }
     }
-    let _ = writeln!(out, "\n```mermaid\n{}```", mermaid(steps, report.config.relays.len(), property.cycle_from, Some((&property.id, &property.name))));
+    let _ = writeln!(
+        out,
+        "\n```mermaid\n{}```",
+        mermaid(steps, report.config.relays.len(), property.cycle_from, Some((&property.id, &property.name)))
+    );
     out
 }
 
@@ -267,7 +299,8 @@ pub fn write_counterexamples(report: &CheckReport, dir: &Path, command: &str) ->
     let folder = dir.join(config_slug(&report.config));
     let mut written = Vec::new();
     for property in &report.properties {
-        let shown = property.status == Verdict::Violated || property.id == "R-order" && property.status == Verdict::Reached;
+        let shown =
+            property.status == Verdict::Violated || property.id == "R-order" && property.status == Verdict::Reached;
         if !shown || property.counterexample.is_none() {
             continue;
         }
@@ -293,7 +326,8 @@ pub fn write_counterexamples(report: &CheckReport, dir: &Path, command: &str) ->
             written.push(file);
             // And as ITF, the informal trace format of Apalache and Quint.
             let itf = folder.join(format!("{}.itf.json", property.id));
-            let description = format!("{} {}: shortest counterexample for {}", property.id, property.name, report.fleet.join(" + "));
+            let description =
+                format!("{} {}: shortest counterexample for {}", property.id, property.name, report.fleet.join(" + "));
             let body = to_itf(&report.config, steps, &description, command);
             std::fs::write(&itf, serde_json::to_string_pretty(&body).expect("JSON of plain values"))?;
             written.push(itf);
@@ -301,7 +335,6 @@ pub fn write_counterexamples(report: &CheckReport, dir: &Path, command: &str) ->
     }
     Ok(written)
 }
-
 
 /// Writes `dir/index.md` — the verdict matrix (each fleet's verdicts over its worlds, as
 /// [`crate::check::merged`] combines them) and one section per finding, each with its shortest
@@ -368,14 +401,28 @@ pub fn write_index(dir: &Path, fleets: &[(&str, &[CheckReport], &[String])], mes
                         let _ = writeln!(out, "What goes wrong: {}.\n", v.detail);
                     }
                 }
-                let _ = writeln!(out, "Reproduce: `{command}` ([details](counterexamples/{}/{}.md))\n", config_slug(&report.config), property.id);
+                let _ = writeln!(
+                    out,
+                    "Reproduce: `{command}` ([details](counterexamples/{}/{}.md))\n",
+                    config_slug(&report.config),
+                    property.id
+                );
                 for step in steps {
                     if property.cycle_from == Some(step.index) {
                         out.push_str("\n*Then, forever:*\n\n");
                     }
                     let _ = writeln!(out, "{}. {}", step.index, step.text.join("; "));
                 }
-                let _ = writeln!(out, "\n```mermaid\n{}```", mermaid(steps, report.config.relays.len(), property.cycle_from, Some((&property.id, &property.name))));
+                let _ = writeln!(
+                    out,
+                    "\n```mermaid\n{}```",
+                    mermaid(
+                        steps,
+                        report.config.relays.len(),
+                        property.cycle_from,
+                        Some((&property.id, &property.name))
+                    )
+                );
             }
         }
     }
@@ -389,7 +436,12 @@ pub fn write_index(dir: &Path, fleets: &[(&str, &[CheckReport], &[String])], mes
 /// waits on); `action` (the step that led here, as `mbt::actionTaken` in Quint's convention);
 /// `violations` (the properties broken by that step). Tokens are `#bigint`; an absent time or
 /// owner is `-1` / `""` (ITF has no null).
-pub fn to_itf(config: &outbox_check::world::WorldConfig, steps: &[crate::outbox::ReplayStep], description: &str, command: &str) -> serde_json::Value {
+pub fn to_itf(
+    config: &outbox_check::world::WorldConfig,
+    steps: &[crate::outbox::ReplayStep],
+    description: &str,
+    command: &str,
+) -> serde_json::Value {
     use outbox_check::world::World;
     use serde_json::json;
     let state = |world: &World, index: usize, action: String, violations: Vec<String>| {
@@ -419,7 +471,9 @@ pub fn to_itf(config: &outbox_check::world::WorldConfig, steps: &[crate::outbox:
                 let waits = match slot {
                     None => "idle".to_string(),
                     Some((_, outbox_check::relay::Effect::Claim { .. })) => "claim".into(),
-                    Some((_, outbox_check::relay::Effect::Publish { lease, .. })) => format!("publish m{} #{}", lease.message_id.0, lease.token.0),
+                    Some((_, outbox_check::relay::Effect::Publish { lease, .. })) => {
+                        format!("publish m{} #{}", lease.message_id.0, lease.token.0)
+                    }
                     Some((_, outbox_check::relay::Effect::Write { request })) => {
                         format!("{} m{} #{}", request.kind.name(), request.lease.message_id.0, request.lease.token.0)
                     }

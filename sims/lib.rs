@@ -82,7 +82,8 @@ impl SimConfig {
 
     /// The fleet as the core sees it (policies, relay configs, message tenants).
     pub fn world(&self) -> WorldConfig {
-        let mut world = WorldConfig::fleet(&self.designs, self.messages, self.tenants, self.max_attempts, Faults::none());
+        let mut world =
+            WorldConfig::fleet(&self.designs, self.messages, self.tenants, self.max_attempts, Faults::none());
         world.batch = self.batch;
         world.lease = Duration(self.lease_ms);
         world.backoff_base = Duration(self.backoff_base_ms);
@@ -106,7 +107,9 @@ impl SimConfig {
     /// The `outbox-check sim` flags that select this world.
     pub fn command_line(&self) -> String {
         let fleet = match self.single_design() {
-            Some(d @ outbox_check::core::Design::Custom(_)) => format!("--design {} --relays {}", d.argument(), self.designs.len()),
+            Some(d @ outbox_check::core::Design::Custom(_)) => {
+                format!("--design {} --relays {}", d.argument(), self.designs.len())
+            }
             Some(d) => format!("--variant {} --relays {}", d.name(), self.designs.len()),
             None => format!("--fleet {}", self.designs.iter().map(|d| d.argument()).collect::<Vec<_>>().join(",")),
         };

@@ -2,18 +2,18 @@
 
 use super::profile::{Peer, Profile, Scheduled};
 use super::SimConfig;
+use madsim::net::rpc::{Deserialize, Request, Serialize};
+use madsim::net::{Endpoint, NetSim};
+use madsim::runtime::{Handle, NodeHandle, Runtime};
+use madsim::time::{sleep, timeout};
 use outbox_check::core::{
-    AggregateId, Auditor, ClaimRequest, EnqueueRequest, EnqueueResult, IdempotencyKey, Instant, Lease, MessageId, Outbox,
-    Property, Status, Violation, WriteRequest, WriteResult,
+    AggregateId, Auditor, ClaimRequest, EnqueueRequest, EnqueueResult, IdempotencyKey, Instant, Lease, MessageId,
+    Outbox, Property, Status, Violation, WriteRequest, WriteResult,
 };
 use outbox_check::oracle::Oracle;
 use outbox_check::relay::{Clocks, Cycle, Effect, Input, PublishOutcome};
 use outbox_check::trace::{self, Event, Outcome, PublishAnswer, WriteReport};
 use outbox_check::world::WorldConfig;
-use madsim::net::rpc::{Deserialize, Request, Serialize};
-use madsim::net::{Endpoint, NetSim};
-use madsim::runtime::{Handle, NodeHandle, Runtime};
-use madsim::time::{sleep, timeout};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -99,7 +99,11 @@ pub struct RunStats {
 #[serde(tag = "verdict", rename_all = "snake_case")]
 pub enum OracleVerdict {
     Accepted,
-    Diverged { line: usize, property: Option<Property>, detail: String },
+    Diverged {
+        line: usize,
+        property: Option<Property>,
+        detail: String,
+    },
     /// A mixed fleet: the oracle checks one design per history.
     NotChecked,
 }
@@ -317,8 +321,13 @@ fn db_write(shared: &Shared, rpc: WriteRpc) -> WriteResult {
     if matches!(result, WriteResult::Stale { .. }) {
         s.stale_refused += 1;
     }
-    let event =
-        Event::write_of(names(rpc.relay), tenant(request.lease.tenant_id), message(request.lease.message_id), &request, result.into());
+    let event = Event::write_of(
+        names(rpc.relay),
+        tenant(request.lease.tenant_id),
+        message(request.lease.message_id),
+        &request,
+        result.into(),
+    );
     s.recorder.commit(rpc.op, event);
     result
 }
@@ -379,7 +388,9 @@ async fn database(shared: Shared) {
                 let read = {
                     let st = s.lock();
                     let now = st.now_ms();
-                    st.outbox.rescuable(Instant(now)).map(|row| Lease::of_row(row, st.auditor.ghost(row.message_id).map_or(0, |g| g.claims)))
+                    st.outbox
+                        .rescuable(Instant(now))
+                        .map(|row| Lease::of_row(row, st.auditor.ghost(row.message_id).map_or(0, |g| g.claims)))
                 };
                 let Some(lease) = read else { continue };
                 if fence != outbox_check::core::ReleaseFence::Expired {
@@ -389,7 +400,8 @@ async fn database(shared: Shared) {
                 let now = st.now_ms();
                 let attempts = st.outbox.row(lease.message_id).map_or(0, |row| row.attempts);
                 let to = s.setup.world.policy(0).rescue_target(attempts, s.setup.world.max_attempts);
-                let request = outbox_check::core::ReleaseRequest { lease, fence, to, retry_at: None, now: Instant(now) };
+                let request =
+                    outbox_check::core::ReleaseRequest { lease, fence, to, retry_at: None, now: Instant(now) };
                 let State { outbox, auditor, .. } = &mut *st;
                 let Ok(result) = auditor.release(outbox, &request) else { continue };
                 st.audit();
@@ -695,7 +707,10 @@ fn inject(shared: &Shared, nodes: &Nodes, fault: Scheduled) {
             if !shared.faults_on() {
                 return;
             }
-            let what = format!("r{relay} cut off from the {} for {for_ms} ms", if peer == Peer::Database { "database" } else { "broker" });
+            let what = format!(
+                "r{relay} cut off from the {} for {for_ms} ms",
+                if peer == Peer::Database { "database" } else { "broker" }
+            );
             record(&mut shared.lock(), what);
             partition(shared, nodes, relay, peer, true);
         }
@@ -819,7 +834,9 @@ async fn simulate(setup: Arc<Setup>) -> Shared {
             sleep(ms(fault.at())).await;
             inject(&s, &n, fault);
             let length = match fault {
-                Scheduled::Kill { for_ms, .. } | Scheduled::Pause { for_ms, .. } | Scheduled::Partition { for_ms, .. } => for_ms,
+                Scheduled::Kill { for_ms, .. }
+                | Scheduled::Pause { for_ms, .. }
+                | Scheduled::Partition { for_ms, .. } => for_ms,
             };
             sleep(ms(length)).await;
             lift(&s, &n, fault);
@@ -872,12 +889,19 @@ fn verdict(config: &SimConfig, seed: u64, profile: Profile, world: &WorldConfig,
     let rows = s.outbox.rows().to_vec();
     let all_enqueued = s.enqueued == config.messages;
     let mut liveness = Vec::new();
-    let unsettled: Vec<String> =
-        rows.iter().filter(|r| !r.status.is_terminal()).map(|r| format!("{} {}", r.message_id, r.status.as_str())).collect();
+    let unsettled: Vec<String> = rows
+        .iter()
+        .filter(|r| !r.status.is_terminal())
+        .map(|r| format!("{} {}", r.message_id, r.status.as_str()))
+        .collect();
     if !unsettled.is_empty() || !all_enqueued {
         liveness.push(Violation {
             property: Property::L1,
-            detail: format!("{} ms after the faults stopped, not terminal: {}", now.saturating_sub(config.fault_window_ms), unsettled.join(", ")),
+            detail: format!(
+                "{} ms after the faults stopped, not terminal: {}",
+                now.saturating_sub(config.fault_window_ms),
+                unsettled.join(", ")
+            ),
         });
     }
     if profile.permanent_outage {

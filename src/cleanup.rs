@@ -35,7 +35,9 @@ impl Drop for Registered {
 
 fn install() {
     INSTALLED.call_once(|| {
-        let Ok(mut signals) = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM]) else {
+        let Ok(mut signals) =
+            signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
+        else {
             return;
         };
         std::thread::spawn(move || {

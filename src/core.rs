@@ -13,9 +13,8 @@ pub mod time;
 
 pub use audit::{Auditor, IdempotencyKey, Property, RowGhost, Violation};
 pub use outbox::{
-    random_token, ClaimRefusal, ClaimRequest, CoreError, EnqueueRequest, EnqueueResult, Outbox, ReleaseFence, ReleaseRequest, RequeueResult,
-    StaleReason,
-    WriteKind, WriteRequest, WriteResult,
+    random_token, ClaimRefusal, ClaimRequest, CoreError, EnqueueRequest, EnqueueResult, Outbox, ReleaseFence,
+    ReleaseRequest, RequeueResult, StaleReason, WriteKind, WriteRequest, WriteResult,
 };
 pub use policy::{Backoff, CustomDesign, Design, Mutant, Policy, Variant};
 pub use row::{Aggregate, AggregateId, FailureCode, Lease, LeaseToken, MessageId, RelayId, Row, Status, TenantId};

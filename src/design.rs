@@ -40,7 +40,13 @@ pub fn from_text(text: &str, origin: &str) -> Result<Design, String> {
         ));
     }
     let description = file.description.clone().unwrap_or_else(|| format!("the design in {origin}"));
-    CustomDesign::register(CustomDesign { name: file.name, description, policy, statuses: file.statuses, origin: origin.to_string() })
-        .map(Design::Custom)
-        .map_err(|e| format!("{origin}: {e}"))
+    CustomDesign::register(CustomDesign {
+        name: file.name,
+        description,
+        policy,
+        statuses: file.statuses,
+        origin: origin.to_string(),
+    })
+    .map(Design::Custom)
+    .map_err(|e| format!("{origin}: {e}"))
 }

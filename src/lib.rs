@@ -9,12 +9,12 @@
 //! own that depend on this one, never the other way round.
 
 pub mod cleanup;
+pub mod core;
 pub mod design;
 pub mod e2e;
-pub mod report;
-pub mod core;
-pub mod relay;
 pub mod oracle;
+pub mod relay;
+pub mod report;
 pub mod search;
 pub mod store;
 pub mod trace;

@@ -27,12 +27,12 @@
 
 use crate::core::{
     AggregateId, Auditor, ClaimRefusal, ClaimRequest, Design, Duration, EnqueueRequest, EnqueueResult, FailureCode,
-    IdempotencyKey, Instant, Lease, LeaseToken, MessageId, Outbox, Policy, Property, RelayId, ReleaseFence, ReleaseRequest,
-    RequeueResult, Row, Status, TenantId, WriteKind, WriteRequest, WriteResult,
+    IdempotencyKey, Instant, Lease, LeaseToken, MessageId, Outbox, Policy, Property, RelayId, ReleaseFence,
+    ReleaseRequest, RequeueResult, Row, Status, TenantId, WriteKind, WriteRequest, WriteResult,
 };
 use crate::trace::{Event, Header, Outcome, PublishAnswer, WriteReport};
-use smallvec::{smallvec, SmallVec};
 use serde::Serialize;
+use smallvec::{smallvec, SmallVec};
 
 /// Something the implementation did that its declared design does not, without breaking a
 /// safety property: each has an id and a sentence of its own, so every divergence is named.
@@ -140,7 +140,11 @@ impl std::fmt::Display for Divergence {
         if self.expected.is_empty() {
             write!(f, "{}\n  event: {}", self.got, self.event)?;
         } else {
-            write!(f, "the model allows {}, the implementation reported {}\n  event: {}", self.expected, self.got, self.event)?;
+            write!(
+                f,
+                "the model allows {}, the implementation reported {}\n  event: {}",
+                self.expected, self.got, self.event
+            )?;
         }
         for other in &self.otherwise {
             write!(f, "\n  or, where the unknown outcomes resolve otherwise: {other}")?;
@@ -257,7 +261,8 @@ enum TokenName {
 impl TokenName {
     /// `text` as a number when it is one written canonically (no sign, no leading zero).
     fn number(text: &str) -> Option<u64> {
-        let canonical = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) && (text == "0" || !text.starts_with('0'));
+        let canonical =
+            !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) && (text == "0" || !text.starts_with('0'));
         canonical.then(|| text.parse().ok()).flatten()
     }
 
@@ -342,7 +347,8 @@ struct Branch {
 /// finding is the history's whichever way the outcomes went.
 fn choose(failures: Vec<Divergence>) -> Option<Divergence> {
     let id = Divergence::finding;
-    let pick = failures.iter().position(|d| d.property.is_some()).or(if failures.is_empty() { None } else { Some(0) })?;
+    let pick =
+        failures.iter().position(|d| d.property.is_some()).or(if failures.is_empty() { None } else { Some(0) })?;
     let mut others: Vec<String> = Vec::new();
     let mut seen = vec![id(&failures[pick])];
     for d in &failures {
@@ -426,7 +432,10 @@ fn chosen_retry(outbox: &mut Outbox, id: MessageId, retry_at: Option<u64>, now: 
         return Ok(());
     }
     if at <= now.0 {
-        return Err(format!("the write left the row {} with the retry time t={at} it chose, not later than its now {now}", row.status));
+        return Err(format!(
+            "the write left the row {} with the retry time t={at} it chose, not later than its now {now}",
+            row.status
+        ));
     }
     row.next_attempt_at = Some(Instant(at));
     Ok(())
@@ -527,7 +536,12 @@ impl Oracle {
     }
 
     /// An oracle for `design` with a budget and the retry clock's base and cap.
-    pub fn for_design(design: Design, max_attempts: u32, backoff_base: Option<u64>, backoff_cap: Option<u64>) -> Oracle {
+    pub fn for_design(
+        design: Design,
+        max_attempts: u32,
+        backoff_base: Option<u64>,
+        backoff_cap: Option<u64>,
+    ) -> Oracle {
         let mut policy = design.policy();
         if let Some(base) = backoff_base {
             policy.backoff.base = Duration(base);
@@ -601,7 +615,10 @@ impl Oracle {
                 (TokenName::Number(n), Some((max, at))) if *n == max => reused(at),
                 (TokenName::Number(n), Some((max, at))) if counter && *n < max => Some((
                     format!("a token of {} greater than every earlier one", got.message),
-                    format!("token {got_token} for {}, lower than token {max} from the claim at line {at}", got.message),
+                    format!(
+                        "token {got_token} for {}, lower than token {max} from the claim at line {at}",
+                        got.message
+                    ),
                 )),
                 _ => row.seen.iter().find(|(t, _)| *t == token).and_then(|&(_, at)| reused(at)),
             };
@@ -675,7 +692,8 @@ impl Oracle {
         // Every relay the header lists, or else every relay seen claiming so far (one that first
         // appears later may have begun its first statement at any time: a skip settled that way
         // is only given up where another resolution needs no excuse).
-        let seen = self.actor_last.iter().zip(&self.actor_claims).filter(|(_, c)| **c).map(|(l, _)| *l).min().unwrap_or(0);
+        let seen =
+            self.actor_last.iter().zip(&self.actor_claims).filter(|(_, c)| **c).map(|(l, _)| *l).min().unwrap_or(0);
         let declared = self.declared.as_ref().map_or(0, |actors| {
             actors.iter().map(|a| self.actor_last.get(*a as usize).copied().unwrap_or(0)).min().unwrap_or(0)
         });
@@ -742,7 +760,10 @@ impl Oracle {
         branches.append(&mut twins);
         // A resolution whose skip only a relay not seen yet could excuse gives way to one that
         // needs no such excuse (an unknown write that committed, say).
-        if branches.len() > 1 && branches.iter().any(|b| b.skips.iter().any(|s| s.settled)) && branches.iter().any(|b| b.skips.iter().all(|s| !s.settled)) {
+        if branches.len() > 1
+            && branches.iter().any(|b| b.skips.iter().any(|s| s.settled))
+            && branches.iter().any(|b| b.skips.iter().all(|s| !s.settled))
+        {
             branches.retain(|b| b.skips.iter().all(|s| !s.settled));
         }
         // Only resolutions that broke a property are left: the history breaks it.
@@ -764,7 +785,14 @@ impl Oracle {
         let divergence = match (token_divergence, any_ok) {
             (Some(d), _) => Some(d),
             (None, false) => Some(choose(failures).unwrap_or_else(|| {
-                Divergence::new(line, event, Blame::Conformance(Conformance::C8), "no history".into(), "an event".into(), &[])
+                Divergence::new(
+                    line,
+                    event,
+                    Blame::Conformance(Conformance::C8),
+                    "no history".into(),
+                    "an event".into(),
+                    &[],
+                )
             })),
             (None, true) => None,
         };
@@ -812,7 +840,10 @@ impl Oracle {
 
     /// Notes the rows this event's transaction held (as the implementation reported them).
     fn record_locks(&mut self, actor: Option<u16>, line: usize, event: &Event, locked: &Locked) {
-        let open = matches!(event, Event::Claim { outcome: Outcome::Unknown, .. } | Event::Write { result: WriteReport::Unknown, .. });
+        let open = matches!(
+            event,
+            Event::Claim { outcome: Outcome::Unknown, .. } | Event::Write { result: WriteReport::Unknown, .. }
+        );
         match locked {
             Locked::Nothing => {}
             Locked::Any => {
@@ -856,7 +887,13 @@ impl Oracle {
     /// it is the row's next lock, so none can come later: the skip stands. So does a skip
     /// older than `settled`, the line after which every claiming relay has logged. Unexcused
     /// skips are removed and the first returned.
-    fn judge_skips(&self, b: &mut Branch, begin: usize, settled: (usize, usize), locked: &Locked) -> Result<(), Divergence> {
+    fn judge_skips(
+        &self,
+        b: &mut Branch,
+        begin: usize,
+        settled: (usize, usize),
+        locked: &Locked,
+    ) -> Result<(), Divergence> {
         let (seen, declared) = settled;
         if b.skips.is_empty() {
             return Ok(());
@@ -928,7 +965,13 @@ impl Oracle {
             let mut seen: std::collections::HashMap<u64, Vec<usize>> = std::collections::HashMap::new();
             let mut unique: Vec<Branch> = Vec::with_capacity(next.len());
             for branch in next {
-                let key = crate::world::fingerprint(&(&branch.outbox, &branch.auditor, &branch.held, &branch.deferred, &branch.skips));
+                let key = crate::world::fingerprint(&(
+                    &branch.outbox,
+                    &branch.auditor,
+                    &branch.held,
+                    &branch.deferred,
+                    &branch.skips,
+                ));
                 let same = seen.get(&key).is_some_and(|ids| {
                     ids.iter().any(|&i| {
                         let b = &unique[i];
@@ -998,13 +1041,20 @@ impl Oracle {
             .next()
             .map(|b| {
                 let mut r = b.resolutions;
-                r.extend(b.deferred.iter().map(|d| format!("line {}: {} unresolved (consistent either way)", d.line, d.write)));
+                r.extend(
+                    b.deferred
+                        .iter()
+                        .map(|d| format!("line {}: {} unresolved (consistent either way)", d.line, d.write)),
+                );
                 r
             })
             .unwrap_or_default();
         let mut not_judged = Vec::new();
         if !self.seen_enqueue {
-            not_judged.push("S10 atomic enqueue: the history has no enqueue (rows were taken as enqueued when first claimed)".to_string());
+            not_judged.push(
+                "S10 atomic enqueue: the history has no enqueue (rows were taken as enqueued when first claimed)"
+                    .to_string(),
+            );
         }
         if !self.seen_publish {
             not_judged.push("S5, S8 and S3's count of publications: the history has no publish".to_string());
@@ -1087,13 +1137,23 @@ impl Oracle {
                 }
                 // Does the row fall inside the claim's window (before the last row it returned,
                 // or anywhere if its batch is not full) in either resolution?
-                let last = messages.last().and_then(|m| outbox.row(*m)).map(|r| Outbox::order_key(policy.claim_order, r));
-                let within = |r: &Row| messages.len() < *batch as usize || last.is_some_and(|k| Outbox::order_key(policy.claim_order, r) < k);
+                let last =
+                    messages.last().and_then(|m| outbox.row(*m)).map(|r| Outbox::order_key(policy.claim_order, r));
+                let within = |r: &Row| {
+                    messages.len() < *batch as usize
+                        || last.is_some_and(|k| Outbox::order_key(policy.claim_order, r) < k)
+                };
                 // Written, could the row be claimable now? Terminal, no (unless the design claims
                 // terminal rows); retried, once its retry time has come, at that time's place.
                 let committed = match d.req.kind {
-                    WriteKind::Published | WriteKind::Failed { .. } | WriteKind::Exhausted { .. } => policy.claim_terminal,
-                    WriteKind::Ambiguous { .. } if policy.ambiguous_shape == crate::core::policy::AmbiguousShape::KeepsOwner => within(row),
+                    WriteKind::Published | WriteKind::Failed { .. } | WriteKind::Exhausted { .. } => {
+                        policy.claim_terminal
+                    }
+                    WriteKind::Ambiguous { .. }
+                        if policy.ambiguous_shape == crate::core::policy::AmbiguousShape::KeepsOwner =>
+                    {
+                        within(row)
+                    }
                     WriteKind::Ambiguous { .. } | WriteKind::Retry { .. } => {
                         let attempts = policy.attempts_after_failure(row.attempts);
                         let retry = d.retry_at.map_or_else(|| d.req.now.plus(policy.backoff.delay(attempts)), Instant);
@@ -1113,7 +1173,11 @@ impl Oracle {
         let mut base = branch;
         let (mut now, mut later) = (Vec::new(), Vec::new());
         for (d, touched) in std::mem::take(&mut base.deferred).into_iter().zip(flags) {
-            if touched { now.push(d) } else { later.push(d) }
+            if touched {
+                now.push(d)
+            } else {
+                later.push(d)
+            }
         }
         base.deferred = later;
         let mut out = vec![base];
@@ -1139,21 +1203,30 @@ impl Oracle {
     /// The event with the implementation's names turned into the model's ids.
     fn plan(&mut self, event: &Event) -> Plan {
         match event {
-            Event::Enqueue { tenant, aggregate, message, .. } => {
-                Plan::Ids { tenant: self.tenant(tenant), relay: RelayId(0), messages: smallvec![self.message(message)], aggregate: self.aggregate(aggregate) }
-            }
+            Event::Enqueue { tenant, aggregate, message, .. } => Plan::Ids {
+                tenant: self.tenant(tenant),
+                relay: RelayId(0),
+                messages: smallvec![self.message(message)],
+                aggregate: self.aggregate(aggregate),
+            },
             Event::Claim { relay, tenant, leases, .. } => Plan::Ids {
                 tenant: self.tenant(tenant),
                 relay: self.relay(relay),
                 messages: leases.iter().map(|l| self.message(&l.message)).collect(),
                 aggregate: AggregateId(0),
             },
-            Event::Publish { relay, message, .. } => {
-                Plan::Ids { tenant: TenantId(0), relay: self.relay(relay), messages: smallvec![self.message(message)], aggregate: AggregateId(0) }
-            }
-            Event::Write { relay, message, tenant, .. } => {
-                Plan::Ids { tenant: self.tenant(tenant), relay: self.relay(relay), messages: smallvec![self.message(message)], aggregate: AggregateId(0) }
-            }
+            Event::Publish { relay, message, .. } => Plan::Ids {
+                tenant: TenantId(0),
+                relay: self.relay(relay),
+                messages: smallvec![self.message(message)],
+                aggregate: AggregateId(0),
+            },
+            Event::Write { relay, message, tenant, .. } => Plan::Ids {
+                tenant: self.tenant(tenant),
+                relay: self.relay(relay),
+                messages: smallvec![self.message(message)],
+                aggregate: AggregateId(0),
+            },
             Event::Reap { messages, .. } => Plan::Ids {
                 tenant: TenantId(0),
                 relay: self.relay("reaper"),
@@ -1177,13 +1250,24 @@ impl Oracle {
     }
 
     /// The successors of one branch under `event`, or why it cannot happen there.
-    fn step(&self, b: &mut Branch, line: usize, event: &Event, plan: &Plan, begin: usize) -> Result<Option<Branch>, Divergence> {
+    fn step(
+        &self,
+        b: &mut Branch,
+        line: usize,
+        event: &Event,
+        plan: &Plan,
+        begin: usize,
+    ) -> Result<Option<Branch>, Divergence> {
         let &Plan::Ids { tenant, relay, ref messages, aggregate } = plan else {
             return Ok(None);
         };
-        let diverge = |blame: Blame, expected: String, got: String, rows: &[Row]| Divergence::new(line, event, blame, expected, got, rows);
+        let diverge = |blame: Blame, expected: String, got: String, rows: &[Row]| {
+            Divergence::new(line, event, blame, expected, got, rows)
+        };
         let conformance = Blame::Conformance;
-        let rows_of = |b: &Branch, ids: &[MessageId]| ids.iter().filter_map(|id| b.outbox.row(*id).cloned()).collect::<SmallVec<[Row; 1]>>();
+        let rows_of = |b: &Branch, ids: &[MessageId]| {
+            ids.iter().filter_map(|id| b.outbox.row(*id).cloned()).collect::<SmallVec<[Row; 1]>>()
+        };
         let audited = |b: &mut Branch, before: &[Row]| -> Result<(), Divergence> {
             // What the history gives no means to judge is not judged (see Accepted::not_judged).
             let judged = |p: Property| match p {
@@ -1208,7 +1292,10 @@ impl Oracle {
                     }
                     if let (Property::S1, Some(&id), Some(doer)) = (v.property, messages.first(), doer(event)) {
                         if said.contains("latest") {
-                            said = format!("{doer} applied to {}, for a lease that was no longer the latest", self.name_of(0, id.0));
+                            said = format!(
+                                "{doer} applied to {}, for a lease that was no longer the latest",
+                                self.name_of(0, id.0)
+                            );
                         }
                         said += &self.superseded_by(b, id);
                     }
@@ -1225,7 +1312,10 @@ impl Oracle {
                     message_id: messages[0],
                     now: Instant(*now),
                 };
-                let model = b.auditor.enqueue(&mut b.outbox, &req).map_err(|e| diverge(Blame::Safety(Property::S10), "a valid enqueue".into(), e.to_string(), &[]))?;
+                let model = b
+                    .auditor
+                    .enqueue(&mut b.outbox, &req)
+                    .map_err(|e| diverge(Blame::Safety(Property::S10), "a valid enqueue".into(), e.to_string(), &[]))?;
                 let model_says = match model {
                     EnqueueResult::Applied { .. } => "applied",
                     EnqueueResult::Stale { .. } => "stale",
@@ -1268,7 +1358,8 @@ impl Oracle {
                 if !self.seen_enqueue {
                     // No enqueue in the history (a job queue): a row is enqueued, as far as the
                     // model knows, when a claim first returns it — as a job of its own.
-                    let unseen: SmallVec<[MessageId; 2]> = messages.iter().copied().filter(|id| b.outbox.row(*id).is_none()).collect();
+                    let unseen: SmallVec<[MessageId; 2]> =
+                        messages.iter().copied().filter(|id| b.outbox.row(*id).is_none()).collect();
                     for id in unseen {
                         implicit_enqueue(b, tenant, id, Instant(*now));
                     }
@@ -1303,10 +1394,10 @@ impl Oracle {
                         .filter_map(|id| b.outbox.row(*id).map(|row| (*id, *row)))
                         .collect()
                 };
-                let claimed = b
-                    .auditor
-                    .claim_exactly(&mut b.outbox, &self.policy, &req, &messages, Instant(*now))
-                    .map_err(|e| diverge(conformance(Conformance::C8), "a valid claim".into(), e.to_string(), &before))?;
+                let claimed =
+                    b.auditor.claim_exactly(&mut b.outbox, &self.policy, &req, &messages, Instant(*now)).map_err(
+                        |e| diverge(conformance(Conformance::C8), "a valid claim".into(), e.to_string(), &before),
+                    )?;
                 match claimed {
                     Err((id, refusal)) => {
                         let property = match refusal {
@@ -1319,7 +1410,12 @@ impl Oracle {
                         };
                         let name = self.name_of(0, id.0);
                         let blame = property.map_or(conformance(Conformance::C1), Blame::Safety);
-                        Err(diverge(blame, format!("no claim of {name} ({refusal})"), format!("a claim of {name}"), &before))
+                        Err(diverge(
+                            blame,
+                            format!("no claim of {name} ({refusal})"),
+                            format!("a claim of {name}"),
+                            &before,
+                        ))
                     }
                     Ok(model_leases) => {
                         let want = &expected[..expected.len().min(*batch as usize)];
@@ -1334,7 +1430,10 @@ impl Oracle {
                             };
                             return Err(diverge(
                                 conformance(Conformance::C1),
-                                format!("a claim of {} (the history's claims run one at a time: concurrency serial)", names(want)),
+                                format!(
+                                    "a claim of {} (the history's claims run one at a time: concurrency serial)",
+                                    names(want)
+                                ),
                                 format!("a claim of {}", names(&messages)),
                                 &before,
                             ));
@@ -1351,7 +1450,10 @@ impl Oracle {
                                 ));
                             }
                             // A claim without a token is a lease of its own, named by its line.
-                            let token = got.token.as_deref().map_or_else(|| TokenName::Text(format!("{TOKENLESS}{line})").into()), TokenName::new);
+                            let token = got
+                                .token
+                                .as_deref()
+                                .map_or_else(|| TokenName::Text(format!("{TOKENLESS}{line})").into()), TokenName::new);
                             b.held.push(Held { relay, token, lease: *lease, ended: false, line });
                         }
                         // A passed-over row waits for evidence that another transaction held it.
@@ -1387,8 +1489,19 @@ impl Oracle {
                             }
                     })
                     .map(|h| h.lease)
-                    .unwrap_or(Lease { message_id: id, tenant_id: tenant, owner: relay, token: LeaseToken(u64::MAX), attempts: 0, claim_seq: u32::MAX });
-                let key = if key == message { IdempotencyKey::Message { message_id: id } } else { IdempotencyKey::Other { value: fnv(key) } };
+                    .unwrap_or(Lease {
+                        message_id: id,
+                        tenant_id: tenant,
+                        owner: relay,
+                        token: LeaseToken(u64::MAX),
+                        attempts: 0,
+                        claim_seq: u32::MAX,
+                    });
+                let key = if key == message {
+                    IdempotencyKey::Message { message_id: id }
+                } else {
+                    IdempotencyKey::Other { value: fnv(key) }
+                };
                 let stored = stored.unwrap_or(*answer == PublishAnswer::Ack);
                 let before = rows_of(b, &messages);
                 b.auditor.published(&lease, key, stored);
@@ -1397,7 +1510,8 @@ impl Oracle {
             }
             Event::Write { write, message, token, attempt, now, code, result, status, next_attempt_at, .. } => {
                 let id = messages[0];
-                let kind = write_kind(write, *code).ok_or_else(|| diverge(conformance(Conformance::C8), "a known write".into(), write.clone(), &[]))?;
+                let kind = write_kind(write, *code)
+                    .ok_or_else(|| diverge(conformance(Conformance::C8), "a known write".into(), write.clone(), &[]))?;
                 // The lease the write presents: by its token; without one, by the attempt its
                 // claim handed out, else the writer's latest claim of the row.
                 let held = b.held.iter_mut().rev().find(|h| h.presented_by(relay, id, token.as_deref(), *attempt));
@@ -1407,22 +1521,34 @@ impl Oracle {
                         h.ended = true;
                         h.lease
                     })
-                    .unwrap_or(Lease { message_id: id, tenant_id: tenant, owner: relay, token: LeaseToken(u64::MAX), attempts: 0, claim_seq: u32::MAX });
+                    .unwrap_or(Lease {
+                        message_id: id,
+                        tenant_id: tenant,
+                        owner: relay,
+                        token: LeaseToken(u64::MAX),
+                        attempts: 0,
+                        claim_seq: u32::MAX,
+                    });
                 lease.tenant_id = tenant;
                 let req = WriteRequest { lease, kind, now: Instant(*now), max_attempts: self.max_attempts };
                 let before = rows_of(b, &messages);
                 if *result == WriteReport::Unknown {
                     if b.outbox.row(id).is_none() {
-                        return Err(diverge(conformance(Conformance::C7), "a write to a known row".into(), format!("a write to {message}"), &before));
+                        return Err(diverge(
+                            conformance(Conformance::C7),
+                            "a write to a known row".into(),
+                            format!("a write to {message}"),
+                            &before,
+                        ));
                     }
                     b.deferred.push(Deferred { line, write: write.clone(), req, retry_at: *next_attempt_at });
                     return Ok(None);
                 }
                 let applied = b;
-                let model = applied
-                    .auditor
-                    .write(&mut applied.outbox, &completing(self.policy, write), &req)
-                    .map_err(|e| diverge(conformance(Conformance::C7), "a write to a known row".into(), e.to_string(), &before))?;
+                let model =
+                    applied.auditor.write(&mut applied.outbox, &completing(self.policy, write), &req).map_err(|e| {
+                        diverge(conformance(Conformance::C7), "a write to a known row".into(), e.to_string(), &before)
+                    })?;
                 match result {
                     WriteReport::Unknown => unreachable!("an unknown write is deferred above"),
                     WriteReport::Applied | WriteReport::Stale => {
@@ -1435,10 +1561,16 @@ impl Oracle {
                             // write to a row it already ended breaks S4.
                             let latest = applied.auditor.ghost(id).is_some_and(|g| g.claims == req.lease.claim_seq);
                             let property = match (model, *result) {
-                                (WriteResult::Stale { reason: crate::core::StaleReason::WrongTenant }, _) => Some(Property::S9),
-                                (WriteResult::Stale { reason: crate::core::StaleReason::NotInFlight | crate::core::StaleReason::Deleted }, _)
-                                    if latest && before.first().is_some_and(|r| r.status.is_terminal()) =>
-                                {
+                                (WriteResult::Stale { reason: crate::core::StaleReason::WrongTenant }, _) => {
+                                    Some(Property::S9)
+                                }
+                                (
+                                    WriteResult::Stale {
+                                        reason:
+                                            crate::core::StaleReason::NotInFlight | crate::core::StaleReason::Deleted,
+                                    },
+                                    _,
+                                ) if latest && before.first().is_some_and(|r| r.status.is_terminal()) => {
                                     Some(Property::S4)
                                 }
                                 (WriteResult::Stale { .. }, WriteReport::Applied) => Some(Property::S1),
@@ -1454,7 +1586,12 @@ impl Oracle {
                         if let (Some(got), WriteResult::Applied { status: expected }) = (status, model) {
                             if self.header.status(got) != Some(expected) {
                                 let expected = self.header.status_name(expected);
-                                return Err(diverge(conformance(Conformance::C4), format!("status {expected}"), format!("status {got}"), &before));
+                                return Err(diverge(
+                                    conformance(Conformance::C4),
+                                    format!("status {expected}"),
+                                    format!("status {got}"),
+                                    &before,
+                                ));
                             }
                         }
                         audited(applied, &before)?;
@@ -1470,7 +1607,12 @@ impl Oracle {
                 let id = messages[0];
                 let before = rows_of(b, &messages);
                 let Some(row) = before.first().copied() else {
-                    return Err(diverge(conformance(Conformance::C7), "a release of a known row".into(), format!("a release of {}", self.name_of(0, id.0)), &[]));
+                    return Err(diverge(
+                        conformance(Conformance::C7),
+                        "a release of a known row".into(),
+                        format!("a release of {}", self.name_of(0, id.0)),
+                        &[],
+                    ));
                 };
                 let to = match self.header.status(to) {
                     Some(status @ (Status::Pending | Status::Ambiguous | Status::Failed | Status::Exhausted)) => status,
@@ -1519,11 +1661,11 @@ impl Oracle {
                     attempts: row.attempts,
                     claim_seq: if stale { u32::MAX } else { latest },
                 });
-                let req = ReleaseRequest { lease, fence, to, retry_at: next_attempt_at.map(Instant), now: Instant(*now) };
-                let model = b
-                    .auditor
-                    .release(&mut b.outbox, &req)
-                    .map_err(|e| diverge(conformance(Conformance::C7), "a release of a known row".into(), e.to_string(), &before))?;
+                let req =
+                    ReleaseRequest { lease, fence, to, retry_at: next_attempt_at.map(Instant), now: Instant(*now) };
+                let model = b.auditor.release(&mut b.outbox, &req).map_err(|e| {
+                    diverge(conformance(Conformance::C7), "a release of a known row".into(), e.to_string(), &before)
+                })?;
                 let model_says = if matches!(model, WriteResult::Applied { .. }) { "applied" } else { "stale" };
                 if model_says != result {
                     // Ending a lease claimed after the job read the row breaks S1.
@@ -1532,7 +1674,12 @@ impl Oracle {
                         let got = format!("applied{}", self.superseded_by(b, id));
                         return Err(diverge(Blame::Safety(Property::S1), format!("the release {model}"), got, &before));
                     }
-                    return Err(diverge(conformance(Conformance::C3), format!("the release {model}"), result.clone(), &before));
+                    return Err(diverge(
+                        conformance(Conformance::C3),
+                        format!("the release {model}"),
+                        result.clone(),
+                        &before,
+                    ));
                 }
                 if model_says == "applied" {
                     b.open.push(id);
@@ -1547,18 +1694,23 @@ impl Oracle {
                 reaped.sort();
                 expected.sort();
                 if reaped != expected {
-                    let names = |ids: &[MessageId]| ids.iter().map(|m| self.name_of(0, m.0)).collect::<Vec<_>>().join(", ");
-                    return Err(diverge(conformance(Conformance::C5), format!("reaping [{}]", names(&reaped)), format!("[{}]", names(&expected)), &before));
+                    let names =
+                        |ids: &[MessageId]| ids.iter().map(|m| self.name_of(0, m.0)).collect::<Vec<_>>().join(", ");
+                    return Err(diverge(
+                        conformance(Conformance::C5),
+                        format!("reaping [{}]", names(&reaped)),
+                        format!("[{}]", names(&expected)),
+                        &before,
+                    ));
                 }
                 audited(b, &before)?;
                 Ok(None)
             }
             Event::Requeue { result, .. } => {
                 let before = rows_of(b, &messages);
-                let model = b
-                    .auditor
-                    .requeue(&mut b.outbox, &self.policy, messages[0])
-                    .map_err(|e| diverge(conformance(Conformance::C7), "a requeue of a known row".into(), e.to_string(), &before))?;
+                let model = b.auditor.requeue(&mut b.outbox, &self.policy, messages[0]).map_err(|e| {
+                    diverge(conformance(Conformance::C7), "a requeue of a known row".into(), e.to_string(), &before)
+                })?;
                 let model_says = if model == RequeueResult::Applied { "applied" } else { "not_requeueable" };
                 if model_says != result {
                     return Err(diverge(conformance(Conformance::C6), model_says.into(), result.clone(), &before));
@@ -1590,8 +1742,21 @@ impl Oracle {
         let max_attempts = self.max_attempts;
         let force_release = |b: &mut Branch, id: MessageId, to: Status, retry_at: Option<u64>, now: u64| {
             let Some(row) = b.outbox.row(id).copied() else { return };
-            let lease = Lease { message_id: id, tenant_id: row.tenant_id, owner: relay, token: row.lease_token, attempts: row.attempts, claim_seq: 0 };
-            let req = ReleaseRequest { lease, fence: ReleaseFence::Id, to, retry_at: retry_at.map(Instant), now: Instant(now) };
+            let lease = Lease {
+                message_id: id,
+                tenant_id: row.tenant_id,
+                owner: relay,
+                token: row.lease_token,
+                attempts: row.attempts,
+                claim_seq: 0,
+            };
+            let req = ReleaseRequest {
+                lease,
+                fence: ReleaseFence::Id,
+                to,
+                retry_at: retry_at.map(Instant),
+                now: Instant(now),
+            };
             let _ = b.outbox.release(&req);
         };
         match event {
@@ -1611,12 +1776,24 @@ impl Oracle {
                     if b.outbox.row(id).is_none() {
                         implicit_enqueue(b, tenant, id, Instant(*now));
                     }
-                    let req = ClaimRequest { tenant_id: tenant, owner: relay, batch: (*batch).max(1), lease: Duration((*lease_ms).max(1)), now: Instant(*now), max_attempts };
-                    if let Ok(Ok(mut claimed)) = b.auditor.claim_exactly(&mut b.outbox, &lax, &req, &[id], Instant(*now)) {
+                    let req = ClaimRequest {
+                        tenant_id: tenant,
+                        owner: relay,
+                        batch: (*batch).max(1),
+                        lease: Duration((*lease_ms).max(1)),
+                        now: Instant(*now),
+                        max_attempts,
+                    };
+                    if let Ok(Ok(mut claimed)) =
+                        b.auditor.claim_exactly(&mut b.outbox, &lax, &req, &[id], Instant(*now))
+                    {
                         if let (Some(lease), Some(i)) = (claimed.first_mut(), b.outbox.index(id)) {
                             b.outbox.rows_mut()[i].attempts = got.attempts;
                             lease.attempts = got.attempts;
-                            let token = got.token.as_deref().map_or_else(|| TokenName::Text(format!("{TOKENLESS}{line})").into()), TokenName::new);
+                            let token = got
+                                .token
+                                .as_deref()
+                                .map_or_else(|| TokenName::Text(format!("{TOKENLESS}{line})").into()), TokenName::new);
                             b.held.push(Held { relay, token, lease: *lease, ended: false, line });
                         }
                     }
@@ -1632,14 +1809,26 @@ impl Oracle {
                 });
                 if *result == WriteReport::Applied {
                     if let (Some(kind), Some(row)) = (write_kind(write, *code), b.outbox.row(id).copied()) {
-                        let lease = lease.unwrap_or(Lease { message_id: id, tenant_id: row.tenant_id, owner: relay, token: row.lease_token, attempts: row.attempts, claim_seq: 0 });
+                        let lease = lease.unwrap_or(Lease {
+                            message_id: id,
+                            tenant_id: row.tenant_id,
+                            owner: relay,
+                            token: row.lease_token,
+                            attempts: row.attempts,
+                            claim_seq: 0,
+                        });
                         let mut lax = lax;
                         lax.ambiguous_shape = crate::core::policy::AmbiguousShape::ClearsLease;
                         if let (true, Some(i)) = (row.status.is_terminal(), b.outbox.index(id)) {
                             // A write to a terminal row: the row goes where the write says.
                             b.outbox.rows_mut()[i].status = Status::InFlight;
                         }
-                        let req = WriteRequest { lease: Lease { tenant_id: row.tenant_id, ..lease }, kind, now: Instant(*now), max_attempts };
+                        let req = WriteRequest {
+                            lease: Lease { tenant_id: row.tenant_id, ..lease },
+                            kind,
+                            now: Instant(*now),
+                            max_attempts,
+                        };
                         let _ = b.outbox.write(&lax, &req);
                         let _ = chosen_retry(&mut b.outbox, id, *next_attempt_at, Instant(*now));
                     }
@@ -1682,7 +1871,11 @@ impl Oracle {
             .find(|h| h.lease.message_id == id && h.lease.claim_seq == latest)
             .map(|h| {
                 let token = h.token_text().map(|t| format!(" (token {t})")).unwrap_or_default();
-                format!(" — the claim at line {} by {}{token} had superseded its lease", h.line, self.name_of(2, u32::from(h.relay.0)))
+                format!(
+                    " — the claim at line {} by {}{token} had superseded its lease",
+                    h.line,
+                    self.name_of(2, u32::from(h.relay.0))
+                )
             })
             .unwrap_or_default()
     }
@@ -1699,7 +1892,9 @@ impl Oracle {
             let word = &rest[..end];
             let named = [("tenant", 1u8), ("agg", 3), ("m", 0), ("r", 2)].iter().find_map(|&(prefix, kind)| {
                 let digits = word.strip_prefix(prefix)?;
-                let id: u32 = (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok()).flatten()?;
+                let id: u32 = (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| digits.parse().ok())
+                    .flatten()?;
                 self.names[kind as usize].name(id).map(str::to_string)
             });
             out.push_str(named.as_deref().unwrap_or(word));
@@ -1765,7 +1960,13 @@ enum Plan {
 /// A row a history without enqueues brings in with its first claim: a job of its own, with an
 /// aggregate apart from every one the history names.
 fn implicit_enqueue(b: &mut Branch, tenant: TenantId, id: MessageId, now: Instant) {
-    let req = EnqueueRequest { tenant_id: tenant, aggregate_id: AggregateId(IMPLICIT_AGGREGATE | id.0), expected_version: 0, message_id: id, now };
+    let req = EnqueueRequest {
+        tenant_id: tenant,
+        aggregate_id: AggregateId(IMPLICIT_AGGREGATE | id.0),
+        expected_version: 0,
+        message_id: id,
+        now,
+    };
     let _ = b.auditor.enqueue(&mut b.outbox, &req);
     b.open.push(id);
 }
@@ -1785,7 +1986,9 @@ fn locked_by(event: &Event, plan: &Plan) -> Locked {
         Event::Claim { outcome: Outcome::Unknown, .. } => Locked::Any,
         Event::Claim { .. } | Event::Reap { .. } => Locked::Rows(messages.clone()),
         Event::Write { result: WriteReport::Applied | WriteReport::Unknown, .. } => Locked::Rows(messages.clone()),
-        Event::Release { result, .. } | Event::Requeue { result, .. } if result == "applied" => Locked::Rows(messages.clone()),
+        Event::Release { result, .. } | Event::Requeue { result, .. } if result == "applied" => {
+            Locked::Rows(messages.clone())
+        }
         _ => Locked::Nothing,
     }
 }
@@ -1826,7 +2029,9 @@ fn doer(event: &Event) -> Option<String> {
         (None, None) => "no token".to_string(),
     };
     match event {
-        Event::Write { relay, write, token, attempt, .. } => Some(format!("{write} by {relay} ({})", lease(token, attempt))),
+        Event::Write { relay, write, token, attempt, .. } => {
+            Some(format!("{write} by {relay} ({})", lease(token, attempt)))
+        }
         Event::Release { relay, fence, token, attempt, to, .. } => Some(format!(
             "the release to {to} by {} ({fence} fence, having read {})",
             relay.as_deref().unwrap_or("maintenance"),

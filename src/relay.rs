@@ -84,8 +84,12 @@ pub enum Effect {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "input", rename_all = "snake_case")]
 pub enum Input {
-    Published { outcome: PublishOutcome },
-    Written { result: WriteResult },
+    Published {
+        outcome: PublishOutcome,
+    },
+    Written {
+        result: WriteResult,
+    },
     /// The database connection died: the statement may or may not have committed.
     ConnectionLost,
 }
@@ -316,9 +320,7 @@ fn key(config: &RelayConfig, lease: &Lease) -> IdempotencyKey {
 }
 
 fn write(config: &RelayConfig, lease: Lease, kind: WriteKind, clocks: Clocks) -> Effect {
-    Effect::Write {
-        request: WriteRequest { lease, kind, now: now(config, clocks), max_attempts: config.max_attempts },
-    }
+    Effect::Write { request: WriteRequest { lease, kind, now: now(config, clocks), max_attempts: config.max_attempts } }
 }
 
 /// SPEC §4's classification of a broker outcome into the write that records it.

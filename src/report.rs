@@ -160,23 +160,45 @@ pub fn trace_html(
         line_x.push((*line, x));
         let Some(actor) = who(e) else { continue };
         let lane = lane_of(&mut lanes, &actor);
-        let free_slot = |bars: &[Bar], lane: usize| (0..).find(|s| !bars.iter().any(|b| b.lane == lane && b.end.is_none() && b.slot == *s)).unwrap_or(0);
+        let free_slot = |bars: &[Bar], lane: usize| {
+            (0..).find(|s| !bars.iter().any(|b| b.lane == lane && b.end.is_none() && b.slot == *s)).unwrap_or(0)
+        };
         let open_bar = |bars: &[Bar], message: &str, token: Option<&String>| -> Option<usize> {
             bars.iter().rposition(|b| {
-                b.lane == lane && b.end.is_none() && b.message == message && (token.is_none() || b.token.as_ref() == token)
+                b.lane == lane
+                    && b.end.is_none()
+                    && b.message == message
+                    && (token.is_none() || b.token.as_ref() == token)
             })
         };
         match e {
             T::Claim { leases, now, outcome, .. } => {
                 if leases.is_empty() {
-                    let what = if *outcome == crate::trace::Outcome::Unknown { "claim of unknown outcome" } else { "claim of no row" };
+                    let what = if *outcome == crate::trace::Outcome::Unknown {
+                        "claim of unknown outcome"
+                    } else {
+                        "claim of no row"
+                    };
                     marks.push((x, lane, 0, "claim", format!("line {line}: {what} at t={now}")));
                 }
                 for l in leases {
                     let slot = free_slot(&bars, lane);
-                    bars.push(Bar { lane, message: l.message.clone(), token: l.token.clone(), start: x, end: None, slot });
+                    bars.push(Bar {
+                        lane,
+                        message: l.message.clone(),
+                        token: l.token.clone(),
+                        start: x,
+                        end: None,
+                        slot,
+                    });
                     let token = l.token.as_ref().map(|t| format!(" token {t}")).unwrap_or_default();
-                    marks.push((x, lane, slot, "claim", format!("line {line}: claims {}{token} at t={now}, attempts {}", l.message, l.attempts)));
+                    marks.push((
+                        x,
+                        lane,
+                        slot,
+                        "claim",
+                        format!("line {line}: claims {}{token} at t={now}, attempts {}", l.message, l.attempts),
+                    ));
                 }
             }
             T::Publish { message, answer, token, .. } => {
@@ -201,20 +223,46 @@ pub fn trace_html(
                     WriteReport::Stale => "stale",
                     WriteReport::Unknown => "unknown",
                 };
-                marks.push((x, lane, slot, class, format!("line {line}: {write} {message} at t={now}: {}", result.as_str())));
+                marks.push((
+                    x,
+                    lane,
+                    slot,
+                    class,
+                    format!("line {line}: {write} {message} at t={now}: {}", result.as_str()),
+                ));
             }
             T::Release { message, now, to, result, fence, .. } => {
-                marks.push((x, lane, 0, if result == "applied" { "release" } else { "stale" }, format!("line {line}: release of {message} to {to} ({fence} fence) at t={now}: {result}")));
+                marks.push((
+                    x,
+                    lane,
+                    0,
+                    if result == "applied" { "release" } else { "stale" },
+                    format!("line {line}: release of {message} to {to} ({fence} fence) at t={now}: {result}"),
+                ));
             }
             T::Reap { now, messages } => {
-                marks.push((x, lane, 0, "release", format!("line {line}: reap at t={now}: {}", if messages.is_empty() { "nothing".to_string() } else { messages.join(", ") })));
+                marks.push((
+                    x,
+                    lane,
+                    0,
+                    "release",
+                    format!(
+                        "line {line}: reap at t={now}: {}",
+                        if messages.is_empty() { "nothing".to_string() } else { messages.join(", ") }
+                    ),
+                ));
             }
-            T::Requeue { message, result } => marks.push((x, lane, 0, "release", format!("line {line}: requeue of {message}: {result}"))),
-            T::Enqueue { message, now, result, .. } => marks.push((x, lane, 0, "enqueue", format!("line {line}: enqueues {message} at t={now}: {result}"))),
+            T::Requeue { message, result } => {
+                marks.push((x, lane, 0, "release", format!("line {line}: requeue of {message}: {result}")))
+            }
+            T::Enqueue { message, now, result, .. } => {
+                marks.push((x, lane, 0, "enqueue", format!("line {line}: enqueues {message} at t={now}: {result}")))
+            }
             T::Clock { .. } | T::Fault { .. } => {}
         }
     }
-    let slots: Vec<usize> = (0..lanes.len()).map(|l| bars.iter().filter(|b| b.lane == l).map(|b| b.slot + 1).max().unwrap_or(1)).collect();
+    let slots: Vec<usize> =
+        (0..lanes.len()).map(|l| bars.iter().filter(|b| b.lane == l).map(|b| b.slot + 1).max().unwrap_or(1)).collect();
     let mut lane_top = Vec::new();
     let mut y = 40;
     for s in &slots {
@@ -229,7 +277,12 @@ pub fn trace_html(
     // The divergences' columns first, under everything.
     for (line, x) in &line_x {
         if divergent.contains(line) {
-            let _ = writeln!(svg, r#"<rect class="divergent-column" data-line="{line}" x="{}" y="20" width="{STEP}" height="{}"/>"#, x_of(*x) - STEP / 2, height - 20);
+            let _ = writeln!(
+                svg,
+                r#"<rect class="divergent-column" data-line="{line}" x="{}" y="20" width="{STEP}" height="{}"/>"#,
+                x_of(*x) - STEP / 2,
+                height - 20
+            );
         }
     }
     for (l, name) in lanes.iter().enumerate() {
@@ -272,13 +325,21 @@ pub fn trace_html(
             "release" | "enqueue" => format!(r#"<path d="M{cx} {} l6 6 l-6 6 l-6 -6 z"/>"#, cy - 6),
             _ => format!(r#"<rect x="{}" y="{}" width="10" height="10"/>"#, cx - 5, cy - 5),
         };
-        let _ = writeln!(svg, r#"<g class="mark {class}{hit}" data-line="{line}">{shape}<title>{}</title></g>"#, html_text(title));
+        let _ = writeln!(
+            svg,
+            r#"<g class="mark {class}{hit}" data-line="{line}">{shape}<title>{}</title></g>"#,
+            html_text(title)
+        );
     }
     svg.push_str("</svg>\n");
     let mut list = String::new();
     for d in divergences {
         let named = d.property.map(|p| p.to_string()).or(d.conformance.map(|c| c.to_string())).unwrap_or_default();
-        let said = if d.expected.is_empty() { d.got.clone() } else { format!("the model allows {}, the implementation reported {}", d.expected, d.got) };
+        let said = if d.expected.is_empty() {
+            d.got.clone()
+        } else {
+            format!("the model allows {}, the implementation reported {}", d.expected, d.got)
+        };
         let _ = writeln!(
             list,
             r#"<li class="divergence {kind}" data-line="{line}"><b>line {line}</b> · <b>{named}</b>{safe}<br>{said}</li>"#,

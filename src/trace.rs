@@ -260,7 +260,10 @@ fn token_text_opt<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<O
 }
 
 /// A field whose value must be one of `allowed`: anything else is bad input, at its column.
-fn one_of<'de, D: serde::Deserializer<'de>>(deserializer: D, allowed: &'static [&'static str]) -> Result<String, D::Error> {
+fn one_of<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+    allowed: &'static [&'static str],
+) -> Result<String, D::Error> {
     let value = String::deserialize(deserializer)?;
     if allowed.contains(&value.as_str()) {
         Ok(value)
@@ -593,14 +596,20 @@ impl<'de> serde::de::Visitor<'de> for EventVisitor {
         let mut note = |path: serde_ignored::Path<'_>| {
             SLOW_PATH_IGNORED.with(|ignored| ignored.borrow_mut().push(path.to_string()));
         };
-        tag.read(serde_ignored::Deserializer::new(serde_json::Value::Object(object), &mut note), true).map_err(A::Error::custom)
+        tag.read(serde_ignored::Deserializer::new(serde_json::Value::Object(object), &mut note), true)
+            .map_err(A::Error::custom)
     }
 }
 
 impl Event {
     /// A rescuer's release of `message`, as `request` asked it, that moved the row to `to`
     /// (where it applied) with `result`.
-    pub fn rescue_of(message: String, request: &crate::core::ReleaseRequest, to: crate::core::Status, result: crate::core::WriteResult) -> Event {
+    pub fn rescue_of(
+        message: String,
+        request: &crate::core::ReleaseRequest,
+        to: crate::core::Status,
+        result: crate::core::WriteResult,
+    ) -> Event {
         Event::Release {
             relay: Some("rescuer".into()),
             message,
@@ -630,14 +639,24 @@ impl Event {
             now: request.now.0,
             leases: leases
                 .iter()
-                .map(|l| TraceLease { message: message(l.message_id), token: Some(l.token.0.to_string()), attempts: l.attempts })
+                .map(|l| TraceLease {
+                    message: message(l.message_id),
+                    token: Some(l.token.0.to_string()),
+                    attempts: l.attempts,
+                })
                 .collect(),
             outcome: Outcome::Ok,
         }
     }
 
     /// A terminal write with the lease it presented and what it reported.
-    pub fn write_of(relay: String, tenant: String, message: String, request: &crate::core::WriteRequest, result: WriteReport) -> Event {
+    pub fn write_of(
+        relay: String,
+        tenant: String,
+        message: String,
+        request: &crate::core::WriteRequest,
+        result: WriteReport,
+    ) -> Event {
         Event::Write {
             relay,
             write: request.kind.name().to_string(),
@@ -716,12 +735,22 @@ pub fn parse(file: &str, text: &str) -> Result<(Header, Vec<(usize, Event)>), Pa
 }
 
 /// [`parse`] with options; also returns the fields it ignored.
-pub fn parse_with(file: &str, text: &str, options: ReadOptions) -> Result<(Header, Vec<(usize, Event)>, Ignored), ParseError> {
+pub fn parse_with(
+    file: &str,
+    text: &str,
+    options: ReadOptions,
+) -> Result<(Header, Vec<(usize, Event)>, Ignored), ParseError> {
     let mut events = Vec::new();
-    let (header, ignored) = stream_reader(file, text.as_bytes(), options, |header| Ok(header.clone()), |line, event| {
-        events.push((line, event));
-        true
-    })?;
+    let (header, ignored) = stream_reader(
+        file,
+        text.as_bytes(),
+        options,
+        |header| Ok(header.clone()),
+        |line, event| {
+            events.push((line, event));
+            true
+        },
+    )?;
     Ok((header, events, ignored))
 }
 
@@ -745,7 +774,10 @@ fn read_event(text: &str, line: usize, strict: bool, ignored: &mut Ignored) -> R
         Ok(event) => return Ok(event),
         Err(e) if unknown_field(&e) && !strict => e,
         Err(e) if unknown_field(&e) => {
-            return Err((e.column().max(1), format!("{} (--strict refuses fields the format does not know)", json_message(&e))))
+            return Err((
+                e.column().max(1),
+                format!("{} (--strict refuses fields the format does not know)", json_message(&e)),
+            ))
         }
         Err(e) => return Err((e.column().max(1), json_message(&e))),
     };
@@ -764,7 +796,8 @@ fn read_event(text: &str, line: usize, strict: bool, ignored: &mut Ignored) -> R
         Ok(event) => Ok(event),
         // The unknown field is inside a lease: drop what a lease does not know, then read again.
         Err(e) if unknown_field(&e) => {
-            let mut value: serde_json::Value = serde_json::from_str(text).map_err(|e| (e.column().max(1), json_message(&e)))?;
+            let mut value: serde_json::Value =
+                serde_json::from_str(text).map_err(|e| (e.column().max(1), json_message(&e)))?;
             if let Some(leases) = value.get_mut("leases").and_then(|l| l.as_array_mut()) {
                 for (i, lease) in leases.iter_mut().enumerate() {
                     if let Some(object) = lease.as_object_mut() {
@@ -795,7 +828,9 @@ fn read_header(text: &str, line: usize, strict: bool, ignored: &mut Ignored) -> 
     })
     .map_err(|e| (e.column().max(1), json_message(&e)))?;
     match unknown {
-        Some(path) if strict => Err((1, format!("unknown field `{path}` (--strict refuses fields the format does not know)"))),
+        Some(path) if strict => {
+            Err((1, format!("unknown field `{path}` (--strict refuses fields the format does not know)")))
+        }
         _ => Ok(header),
     }
 }
@@ -811,7 +846,8 @@ pub fn stream_reader<T>(
     start: impl FnOnce(&Header) -> Result<T, String>,
     mut each: impl FnMut(usize, Event) -> bool,
 ) -> Result<(T, Ignored), ParseError> {
-    let error = |line: usize, column: usize, message: String| ParseError { file: file.to_string(), line, column, message };
+    let error =
+        |line: usize, column: usize, message: String| ParseError { file: file.to_string(), line, column, message };
     let mut buffer = String::new();
     let mut number = 0usize;
     let mut ignored = Ignored::new();
@@ -834,27 +870,41 @@ pub fn stream_reader<T>(
     let mut header: Header = read_header(&buffer, first, options.strict, &mut ignored)
         .map_err(|(column, message)| error(first, column, format!("bad header: {message}")))?;
     if let (VERSION, None, Some(names)) = (header.version, &header.statuses, options.statuses) {
-        header.statuses = Some(names.names().into_iter().map(|(name, status)| (name, status.as_str().to_string())).collect());
+        header.statuses =
+            Some(names.names().into_iter().map(|(name, status)| (name, status.as_str().to_string())).collect());
     }
     if header.format != FORMAT {
-        return Err(error(first, 1, format!("not an outbox-check trace: format is '{}', expected '{FORMAT}'", header.format)));
+        return Err(error(
+            first,
+            1,
+            format!("not an outbox-check trace: format is '{}', expected '{FORMAT}'", header.format),
+        ));
     }
     if header.version != 1 && header.version != VERSION {
-        return Err(error(first, 1, format!("unsupported trace version {} (this build reads versions 1 and {VERSION})", header.version)));
+        return Err(error(
+            first,
+            1,
+            format!("unsupported trace version {} (this build reads versions 1 and {VERSION})", header.version),
+        ));
     }
     if header.version == 1 && (header.design.is_some() || header.statuses.is_some() || header.relays.is_some()) {
         return Err(error(first, 1, "`design`, `statuses` and `relays` need version 2".into()));
     }
     if let Some((name, model)) = header.statuses.iter().flatten().find(|(_, model)| Status::parse(model).is_none()) {
         let six: Vec<&str> = Status::ALL.iter().map(|s| s.as_str()).collect();
-        return Err(error(first, 1, format!("statuses: '{name}' maps to '{model}', which is not one of {}", six.join(", "))));
+        return Err(error(
+            first,
+            1,
+            format!("statuses: '{name}' maps to '{model}', which is not one of {}", six.join(", ")),
+        ));
     }
     if header.max_attempts == 0 {
         return Err(error(first, 1, "max_attempts must be at least 1".into()));
     }
     let started = start(&header).map_err(|message| error(first, 1, message))?;
     while let Some(line) = next_line(&mut buffer)? {
-        let event = read_event(&buffer, line, options.strict, &mut ignored).map_err(|(column, message)| error(line, column, message))?;
+        let event = read_event(&buffer, line, options.strict, &mut ignored)
+            .map_err(|(column, message)| error(line, column, message))?;
         // A status is one of the six or one of the header's own names: anything else is bad
         // input at its column, as an unknown value of any other field is.
         let status = match &event {
@@ -866,7 +916,11 @@ pub fn stream_reader<T>(
             let column = buffer.find(&format!("\"{field}\"")).map_or(1, |c| c + 1);
             let mut allowed: Vec<String> = header.statuses.iter().flatten().map(|(n, _)| n.clone()).collect();
             allowed.extend(Status::ALL.iter().map(|s| s.as_str().to_string()));
-            return Err(error(line, column, format!("unknown status '{name}' in `{field}`, expected one of {}", allowed.join(", "))));
+            return Err(error(
+                line,
+                column,
+                format!("unknown status '{name}' in `{field}`, expected one of {}", allowed.join(", ")),
+            ));
         }
         if !each(line, event) {
             break;
@@ -962,7 +1016,11 @@ pub fn from_world(config: &crate::world::WorldConfig, events: &[crate::world::Ev
                 fence: request.fence.name().to_string(),
                 token: Some(request.lease.token.0.to_string()),
                 attempt: None,
-                result: if matches!(result, crate::core::WriteResult::Applied { .. }) { "applied".into() } else { "stale".into() },
+                result: if matches!(result, crate::core::WriteResult::Applied { .. }) {
+                    "applied".into()
+                } else {
+                    "stale".into()
+                },
             }),
             W::Requeued { message_id, result } => out.push(Event::Requeue {
                 message: message(*message_id),

@@ -8,15 +8,15 @@
 //! [`Auditor`](crate::core::Auditor). No rule of the outbox lives here, only the environment:
 //! which faults may strike and how the broker and the consumer behave.
 
-use smallvec::{smallvec, SmallVec};
+use crate::core::policy::TokenKind;
 use crate::core::{
     AggregateId, Auditor, ClaimRequest, Design, Duration, EnqueueRequest, EnqueueResult, FailureCode, IdempotencyKey,
-    Instant, Lease, LeaseToken, MessageId, Outbox, Policy, Property, RelayId, RequeueResult, Status, TenantId, Violation,
-    WriteRequest, WriteResult,
+    Instant, Lease, LeaseToken, MessageId, Outbox, Policy, Property, RelayId, RequeueResult, Status, TenantId,
+    Violation, WriteRequest, WriteResult,
 };
-use crate::core::policy::TokenKind;
 use crate::relay::{Clocks, Cycle, Effect, Input, LeaseResult, PublishOutcome, RelayConfig, Step};
 use serde::{Deserialize, Serialize};
+use smallvec::{smallvec, SmallVec};
 use std::fmt;
 
 /// Which faults of SPEC §6 the environment may inject.
@@ -117,9 +117,7 @@ impl Faults {
         for name in text.split(',').map(str::trim) {
             match faults.flag(name) {
                 Some(flag) => *flag = true,
-                None => {
-                    return Err(format!("unknown fault '{name}'; valid: all, none, {}", Faults::NAMES.join(", ")))
-                }
+                None => return Err(format!("unknown fault '{name}'; valid: all, none, {}", Faults::NAMES.join(", "))),
             }
         }
         Ok(faults)
@@ -176,7 +174,9 @@ impl WorldConfig {
     /// A small world: `relays` relays of `design` on one tenant, all faults on.
     pub fn small(design: Design, relays: u16, messages: u32) -> WorldConfig {
         WorldConfig {
-            relays: (0..relays).map(|i| RelaySpec { design, owner: RelayId(i), tenant_id: TenantId(0), skew: 0 }).collect(),
+            relays: (0..relays)
+                .map(|i| RelaySpec { design, owner: RelayId(i), tenant_id: TenantId(0), skew: 0 })
+                .collect(),
             messages,
             tenants: 1,
             max_attempts: 3,
@@ -436,19 +436,57 @@ impl StepFlags {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
-    Enqueued { request: EnqueueRequest, result: EnqueueResult },
-    Claimed { relay: u16, request: ClaimRequest, leases: Vec<Lease>, db: DbFate },
-    Published { relay: u16, lease: Lease, key: IdempotencyKey, fate: BrokerFate },
-    Wrote { relay: u16, request: WriteRequest, result: Option<WriteResult>, db: DbFate },
-    Finished { relay: u16, message_id: MessageId, result: LeaseResult },
-    Crashed { relay: u16 },
-    Reaped { now: Instant, messages: Vec<MessageId> },
+    Enqueued {
+        request: EnqueueRequest,
+        result: EnqueueResult,
+    },
+    Claimed {
+        relay: u16,
+        request: ClaimRequest,
+        leases: Vec<Lease>,
+        db: DbFate,
+    },
+    Published {
+        relay: u16,
+        lease: Lease,
+        key: IdempotencyKey,
+        fate: BrokerFate,
+    },
+    Wrote {
+        relay: u16,
+        request: WriteRequest,
+        result: Option<WriteResult>,
+        db: DbFate,
+    },
+    Finished {
+        relay: u16,
+        message_id: MessageId,
+        result: LeaseResult,
+    },
+    Crashed {
+        relay: u16,
+    },
+    Reaped {
+        now: Instant,
+        messages: Vec<MessageId>,
+    },
     /// The rescuer read an expired lease (its first statement).
-    RescueRead { now: Instant, lease: Lease },
+    RescueRead {
+        now: Instant,
+        lease: Lease,
+    },
     /// The rescuer's move of a row: the release it ran and what it did.
-    Rescued { request: crate::core::ReleaseRequest, result: WriteResult },
-    Ticked { now: Instant },
-    Requeued { message_id: MessageId, result: RequeueResult },
+    Rescued {
+        request: crate::core::ReleaseRequest,
+        result: WriteResult,
+    },
+    Ticked {
+        now: Instant,
+    },
+    Requeued {
+        message_id: MessageId,
+        result: RequeueResult,
+    },
 }
 
 /// What [`World::apply`] returns.
@@ -535,9 +573,16 @@ impl World {
         match self.relays.get(r).and_then(|c| c.as_ref()) {
             None => "idle".to_string(),
             Some((_, crate::relay::Effect::Claim { request })) => format!("about to claim (now={})", request.now.0),
-            Some((_, crate::relay::Effect::Publish { lease, .. })) => format!("holds {} token {}: about to publish", lease.message_id, lease.token.0),
+            Some((_, crate::relay::Effect::Publish { lease, .. })) => {
+                format!("holds {} token {}: about to publish", lease.message_id, lease.token.0)
+            }
             Some((_, crate::relay::Effect::Write { request })) => {
-                format!("about to write {}({} token {})", request.kind.name(), request.lease.message_id, request.lease.token.0)
+                format!(
+                    "about to write {}({} token {})",
+                    request.kind.name(),
+                    request.lease.message_id,
+                    request.lease.token.0
+                )
             }
             Some((_, crate::relay::Effect::Done)) => "done".to_string(),
         }
@@ -636,9 +681,11 @@ impl World {
         }
         match config.rescue() {
             Some(_) if self.rescuer.is_some() => actions.push(Action::RescueWrite),
-            Some(fence) if self.rescuable().is_some() => {
-                actions.push(if fence == crate::core::ReleaseFence::Expired { Action::Rescue } else { Action::RescueRead })
-            }
+            Some(fence) if self.rescuable().is_some() => actions.push(if fence == crate::core::ReleaseFence::Expired {
+                Action::Rescue
+            } else {
+                Action::RescueRead
+            }),
             _ => {}
         }
         if config.time_max.is_none_or(|max| self.now.plus(config.tick) <= max) {
@@ -733,7 +780,13 @@ impl World {
 
     /// The rescuer's move of the row of `lease`: back to PENDING with its budget left, else to
     /// EXHAUSTED (FAILED in a design without it). The attempts stay.
-    fn rescue(&mut self, config: &WorldConfig, lease: Lease, fence: crate::core::ReleaseFence, report: &mut StepReport) {
+    fn rescue(
+        &mut self,
+        config: &WorldConfig,
+        lease: Lease,
+        fence: crate::core::ReleaseFence,
+        report: &mut StepReport,
+    ) {
         let attempts = self.outbox.row(lease.message_id).map_or(0, |row| row.attempts);
         let to = config.policy(0).rescue_target(attempts, config.max_attempts);
         let request = crate::core::ReleaseRequest { lease, fence, to, retry_at: None, now: self.now };
@@ -785,7 +838,11 @@ impl World {
                 if row.status == Status::InFlight {
                     taken_over.push(row.message_id);
                 }
-                if row.status != Status::Pending || row.attempts > 0 || row.last_failure_code.is_some() || row.next_attempt_at.is_some() {
+                if row.status != Status::Pending
+                    || row.attempts > 0
+                    || row.last_failure_code.is_some()
+                    || row.next_attempt_at.is_some()
+                {
                     claimed_before.push(row.message_id);
                 }
                 terminal_met |= row.status.is_terminal();
@@ -927,7 +984,12 @@ impl World {
     }
 
     /// [`World::normalise_with`] with the fleet's facts read once by the caller.
-    pub fn normalise_by(&mut self, config: &WorldConfig, facts: &FleetFacts, safety: Option<Abstraction>) -> Permutation {
+    pub fn normalise_by(
+        &mut self,
+        config: &WorldConfig,
+        facts: &FleetFacts,
+        safety: Option<Abstraction>,
+    ) -> Permutation {
         self.normalise_time(config, facts);
         self.erase_stale_leases(facts);
         self.normalise_ranks(config, facts);
@@ -1119,8 +1181,11 @@ impl World {
         let cap = config.max_attempts + 1;
         let publications_settled = abstraction.settles(Property::S3);
         let terminal_settled = abstraction.settles(Property::S4);
-        let forget_stored = !abstraction.tracks(R_S8_DUPLICATE) && (facts.confirms_after_ack || abstraction.settles(Property::S5));
-        let drop_code = !abstraction.tracks(R_S7_AMBIGUOUS) && self.requeues_left == 0 && (facts.keeps_terminal || terminal_settled);
+        let forget_stored =
+            !abstraction.tracks(R_S8_DUPLICATE) && (facts.confirms_after_ack || abstraction.settles(Property::S5));
+        let drop_code = !abstraction.tracks(R_S7_AMBIGUOUS)
+            && self.requeues_left == 0
+            && (facts.keeps_terminal || terminal_settled);
         self.collapse_claim_numbers();
         for m in 0..self.outbox.rows().len() {
             let row = &mut self.outbox.rows_mut()[m];
@@ -1218,8 +1283,24 @@ impl World {
                 // rows and leases, so those decide (without building the swap to compare).
                 std::cmp::Ordering::Equal => {
                     let (oa, ob) = (config.relays[a].owner, config.relays[b].owner);
-                    let rename = |o: RelayId| if o == oa { ob } else if o == ob { oa } else { o };
-                    let slot = |i: usize| if i == a { b } else if i == b { a } else { i };
+                    let rename = |o: RelayId| {
+                        if o == oa {
+                            ob
+                        } else if o == ob {
+                            oa
+                        } else {
+                            o
+                        }
+                    };
+                    let slot = |i: usize| {
+                        if i == a {
+                            b
+                        } else if i == b {
+                            a
+                        } else {
+                            i
+                        }
+                    };
                     self.owner_key(&rename, &slot) < self.owner_key(&|o| o, &|i| i)
                 }
             };
@@ -1257,7 +1338,15 @@ impl World {
     /// Exchanges relay slots `i` and `j` and renames their owner ids.
     fn swap_relays(&mut self, config: &WorldConfig, i: usize, j: usize) {
         let (a, b) = (config.relays[i].owner, config.relays[j].owner);
-        let rename = |o: RelayId| if o == a { b } else if o == b { a } else { o };
+        let rename = |o: RelayId| {
+            if o == a {
+                b
+            } else if o == b {
+                a
+            } else {
+                o
+            }
+        };
         self.relays.swap(i, j);
         for row in self.outbox.rows_mut() {
             row.lease_owner = row.lease_owner.map(rename);
@@ -1371,7 +1460,9 @@ impl World {
             // expired for good, however long ago.
             // (A retry time in the lease's column is ranked like the other retry times.)
             let in_flight = row.status == Status::InFlight;
-            row.lease_expires_at = row.lease_expires_at.map(|t| Instant(if in_flight && i128::from(t.0) <= horizon { 0 } else { map(t.0) }));
+            row.lease_expires_at = row
+                .lease_expires_at
+                .map(|t| Instant(if in_flight && i128::from(t.0) <= horizon { 0 } else { map(t.0) }));
             // `published_at` is read only by S4's comparison of a terminal row before and after
             // a step, in fleets where a design may write a terminal row: there it is compared
             // for equality with the `now` of a write to come, which reads at least the horizon.
@@ -1404,8 +1495,6 @@ impl World {
             }
         }
     }
-
-
 }
 
 /// What the safety check still looks at, so that its abstractions ([`World::normalise_by`] with
@@ -1482,9 +1571,12 @@ impl FleetFacts {
                     && !p.requeue_resets_token
                     && p.rescue != Some(crate::core::ReleaseFence::Id)
             }),
-            keeps_terminal: policies
-                .iter()
-                .all(|p| !p.claim_terminal && p.write_fence != WriteFence::MessageIdOnly && !p.swallow_stale && p.rescue != Some(crate::core::ReleaseFence::Id)),
+            keeps_terminal: policies.iter().all(|p| {
+                !p.claim_terminal
+                    && p.write_fence != WriteFence::MessageIdOnly
+                    && !p.swallow_stale
+                    && p.rescue != Some(crate::core::ReleaseFence::Id)
+            }),
             swappable: {
                 let n = config.relays.len();
                 let key = |i: usize| {
@@ -1505,9 +1597,13 @@ impl FleetFacts {
                 pairs
             },
             counts_at_claim: policies.iter().all(|p| {
-                p.attempts_at == AttemptsAt::Claim && p.budget == BudgetPredicate::Strict && !p.relay.republish_after_db_loss
+                p.attempts_at == AttemptsAt::Claim
+                    && p.budget == BudgetPredicate::Strict
+                    && !p.relay.republish_after_db_loss
             }),
-            confirms_after_ack: policies.iter().all(|p| !p.relay.publish_before_ack && !p.relay.republish_after_db_loss),
+            confirms_after_ack: policies
+                .iter()
+                .all(|p| !p.relay.publish_before_ack && !p.relay.republish_after_db_loss),
         }
     }
 }

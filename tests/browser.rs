@@ -41,9 +41,9 @@ fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> Option<Val
         response.extend_from_slice(&chunk[..n]);
         let text = String::from_utf8_lossy(&response);
         if let Some((head, body)) = text.split_once("\r\n\r\n") {
-            let length = head
-                .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").and_then(|v| v.trim().parse::<usize>().ok()));
+            let length = head.lines().find_map(|l| {
+                l.to_ascii_lowercase().strip_prefix("content-length:").and_then(|v| v.trim().parse::<usize>().ok())
+            });
             if length.is_some_and(|len| body.len() >= len) || (length.is_none() && body.ends_with("0\r\n\r\n")) {
                 break;
             }
@@ -112,12 +112,14 @@ impl Browser {
             },
         }}});
         let created = http(port, "POST", "/session", Some(&capabilities)).expect("chromedriver answers");
-        let session = created["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {created}")).to_string();
+        let session =
+            created["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {created}")).to_string();
         Browser { port, session, _driver: driver }
     }
 
     fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Value {
-        let answer = http(self.port, method, &format!("/session/{}{path}", self.session), body).expect("chromedriver answers");
+        let answer =
+            http(self.port, method, &format!("/session/{}{path}", self.session), body).expect("chromedriver answers");
         answer["value"].clone()
     }
 
@@ -186,7 +188,9 @@ fn browser_tools() -> Option<(String, String)> {
             std::env::var("OUTBOX_CHECK_REQUIRE_BROWSER").as_deref() != Ok("1"),
             "OUTBOX_CHECK_REQUIRE_BROWSER=1 but chromium or chromedriver is not installed"
         );
-        common::not_run("the browser test needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)");
+        common::not_run(
+            "the browser test needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)",
+        );
         return None;
     };
     Some((chromium, chromedriver))
@@ -222,14 +226,20 @@ fn the_explorer_steps_through_a_counterexample_in_chromium() {
     let script = |js: &str| browser.call("POST", "/execute/sync", Some(&json!({ "script": js, "args": [] })));
     // The path the page shows: the initial state, then one line per step.
     let shown_path = || -> Vec<String> {
-        let lines = script("return [...document.querySelectorAll('#path > li')].map(li => li.querySelector('a').textContent)");
-        lines.as_array().map(|l| l.iter().map(|t| t.as_str().unwrap_or_default().to_string()).collect()).unwrap_or_default()
+        let lines =
+            script("return [...document.querySelectorAll('#path > li')].map(li => li.querySelector('a').textContent)");
+        lines
+            .as_array()
+            .map(|l| l.iter().map(|t| t.as_str().unwrap_or_default().to_string()).collect())
+            .unwrap_or_default()
     };
     // Step by step: the page at each prefix of the path shows the steps so far in check's words.
     for i in 1..=steps.len() {
         browser.open(&format!("http://127.0.0.1:{port}/#/steps/{}", path[..=i].join("/")));
         let expected: Vec<String> = std::iter::once("the initial state".to_string())
-            .chain(steps[..i].iter().map(|s| s["text"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect::<Vec<_>>().join("; ")))
+            .chain(steps[..i].iter().map(|s| {
+                s["text"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect::<Vec<_>>().join("; ")
+            }))
             .collect();
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut shown = shown_path();
@@ -244,7 +254,9 @@ fn the_explorer_steps_through_a_counterexample_in_chromium() {
     let last_index = path.last().unwrap();
     // A new hash re-renders the same page: wait for the shorter path before clicking.
     wait_for("the step before the last", || shown_path().len() == steps.len());
-    wait_for("the next steps", || script(&format!("return !!document.querySelector('#next li[data-index=\"{last_index}\"] a')")) == json!(true));
+    wait_for("the next steps", || {
+        script(&format!("return !!document.querySelector('#next li[data-index=\"{last_index}\"] a')")) == json!(true)
+    });
     script(&format!("document.querySelector('#next li[data-index=\"{last_index}\"] a').click(); return 0"));
     wait_for("the clicked step", || shown_path().len() == steps.len() + 1);
     // At the end of the path: S1 broken at this state, the table with the write's change
@@ -256,17 +268,30 @@ fn the_explorer_steps_through_a_counterexample_in_chromium() {
     assert_eq!(clean, json!("clean"));
     let view = script("const s = document.querySelector('svg.outbox-state'); return s ? s.textContent : ''");
     let view = view.as_str().unwrap_or_default().to_string();
-    assert!(view.contains("the table") && view.contains("status") && view.contains("lease until") && view.contains("consumer"), "{view}");
+    assert!(
+        view.contains("the table")
+            && view.contains("status")
+            && view.contains("lease until")
+            && view.contains("consumer"),
+        "{view}"
+    );
     let last = steps.last().unwrap()["text"][0].as_str().unwrap_or_default();
     assert!(view.contains(last), "the explorer's last step agrees with check's: {last}\n{view}");
     assert!(text.contains("runs 2 ahead"), "r1's clock beside true time: {text}");
-    let changed = script("return [...document.querySelectorAll('svg.outbox-state rect.changed')].map(r => r.dataset.field)");
-    assert!(changed.as_array().is_some_and(|c| c.iter().any(|f| f == "status")), "the write's status change is highlighted: {changed}");
-    let violated = script("const t = document.querySelector('svg.outbox-state [data-violated]'); return t ? t.dataset.violated : ''");
+    let changed =
+        script("return [...document.querySelectorAll('svg.outbox-state rect.changed')].map(r => r.dataset.field)");
+    assert!(
+        changed.as_array().is_some_and(|c| c.iter().any(|f| f == "status")),
+        "the write's status change is highlighted: {changed}"
+    );
+    let violated = script(
+        "const t = document.querySelector('svg.outbox-state [data-violated]'); return t ? t.dataset.violated : ''",
+    );
     assert_eq!(violated, json!("S1"));
     // L1–L3 from the background check: legacy-v1 breaks L2 and L3 (as check finds), each with
     // its lasso; the page fills them in by itself when the check is done.
-    let verdict = |id: &str| script(&format!("return document.querySelector('#properties tr[data-id=\"{id}\"]').dataset.check"));
+    let verdict =
+        |id: &str| script(&format!("return document.querySelector('#properties tr[data-id=\"{id}\"]').dataset.check"));
     let deadline = Instant::now() + Duration::from_secs(120);
     while verdict("L3") == json!("checking") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(300));
@@ -279,7 +304,11 @@ fn the_explorer_steps_through_a_counterexample_in_chromium() {
     let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("explorer-legacy-v1-S1.png");
     std::fs::write(&target, &png).unwrap();
     if std::env::var("OUTBOX_CHECK_WRITE_REPORTS").as_deref() == Ok("1") {
-        std::fs::write(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/explorer-legacy-v1-S1.png"), &png).unwrap();
+        std::fs::write(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/explorer-legacy-v1-S1.png"),
+            &png,
+        )
+        .unwrap();
     }
     // L3's lasso opens from its link, the cycle drawn on the path.
     script("document.querySelector('#properties tr[data-id=\"L3\"] a').click(); return 0");
@@ -289,7 +318,11 @@ fn the_explorer_steps_through_a_counterexample_in_chromium() {
     let png = browser.screenshot();
     std::fs::write(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("explorer-legacy-v1-L3.png"), &png).unwrap();
     if std::env::var("OUTBOX_CHECK_WRITE_REPORTS").as_deref() == Ok("1") {
-        std::fs::write(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/explorer-legacy-v1-L3.png"), &png).unwrap();
+        std::fs::write(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/explorer-legacy-v1-L3.png"),
+            &png,
+        )
+        .unwrap();
     }
 }
 
@@ -301,10 +334,18 @@ fn the_history_page_shows_lanes_leases_and_the_divergence_in_chromium() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let fixture = root.join("tests/traces/invalid-s1-stale-write-applied.jsonl");
     let page = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("trace-invalid-s1-stale-write-applied.html");
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(["trace", "--all", "--html"]).arg(&page).arg(&fixture).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .args(["trace", "--all", "--html"])
+        .arg(&page)
+        .arg(&fixture)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let html = std::fs::read_to_string(&page).unwrap();
-    assert!(!html.contains("src=") && !html.contains("href=") && !html.contains("url(") && !html.contains("<script"), "the page is self-contained");
+    assert!(
+        !html.contains("src=") && !html.contains("href=") && !html.contains("url(") && !html.contains("<script"),
+        "the page is self-contained"
+    );
 
     let browser = Browser::start(&chromium, &chromedriver);
     browser.open(&format!("file://{}", page.display()));
@@ -312,7 +353,13 @@ fn the_history_page_shows_lanes_leases_and_the_divergence_in_chromium() {
     assert!(text.contains("line 9"), "the divergence's line: {text}");
     let count = |selector: &str| {
         browser
-            .call("POST", "/execute/sync", Some(&json!({ "script": format!("return document.querySelectorAll('{selector}').length"), "args": [] })))
+            .call(
+                "POST",
+                "/execute/sync",
+                Some(
+                    &json!({ "script": format!("return document.querySelectorAll('{selector}').length"), "args": [] }),
+                ),
+            )
             .as_u64()
             .unwrap_or(0)
     };
@@ -322,12 +369,20 @@ fn the_history_page_shows_lanes_leases_and_the_divergence_in_chromium() {
     assert_eq!(count("g.lease"), 2);
     assert_eq!(count("g.mark.divergent"), 1);
     assert_eq!(count("rect.divergent-column"), 1);
-    let marked: Value = browser.call("POST", "/execute/sync", Some(&json!({ "script": "return document.querySelector('g.mark.divergent title').textContent", "args": [] })));
+    let marked: Value = browser.call(
+        "POST",
+        "/execute/sync",
+        Some(&json!({ "script": "return document.querySelector('g.mark.divergent title').textContent", "args": [] })),
+    );
     assert!(marked.as_str().unwrap_or_default().contains("mark_published m1"), "{marked}");
 
     let png = browser.screenshot();
     assert!(png.starts_with(b"\x89PNG"), "not a PNG screenshot");
-    std::fs::write(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("trace-invalid-s1-stale-write-applied.png"), &png).unwrap();
+    std::fs::write(
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("trace-invalid-s1-stale-write-applied.png"),
+        &png,
+    )
+    .unwrap();
     if std::env::var("OUTBOX_CHECK_WRITE_REPORTS").as_deref() == Ok("1") {
         std::fs::write(root.join("reports/trace-invalid-s1-stale-write-applied.png"), &png).unwrap();
     }

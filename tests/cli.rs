@@ -27,9 +27,23 @@ fn variants_lists_every_variant_and_mutant() {
     assert!(out.status.success());
     let listing = text(&out.stdout);
     let names = [
-        "reference", "seed-v2", "legacy-v1", "seed-tenant", "claim-no-token-bump", "write-owner-only", "write-id-only",
-        "swallow-stale", "steal-live-lease", "no-retry-clock", "no-budget-predicate", "exhaust-off-by-one",
-        "claim-terminal", "publish-before-ack", "retry-after-db-loss", "fresh-idempotency-key", "write-ignores-tenant",
+        "reference",
+        "seed-v2",
+        "legacy-v1",
+        "seed-tenant",
+        "claim-no-token-bump",
+        "write-owner-only",
+        "write-id-only",
+        "swallow-stale",
+        "steal-live-lease",
+        "no-retry-clock",
+        "no-budget-predicate",
+        "exhaust-off-by-one",
+        "claim-terminal",
+        "publish-before-ack",
+        "retry-after-db-loss",
+        "fresh-idempotency-key",
+        "write-ignores-tenant",
         "token-reset-on-requeue",
     ];
     for name in names {
@@ -47,12 +61,28 @@ fn an_unknown_variant_is_one_line_naming_the_valid_ones_and_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(err.contains("unknown design 'seed-v3'") && err.contains("reference, seed-v2, legacy-v1, seed-tenant"), "{err}");
+    assert!(
+        err.contains("unknown design 'seed-v3'") && err.contains("reference, seed-v2, legacy-v1, seed-tenant"),
+        "{err}"
+    );
 }
 
 #[test]
 fn bad_flags_exit_2_with_one_line() {
-    for args in [&["verify", "--bogus"][..], &["verify", "--messages", "zero"], &["nonsense"], &["sim", "--seeds", "0"], &["sim", "--seed", "1", "--seeds", "3"], &["sim", "--history"], &["conform"], &["check", "--variant", "nosuch"], &["check", "--fleet", "reference", "--variant", "reference"], &["check", "--relays", "2"], &["check", "--variant", "reference", "--max-memory", "0"], &["explore", "--variant", "reference", "--port", "0"]] {
+    for args in [
+        &["verify", "--bogus"][..],
+        &["verify", "--messages", "zero"],
+        &["nonsense"],
+        &["sim", "--seeds", "0"],
+        &["sim", "--seed", "1", "--seeds", "3"],
+        &["sim", "--history"],
+        &["conform"],
+        &["check", "--variant", "nosuch"],
+        &["check", "--fleet", "reference", "--variant", "reference"],
+        &["check", "--relays", "2"],
+        &["check", "--variant", "reference", "--max-memory", "0"],
+        &["explore", "--variant", "reference", "--port", "0"],
+    ] {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = text(&out.stderr);
@@ -95,16 +125,22 @@ fn verify_writes_the_findings_report() {
     assert!(dir.join("counterexamples/legacy-v1-x2/S1.trace.jsonl").exists());
     // ITF: one state per step plus the initial one; the last step breaks the property.
     let itf: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("counterexamples/legacy-v1-x2/S1.itf.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(dir.join("counterexamples/legacy-v1-x2/S1.itf.json")).unwrap())
+            .unwrap();
     let details: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("counterexamples/legacy-v1-x2/S1.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(dir.join("counterexamples/legacy-v1-x2/S1.json")).unwrap())
+            .unwrap();
     let steps = details["property"]["counterexample"].as_array().unwrap().len();
     assert_eq!(itf["#meta"]["format"], "ITF");
     assert_eq!(itf["vars"], serde_json::json!(["now", "rows", "relays", "action", "violations"]));
     let states = itf["states"].as_array().unwrap();
     assert_eq!(states.len(), steps + 1);
     assert_eq!(states[0]["action"], "init");
-    assert!(states.last().unwrap()["violations"].as_array().unwrap().iter().any(|v| v == "S1"), "{}", states.last().unwrap());
+    assert!(
+        states.last().unwrap()["violations"].as_array().unwrap().iter().any(|v| v == "S1"),
+        "{}",
+        states.last().unwrap()
+    );
     assert!(states.iter().all(|s| s["rows"][0]["lease_token"]["#bigint"].is_string()));
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -126,7 +162,8 @@ fn sim_replays_a_seed_and_writes_failing_histories_the_oracle_reads() {
     let summary = text(&out.stdout);
     assert!(summary.contains("S1 no stale terminal write succeeds"), "{summary}");
     assert!(summary.contains("replay: outbox-check sim --variant legacy-v1"), "{summary}");
-    let written: Vec<_> = std::fs::read_dir(dir.join("legacy-v1")).expect("histories written").flatten().map(|e| e.path()).collect();
+    let written: Vec<_> =
+        std::fs::read_dir(dir.join("legacy-v1")).expect("histories written").flatten().map(|e| e.path()).collect();
     let trace = written.iter().find(|p| p.to_string_lossy().ends_with(".trace.jsonl")).expect("a history");
     let checked = run(&["trace", trace.to_str().unwrap()]);
     assert_eq!(checked.status.code(), Some(1), "the oracle accepted a failing legacy history");
@@ -154,7 +191,8 @@ fn conform_agrees_on_sqlite_reports_legacy_divergence_and_refuses_bad_servers_in
     assert_eq!(json["verdict"], "agrees");
     assert!(json["operations"].as_u64().unwrap() > 100);
 
-    let out = run(&["conform", "--store", "sqlite", "--variant", "legacy-v1", "--against", "reference", "--cases", "64"]);
+    let out =
+        run(&["conform", "--store", "sqlite", "--variant", "legacy-v1", "--against", "reference", "--cases", "64"]);
     assert_eq!(out.status.code(), Some(1));
     let report = text(&out.stdout);
     assert!(report.contains("DIVERGED") && report.contains("SELECT message_id FROM messaging_outbox"), "{report}");
@@ -183,7 +221,16 @@ fn verify_fails_when_a_verdict_differs_from_the_pinned_expectations() {
     let file = std::env::temp_dir().join(format!("outbox-check-expect-{}.json", std::process::id()));
     std::fs::write(&file, serde_json::to_string(&changed).unwrap()).unwrap();
     let junit = std::env::temp_dir().join(format!("outbox-check-junit-{}.xml", std::process::id()));
-    let out = run(&["verify", "--quiet", "--messages", "1", "--expectations", file.to_str().unwrap(), "--junit", junit.to_str().unwrap()]);
+    let out = run(&[
+        "verify",
+        "--quiet",
+        "--messages",
+        "1",
+        "--expectations",
+        file.to_str().unwrap(),
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
     std::fs::remove_file(&file).ok();
     assert_eq!(out.status.code(), Some(1));
     let text = text(&out.stdout);
@@ -206,7 +253,16 @@ fn verify_fails_when_a_verdict_differs_from_the_pinned_expectations() {
     // With the pinned expectations nothing fails, though legacy-v1 breaks most properties (they
     // are pinned for two messages, the default; one finds the same, and a named file is compared
     // at any bounds).
-    let out = run(&["verify", "--quiet", "--messages", "1", "--expectations", "reports/expectations.json", "--junit", junit.to_str().unwrap()]);
+    let out = run(&[
+        "verify",
+        "--quiet",
+        "--messages",
+        "1",
+        "--expectations",
+        "reports/expectations.json",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(0));
     let xml = std::fs::read_to_string(&junit).unwrap();
     std::fs::remove_file(&junit).ok();
@@ -216,7 +272,17 @@ fn verify_fails_when_a_verdict_differs_from_the_pinned_expectations() {
 #[test]
 fn check_over_its_memory_limit_is_incomplete_not_checked() {
     // Three messages take some hundred MB to search: a limit of 40 MB is passed within seconds.
-    let out = run(&["check", "--variant", "reference", "--messages", "3", "--no-liveness", "--quiet", "--max-memory", "0.04"]);
+    let out = run(&[
+        "check",
+        "--variant",
+        "reference",
+        "--messages",
+        "3",
+        "--no-liveness",
+        "--quiet",
+        "--max-memory",
+        "0.04",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let stdout = text(&out.stdout);
     assert!(stdout.contains("INCOMPLETE") && stdout.contains("--max-memory 0.04 GB"), "{stdout}");
@@ -307,7 +373,9 @@ fn verify_reports_a_bad_database_as_the_environment() {
 /// A seed range that runs nothing, or runs past the last seed, is bad input.
 #[test]
 fn an_empty_seed_range_is_an_error() {
-    for args in [&["sim", "--from", "18446744073709551615", "--seeds", "10"][..], &["sim", "--seeds", "2", "--shard", "5/8"]] {
+    for args in
+        [&["sim", "--from", "18446744073709551615", "--seeds", "10"][..], &["sim", "--seeds", "2", "--shard", "5/8"]]
+    {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert_eq!(text(&out.stderr).lines().count(), 1, "{args:?}: {}", text(&out.stderr));
@@ -360,14 +428,30 @@ fn an_unwritable_report_file_is_exit_2_before_the_work() {
 fn the_models_time_scale_is_an_option_and_reproduces() {
     let dir = std::env::temp_dir().join(format!("outbox-check-timescale-{}", std::process::id()));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-check"))
-        .args(["check", "--variant", "legacy-v1", "--lease", "3", "--backoff-base", "2", "--backoff-cap", "6", "--skew", "1", "--no-liveness", "--quiet", "--out"])
+        .args([
+            "check",
+            "--variant",
+            "legacy-v1",
+            "--lease",
+            "3",
+            "--backoff-base",
+            "2",
+            "--backoff-cap",
+            "6",
+            "--skew",
+            "1",
+            "--no-liveness",
+            "--quiet",
+            "--out",
+        ])
         .arg(&dir)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let md = std::fs::read_to_string(dir.join("legacy-v1-x2/S1.md")).unwrap();
     assert!(md.contains("--lease 3 --backoff-base 2 --backoff-cap 6 --skew 1"), "{md}");
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("legacy-v1-x2/S1.json")).unwrap()).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("legacy-v1-x2/S1.json")).unwrap()).unwrap();
     assert_eq!(json["config"]["lease"], 3);
     let _ = std::fs::remove_dir_all(&dir);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-check"))
@@ -414,7 +498,12 @@ fn sharded_check_merges_into_the_unsharded_verdicts() {
     };
     assert_eq!(verdicts(&merged.stdout), verdicts(&whole.stdout));
     let table = text(&run(&args(&names)).stdout);
-    assert!(table.contains("Merged from 3 shards") && table.contains("VIOLATED") && table.contains("not checked by a sharded search"), "{table}");
+    assert!(
+        table.contains("Merged from 3 shards")
+            && table.contains("VIOLATED")
+            && table.contains("not checked by a sharded search"),
+        "{table}"
+    );
     // Not one search's shards: a shard missing, one given twice, a report of an unsharded run,
     // a file that is not a report.
     let unsharded = dir.join("whole.json");

@@ -2,11 +2,11 @@
 //! `OUTBOX_CHECK_PG_URL` is set, does to a real table what the core does to its rows.
 
 use outbox_check::core::{
-    AggregateId, ClaimRequest, Design, Duration, EnqueueRequest, FailureCode, Instant, MessageId, Mutant, Policy, RelayId,
-    Status, TenantId, Variant, WriteKind, WriteRequest, WriteResult,
+    AggregateId, ClaimRequest, Design, Duration, EnqueueRequest, FailureCode, Instant, MessageId, Mutant, Policy,
+    RelayId, Status, TenantId, Variant, WriteKind, WriteRequest, WriteResult,
 };
-use outbox_check_models::conform::{conform, execute, ops, Bounds};
 use outbox_check::store::{MemoryStore, PgStore, SqliteStore, Store, StoreError};
+use outbox_check_models::conform::{conform, execute, ops, Bounds};
 use proptest::strategy::{Strategy, ValueTree};
 
 fn sqlite(policy: Policy) -> impl Fn() -> Result<Box<dyn Store>, StoreError> {
@@ -25,8 +25,14 @@ const BOUND: [Variant; 4] = Variant::ALL;
 fn every_bound_design_agrees_with_the_core_on_sqlite() {
     let designs = BOUND.map(Design::Variant).into_iter().chain(
         // Mutants whose SQL differs in a clause of its own: the generator must honour each switch.
-        [Mutant::NoRetryClock, Mutant::NoBudgetPredicate, Mutant::ExhaustOffByOne, Mutant::WriteOwnerOnly, Mutant::SwallowStale]
-            .map(Design::Mutant),
+        [
+            Mutant::NoRetryClock,
+            Mutant::NoBudgetPredicate,
+            Mutant::ExhaustOffByOne,
+            Mutant::WriteOwnerOnly,
+            Mutant::SwallowStale,
+        ]
+        .map(Design::Mutant),
     );
     for design in designs {
         let policy = design.policy();
@@ -50,8 +56,9 @@ fn every_bound_design_agrees_with_the_core_on_postgres() {
 #[test]
 fn a_wrong_store_is_caught_and_shrunk_to_a_short_sequence_with_its_sql() {
     // The swallow-stale SQL against the reference model: a stale write reported as applied.
-    let report = conform(Variant::Reference.policy(), &sqlite(Mutant::SwallowStale.policy()), Bounds::default(), 300, 3, &|| {})
-        .expect("SQLite opens");
+    let report =
+        conform(Variant::Reference.policy(), &sqlite(Mutant::SwallowStale.policy()), Bounds::default(), 300, 3, &|| {})
+            .expect("SQLite opens");
     let d = report.divergence.expect("the differential test misses a swallowed stale write");
     assert!(d.ops.len() <= 6, "not shrunk: {} steps\n{d}", d.ops.len());
     assert!(d.expected.contains("stale") && d.got.contains("applied"), "{d}");
@@ -68,8 +75,18 @@ fn legacy_sql_diverges_from_the_reference_model_exactly_where_the_legacy_model_d
     let (mut diverged, mut checked) = (0, 0);
     for _ in 0..200 {
         let sequence = ops(bounds).new_tree(&mut runner).unwrap().current();
-        let sql = execute(&sequence, bounds, &mut MemoryStore::new(Variant::Reference.policy()), &mut SqliteStore::in_memory(Variant::LegacyV1.policy()).unwrap());
-        let model = execute(&sequence, bounds, &mut MemoryStore::new(Variant::Reference.policy()), &mut MemoryStore::new(Variant::LegacyV1.policy()));
+        let sql = execute(
+            &sequence,
+            bounds,
+            &mut MemoryStore::new(Variant::Reference.policy()),
+            &mut SqliteStore::in_memory(Variant::LegacyV1.policy()).unwrap(),
+        );
+        let model = execute(
+            &sequence,
+            bounds,
+            &mut MemoryStore::new(Variant::Reference.policy()),
+            &mut MemoryStore::new(Variant::LegacyV1.policy()),
+        );
         match (sql, model) {
             (Ok(_), Ok(_)) => {}
             (Err(a), Err(b)) => {
@@ -89,13 +106,26 @@ fn legacy_sql_diverges_from_the_reference_model_exactly_where_the_legacy_model_d
 fn seed_tenant_story(store: &mut dyn Store) {
     let lease = Duration(100);
     let claim = |store: &mut dyn Store, owner: u16, tenant: u16, now: u64| {
-        let req = ClaimRequest { tenant_id: TenantId(tenant), owner: RelayId(owner), batch: 1, lease, now: Instant(now), max_attempts: 3 };
+        let req = ClaimRequest {
+            tenant_id: TenantId(tenant),
+            owner: RelayId(owner),
+            batch: 1,
+            lease,
+            now: Instant(now),
+            max_attempts: 3,
+        };
         store.claim(&req).unwrap()
     };
     let write = |store: &mut dyn Store, lease, kind, now: u64| {
         store.write(&WriteRequest { lease, kind, now: Instant(now), max_attempts: 3 }).unwrap()
     };
-    let enqueue = EnqueueRequest { tenant_id: TenantId(1), aggregate_id: AggregateId(7), expected_version: 0, message_id: MessageId(0), now: Instant(1_000) };
+    let enqueue = EnqueueRequest {
+        tenant_id: TenantId(1),
+        aggregate_id: AggregateId(7),
+        expected_version: 0,
+        message_id: MessageId(0),
+        now: Instant(1_000),
+    };
     store.enqueue(&enqueue).unwrap();
     assert!(claim(store, 9, 2, 1_000).is_empty(), "another tenant's relay claimed the row");
     let first = claim(store, 0, 1, 1_000).pop().expect("the pending row is claimed");
@@ -103,7 +133,10 @@ fn seed_tenant_story(store: &mut dyn Store) {
     let second = claim(store, 1, 1, 1_100).pop().expect("the expired lease is taken over");
     assert_ne!(first.token, second.token, "the takeover reused the token");
     assert_eq!(second.attempts, 2, "attempts are counted at the claim");
-    assert!(matches!(write(store, first, WriteKind::Published, 1_110), WriteResult::Stale { .. }), "the old holder's write applied");
+    assert!(
+        matches!(write(store, first, WriteKind::Published, 1_110), WriteResult::Stale { .. }),
+        "the old holder's write applied"
+    );
     let parked = write(store, second, WriteKind::Ambiguous { code: FailureCode::Timeout }, 1_120);
     assert_eq!(parked, WriteResult::Applied { status: Status::Ambiguous });
     let row = store.rows().unwrap().pop().unwrap();
@@ -111,7 +144,10 @@ fn seed_tenant_story(store: &mut dyn Store) {
     assert!(claim(store, 0, 1, due.0 - 1).is_empty(), "claimed before its retry time");
     let third = claim(store, 0, 1, due.0).pop().expect("claimable again at its retry time");
     assert_eq!(third.attempts, 3);
-    assert_eq!(write(store, third, WriteKind::Retry { code: FailureCode::Unavailable }, due.0 + 1), WriteResult::Applied { status: Status::Pending });
+    assert_eq!(
+        write(store, third, WriteKind::Retry { code: FailureCode::Unavailable }, due.0 + 1),
+        WriteResult::Applied { status: Status::Pending }
+    );
     assert!(claim(store, 0, 1, 1_000_000).is_empty(), "claimed past the budget of 3");
 }
 

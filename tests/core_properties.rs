@@ -13,14 +13,31 @@ const MAX_ATTEMPTS: u32 = 3;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Enqueue { tenant: u16, aggregate: u32, stale: bool },
-    Claim { owner: u16, tenant: u16, batch: u32, lease: u64 },
+    Enqueue {
+        tenant: u16,
+        aggregate: u32,
+        stale: bool,
+    },
+    Claim {
+        owner: u16,
+        tenant: u16,
+        batch: u32,
+        lease: u64,
+    },
     /// A terminal write with a lease from the pool of every lease ever handed out (current or
     /// stale); `other_tenant` sends it with the wrong tenant, as a confused caller might.
-    Write { pick: usize, kind: u8, other_tenant: bool },
+    Write {
+        pick: usize,
+        kind: u8,
+        other_tenant: bool,
+    },
     Reap,
-    Requeue { pick: usize },
-    Advance { ms: u64 },
+    Requeue {
+        pick: usize,
+    },
+    Advance {
+        ms: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {

@@ -78,7 +78,17 @@ fn claim_leases_in_due_order_and_counts_the_attempt() {
     assert_eq!(row.lease_token, LeaseToken(1));
     assert_eq!(row.lease_expires_at, Some(Instant(20)));
     assert_eq!(row.attempts, 1);
-    assert_eq!(leases[0], Lease { message_id: MessageId(0), tenant_id: TenantId(0), owner: RelayId(4), token: LeaseToken(1), attempts: 1, claim_seq: 0 });
+    assert_eq!(
+        leases[0],
+        Lease {
+            message_id: MessageId(0),
+            tenant_id: TenantId(0),
+            owner: RelayId(4),
+            token: LeaseToken(1),
+            attempts: 1,
+            claim_seq: 0
+        }
+    );
     // m0 goes back with a retry time (t=1011) later than m1's and m2's creation; m1's lease
     // expires at t=20 and its due time stays its creation: due order is m1, m2, m0.
     outbox.write(&p, &write(leases[0], TIMEOUT, 11)).unwrap();
@@ -120,14 +130,24 @@ fn terminal_writes_are_fenced_and_say_why_they_are_stale() {
     let stale = |reason| Ok(WriteResult::Stale { reason });
     assert_eq!(outbox.write(&p, &write(old, WriteKind::Published, 11)), stale(StaleReason::WrongOwner));
     let same_owner_old_token = Lease { owner: new.owner, ..old };
-    assert_eq!(outbox.write(&p, &write(same_owner_old_token, WriteKind::Published, 11)), stale(StaleReason::WrongToken));
+    assert_eq!(
+        outbox.write(&p, &write(same_owner_old_token, WriteKind::Published, 11)),
+        stale(StaleReason::WrongToken)
+    );
     let other_tenant = Lease { tenant_id: TenantId(1), ..new };
     assert_eq!(outbox.write(&p, &write(other_tenant, WriteKind::Published, 11)), stale(StaleReason::WrongTenant));
     assert_eq!(outbox, snapshot, "stale writes change nothing");
-    assert_eq!(outbox.write(&p, &write(new, WriteKind::Published, 12)), Ok(WriteResult::Applied { status: Status::Published }));
+    assert_eq!(
+        outbox.write(&p, &write(new, WriteKind::Published, 12)),
+        Ok(WriteResult::Applied { status: Status::Published })
+    );
     let row = outbox.row(MessageId(0)).unwrap();
     assert_eq!((row.lease_owner, row.lease_expires_at, row.published_at), (None, None, Some(Instant(12))));
-    assert_eq!(outbox.write(&p, &write(new, WriteKind::Published, 13)), stale(StaleReason::NotInFlight), "no double confirmation");
+    assert_eq!(
+        outbox.write(&p, &write(new, WriteKind::Published, 13)),
+        stale(StaleReason::NotInFlight),
+        "no double confirmation"
+    );
     let ghost = Lease { message_id: MessageId(9), ..new };
     assert_eq!(outbox.write(&p, &write(ghost, WriteKind::Published, 13)), Err(CoreError::UnknownMessage(MessageId(9))));
 }
@@ -138,11 +158,19 @@ fn a_failure_write_past_the_budget_exhausts() {
     let p = Policy::reference();
     for now in [0, 5_000, 10_000] {
         let lease = outbox.claim(&p, &claim(0, 1, now)).unwrap()[0];
-        let result = outbox.write(&p, &write(lease, WriteKind::Retry { code: FailureCode::Unavailable }, now + 1)).unwrap();
+        let result =
+            outbox.write(&p, &write(lease, WriteKind::Retry { code: FailureCode::Unavailable }, now + 1)).unwrap();
         let expected = if lease.attempts < MAX { Status::Pending } else { Status::Exhausted };
         assert_eq!(result, WriteResult::Applied { status: expected }, "attempt {}", lease.attempts);
     }
-    let lease = Lease { message_id: MessageId(0), tenant_id: TenantId(0), owner: RelayId(0), token: LeaseToken(3), attempts: 3, claim_seq: 0 };
+    let lease = Lease {
+        message_id: MessageId(0),
+        tenant_id: TenantId(0),
+        owner: RelayId(0),
+        token: LeaseToken(3),
+        attempts: 3,
+        claim_seq: 0,
+    };
     assert_eq!(
         outbox.write(&p, &write(lease, WriteKind::Published, 20_000)),
         Ok(WriteResult::Stale { reason: StaleReason::NotInFlight }),
@@ -192,7 +220,10 @@ fn legacy_v1_leases_without_owner_or_token_and_writes_by_message_id() {
     let p = Variant::LegacyV1.policy();
     let lease = outbox.claim(&p, &claim(0, 1, 0)).unwrap()[0];
     let row = outbox.row(MessageId(0)).unwrap().clone();
-    assert_eq!((row.status, row.lease_owner, row.lease_token, row.attempts), (Status::InFlight, None, LeaseToken(0), 0));
+    assert_eq!(
+        (row.status, row.lease_owner, row.lease_token, row.attempts),
+        (Status::InFlight, None, LeaseToken(0), 0)
+    );
     let takeover = outbox.claim(&p, &claim(1, 1, 10)).unwrap()[0];
     assert_eq!(takeover.token, lease.token, "nothing tells the two leases apart");
     // The first relay's AMBIGUOUS write goes through although its claim was superseded.
@@ -244,20 +275,42 @@ fn a_release_ends_a_lease_where_its_fence_matches_and_keeps_the_count() {
     let applied = outbox.release(&release(first, ReleaseFence::Token, Status::Pending, Some(150), 120)).unwrap();
     assert_eq!(applied, WriteResult::Applied { status: Status::Pending });
     let row = *outbox.row(MessageId(0)).unwrap();
-    assert_eq!((row.attempts, row.lease_owner, row.lease_expires_at, row.next_attempt_at), (1, None, None, Some(Instant(150))));
+    assert_eq!(
+        (row.attempts, row.lease_owner, row.lease_expires_at, row.next_attempt_at),
+        (1, None, None, Some(Instant(150)))
+    );
     assert_eq!(row.lease_token, first.token, "a release keeps the token");
     // ... and not once the row is no longer IN_FLIGHT, nor for a lease the row no longer holds.
-    assert_eq!(outbox.release(&release(first, ReleaseFence::Token, Status::Pending, None, 121)).unwrap(), WriteResult::Stale { reason: StaleReason::NotInFlight });
+    assert_eq!(
+        outbox.release(&release(first, ReleaseFence::Token, Status::Pending, None, 121)).unwrap(),
+        WriteResult::Stale { reason: StaleReason::NotInFlight }
+    );
     let second = outbox.claim(&reference, &claim(1, 1, 200)).unwrap()[0];
-    assert_eq!(outbox.release(&release(first, ReleaseFence::Token, Status::Pending, None, 201)).unwrap(), WriteResult::Stale { reason: StaleReason::WrongToken });
+    assert_eq!(
+        outbox.release(&release(first, ReleaseFence::Token, Status::Pending, None, 201)).unwrap(),
+        WriteResult::Stale { reason: StaleReason::WrongToken }
+    );
     // Expiry fence: any expired lease, and only an expired one (this lease runs to 210).
-    assert!(matches!(outbox.release(&release(second, ReleaseFence::Expired, Status::Exhausted, Some(5), 209)).unwrap(), WriteResult::Stale { .. }));
-    assert_eq!(outbox.release(&release(first, ReleaseFence::Expired, Status::Exhausted, Some(5), 210)).unwrap(), WriteResult::Applied { status: Status::Exhausted });
+    assert!(matches!(
+        outbox.release(&release(second, ReleaseFence::Expired, Status::Exhausted, Some(5), 209)).unwrap(),
+        WriteResult::Stale { .. }
+    ));
+    assert_eq!(
+        outbox.release(&release(first, ReleaseFence::Expired, Status::Exhausted, Some(5), 210)).unwrap(),
+        WriteResult::Applied { status: Status::Exhausted }
+    );
     let row = *outbox.row(MessageId(0)).unwrap();
-    assert_eq!((row.next_attempt_at, row.last_failure_code), (None, Some(FailureCode::BudgetSpent)), "a terminal release sets no retry time");
+    assert_eq!(
+        (row.next_attempt_at, row.last_failure_code),
+        (None, Some(FailureCode::BudgetSpent)),
+        "a terminal release sets no retry time"
+    );
     // Id fence: anything, even a terminal row (the auditor calls that S4).
     let mut auditor = Auditor::new(MAX);
-    assert_eq!(auditor.release(&mut outbox, &release(first, ReleaseFence::Id, Status::Failed, None, 300)).unwrap(), WriteResult::Applied { status: Status::Failed });
+    assert_eq!(
+        auditor.release(&mut outbox, &release(first, ReleaseFence::Id, Status::Failed, None, 300)).unwrap(),
+        WriteResult::Applied { status: Status::Failed }
+    );
     assert_eq!(auditor.take_violations().iter().map(|v| v.property).collect::<Vec<_>>(), [Property::S4]);
 }
 
@@ -268,7 +321,13 @@ fn the_auditor_catches_a_release_that_ends_a_lease_claimed_after_it_read_the_row
     let mut auditor = Auditor::new(MAX);
     let read = auditor.claim(&mut outbox, &reference, &claim(0, 1, 100), Instant(100)).unwrap()[0];
     let taken = auditor.claim(&mut outbox, &reference, &claim(1, 1, 200), Instant(200)).unwrap()[0];
-    let by_id = |lease: Lease| ReleaseRequest { lease, fence: ReleaseFence::Id, to: Status::Pending, retry_at: None, now: Instant(205) };
+    let by_id = |lease: Lease| ReleaseRequest {
+        lease,
+        fence: ReleaseFence::Id,
+        to: Status::Pending,
+        retry_at: None,
+        now: Instant(205),
+    };
     auditor.release(&mut outbox.clone(), &by_id(taken)).unwrap();
     assert!(auditor.take_violations().is_empty(), "ending the latest lease is no violation");
     auditor.release(&mut outbox, &by_id(read)).unwrap();
@@ -299,7 +358,10 @@ fn the_publication_span_follows_lease_backoff_and_budget() {
     // Without a retry clock the next claim waits only for the lease.
     let mut no_clock = Design::Mutant(Mutant::NoRetryClock).policy();
     no_clock.backoff = reference.backoff;
-    assert_eq!(no_clock.publication_span(Duration(1_000), 3, Duration(100)).unwrap().longest, Duration(1_000 + 2 * 1_100));
+    assert_eq!(
+        no_clock.publication_span(Duration(1_000), 3, Duration(100)).unwrap().longest,
+        Duration(1_000 + 2 * 1_100)
+    );
     for unbounded in [
         Design::Variant(Variant::LegacyV1),
         Design::Variant(Variant::SeedV2),

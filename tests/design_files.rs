@@ -18,7 +18,8 @@ fn scratch(name: &str, text: &str) -> PathBuf {
 }
 
 fn json(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)))
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)))
 }
 
 fn names() -> Vec<String> {
@@ -42,7 +43,10 @@ fn every_builtin_prints_as_a_file_that_reads_back_as_itself() {
         assert_eq!(read["designs"][0]["name"], name.as_str());
         assert_eq!(read["designs"][0]["switches"], builtin["switches"], "{name}");
         // Renamed, it is a design of its own with the same switches.
-        let renamed = scratch(&format!("mine-{name}.toml"), &text.replacen(&format!("name = \"{name}\""), &format!("name = \"mine-{name}\""), 1));
+        let renamed = scratch(
+            &format!("mine-{name}.toml"),
+            &text.replacen(&format!("name = \"{name}\""), &format!("name = \"mine-{name}\""), 1),
+        );
         let read = json(&run(&["variants", renamed.to_str().unwrap(), "--json"]));
         assert_eq!(read["designs"][0]["kind"], "file");
         assert_eq!(read["designs"][0]["switches"], builtin["switches"], "mine-{name}");
@@ -52,7 +56,9 @@ fn every_builtin_prints_as_a_file_that_reads_back_as_itself() {
 #[test]
 fn the_builtin_files_match_the_schema_and_the_docs_name_every_key() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("docs/json/design-file.schema.json")).unwrap()).unwrap();
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("docs/json/design-file.schema.json")).unwrap())
+            .unwrap();
     let validator = jsonschema::validator_for(&schema).expect("a valid schema");
     let docs = std::fs::read_to_string(root.join("docs/design-file.md")).unwrap();
     let mut files = 0;
@@ -65,7 +71,8 @@ fn the_builtin_files_match_the_schema_and_the_docs_name_every_key() {
             }
             let value: toml::Value = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
             let value = serde_json::to_value(&value).unwrap();
-            let errors: Vec<String> = validator.iter_errors(&value).map(|e| format!("{e} at {}", e.instance_path())).collect();
+            let errors: Vec<String> =
+                validator.iter_errors(&value).map(|e| format!("{e} at {}", e.instance_path())).collect();
             assert!(errors.is_empty(), "{}: {errors:?}", path.display());
             for (key, v) in value.as_object().unwrap() {
                 match v.as_object() {
@@ -103,7 +110,8 @@ fn a_users_design_is_checked_and_what_it_breaks_is_found() {
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let report = json(&out);
     assert_eq!(report["fleet"], serde_json::json!(["by-id", "by-id"]));
-    let status = |id: &str| report["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap()["status"].clone();
+    let status =
+        |id: &str| report["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap()["status"].clone();
     assert_eq!(status("S1"), "violated");
     // Its reference twin holds S1: the file's one key is what breaks it.
     let twin = scratch("twin.toml", "name = \"twin\"\nbased_on = \"reference\"\n");
@@ -137,14 +145,42 @@ fn a_users_design_is_checked_and_what_it_breaks_is_found() {
 #[test]
 fn a_bad_design_file_is_one_line_naming_the_key_and_exit_2() {
     let cases: &[(&str, &str, &[&str])] = &[
-        ("bad-value.toml", "name = \"q\"\nbased_on = \"reference\"\n[claim]\nbudget = \"loose\"\n", &["bad-value.toml:4:10", "claim.budget", "loose", "one-over"]),
-        ("bad-key.toml", "name = \"q\"\nbased_on = \"reference\"\n[claim]\nlive = true\n", &["bad-key.toml:4:1", "claim.live", "takes_live_leases"]),
-        ("bad-type.toml", "name = \"q\"\nbased_on = \"reference\"\n[retry]\nbase_ms = \"x\"\n", &["retry.base_ms", "\"x\""]),
-        ("bad-cap.toml", "name = \"q\"\nbased_on = \"reference\"\n[retry]\nbase_ms = 10\ncap_ms = 5\n", &["retry.cap_ms = 5", "at least the base"]),
+        (
+            "bad-value.toml",
+            "name = \"q\"\nbased_on = \"reference\"\n[claim]\nbudget = \"loose\"\n",
+            &["bad-value.toml:4:10", "claim.budget", "loose", "one-over"],
+        ),
+        (
+            "bad-key.toml",
+            "name = \"q\"\nbased_on = \"reference\"\n[claim]\nlive = true\n",
+            &["bad-key.toml:4:1", "claim.live", "takes_live_leases"],
+        ),
+        (
+            "bad-type.toml",
+            "name = \"q\"\nbased_on = \"reference\"\n[retry]\nbase_ms = \"x\"\n",
+            &["retry.base_ms", "\"x\""],
+        ),
+        (
+            "bad-cap.toml",
+            "name = \"q\"\nbased_on = \"reference\"\n[retry]\nbase_ms = 10\ncap_ms = 5\n",
+            &["retry.cap_ms = 5", "at least the base"],
+        ),
         ("incomplete.toml", "name = \"q\"\n[claim]\nbudget = \"strict\"\n", &["not given", "based_on"]),
-        ("unknown-base.toml", "name = \"q\"\nbased_on = \"referense\"\n", &["based_on = \"referense\"", "no such built-in"]),
-        ("builtin-name.toml", "name = \"reference\"\nbased_on = \"reference\"\n[write]\nfence = \"status-owner\"\n", &["built-in design's", "write_fence"]),
-        ("bad-name.toml", "name = \"my queue\"\nbased_on = \"reference\"\n", &["name = \"my queue\"", "letters, digits"]),
+        (
+            "unknown-base.toml",
+            "name = \"q\"\nbased_on = \"referense\"\n",
+            &["based_on = \"referense\"", "no such built-in"],
+        ),
+        (
+            "builtin-name.toml",
+            "name = \"reference\"\nbased_on = \"reference\"\n[write]\nfence = \"status-owner\"\n",
+            &["built-in design's", "write_fence"],
+        ),
+        (
+            "bad-name.toml",
+            "name = \"my queue\"\nbased_on = \"reference\"\n",
+            &["name = \"my queue\"", "letters, digits"],
+        ),
         ("not-toml.toml", "name = \n", &["not-toml.toml:1:"]),
     ];
     for (name, text, says) in cases {
@@ -167,12 +203,34 @@ fn verify_checks_a_users_design_as_a_fleet_that_must_hold_everything() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let by_id = root.join("docs/examples/job-queue-by-id.toml");
     let junit = Path::new(env!("CARGO_TARGET_TMPDIR")).join("design-files-junit.xml");
-    let out = run(&["verify", "--design", by_id.to_str().unwrap(), "--sim-seeds", "20", "--messages", "1", "--quiet", "--json", "--junit", junit.to_str().unwrap()]);
+    let out = run(&[
+        "verify",
+        "--design",
+        by_id.to_str().unwrap(),
+        "--sim-seeds",
+        "20",
+        "--messages",
+        "1",
+        "--quiet",
+        "--json",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let verdicts = json(&out);
-    let fleet = verdicts["fleets"].as_array().unwrap().iter().find(|f| f["fleet"] == "job-queue-by-id").expect("the design's row");
-    let violated: Vec<&str> =
-        fleet["properties"].as_array().unwrap().iter().filter(|p| p["status"] == "violated").map(|p| p["id"].as_str().unwrap()).collect();
+    let fleet = verdicts["fleets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["fleet"] == "job-queue-by-id")
+        .expect("the design's row");
+    let violated: Vec<&str> = fleet["properties"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["status"] == "violated")
+        .map(|p| p["id"].as_str().unwrap())
+        .collect();
     assert!(violated.contains(&"S1"), "{violated:?}");
     // JUnit fails exactly the design's broken properties (the built-ins pass: not compared at
     // these bounds, and reference holds).
@@ -202,7 +260,13 @@ fn a_rescuer_by_id_is_found_to_release_a_live_lease() {
             .unwrap()
             .iter()
             .filter(|p| p["kind"] == "safety")
-            .map(|p| (p["id"].as_str().unwrap().to_string(), p["status"].as_str().unwrap().to_string(), p["counterexample"].clone()))
+            .map(|p| {
+                (
+                    p["id"].as_str().unwrap().to_string(),
+                    p["status"].as_str().unwrap().to_string(),
+                    p["counterexample"].clone(),
+                )
+            })
             .collect::<Vec<_>>()
     };
     for fence in ["expired", "token"] {
@@ -215,11 +279,19 @@ fn a_rescuer_by_id_is_found_to_release_a_live_lease() {
     assert_eq!(status("S1"), "violated");
     assert_eq!(status("S4"), "violated");
     let s1 = &by_id.iter().find(|(i, ..)| i == "S1").unwrap().2;
-    let story: Vec<String> = s1.as_array().unwrap().iter().flat_map(|s| s["text"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string())).collect();
+    let story: Vec<String> = s1
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["text"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()))
+        .collect();
     assert!(story.iter().any(|t| t.starts_with("rescuer at") && t.contains("reads m0's expired lease")), "{story:?}");
     assert!(story.iter().any(|t| t.contains("moves m0 to PENDING by id alone")), "{story:?}");
     // A fence belongs to a rescuer.
-    let file = scratch("fence-alone.toml", "name = \"fence-alone\"\nbased_on = \"reference\"\n[maintenance]\nfence = \"id\"\n");
+    let file = scratch(
+        "fence-alone.toml",
+        "name = \"fence-alone\"\nbased_on = \"reference\"\n[maintenance]\nfence = \"id\"\n",
+    );
     let out = run(&["check", "--design", file.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("maintenance.fence goes with job = \"rescue-expired\""));
@@ -230,7 +302,8 @@ fn a_rescuer_by_id_is_found_to_release_a_live_lease() {
 #[test]
 fn a_design_files_status_names_read_a_history_that_names_none() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let fixture = std::fs::read_to_string(root.join("tests/traces/valid-release-then-late-write-refused.jsonl")).unwrap();
+    let fixture =
+        std::fs::read_to_string(root.join("tests/traces/valid-release-then-late-write-refused.jsonl")).unwrap();
     // The same history with a header that names neither statuses nor switches.
     let mut lines: Vec<String> = fixture.lines().map(String::from).collect();
     lines[0] = "{\"format\":\"outbox-check-trace\",\"version\":2,\"max_attempts\":3}".into();
@@ -240,13 +313,22 @@ fn a_design_files_status_names_read_a_history_that_names_none() {
         "name = \"named-statuses\"\nbased_on = \"reference\"\n[statuses]\npending = \"available\"\nin_flight = \"running\"\npublished = \"completed\"\nexhausted = \"discarded\"\n",
     );
     let out = run(&["trace", "--design", named.to_str().unwrap(), history.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Without the names, "available" is no status the history may use.
     let out = run(&["trace", "--variant", "reference", history.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(String::from_utf8_lossy(&out.stderr).contains("available"));
     // One name for two statuses is refused.
-    let twice = scratch("twice.toml", "name = \"twice\"\nbased_on = \"reference\"\n[statuses]\npending = \"open\"\nambiguous = \"open\"\n");
+    let twice = scratch(
+        "twice.toml",
+        "name = \"twice\"\nbased_on = \"reference\"\n[statuses]\npending = \"open\"\nambiguous = \"open\"\n",
+    );
     let out = run(&["check", "--design", twice.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("\"open\" names two statuses"));
@@ -260,7 +342,13 @@ fn completion_by_deletion_and_a_visibility_timeout_are_checked() {
         let out = run(&["check", "--design", file, "--json", "--quiet", "--no-liveness"]);
         assert_ne!(out.status.code(), Some(2), "{file}: {}", String::from_utf8_lossy(&out.stderr));
         let report = json(&out);
-        report["properties"].as_array().unwrap().iter().filter(|p| p["status"] == "violated").map(|p| p["id"].as_str().unwrap().to_string()).collect()
+        report["properties"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["status"] == "violated")
+            .map(|p| p["id"].as_str().unwrap().to_string())
+            .collect()
     };
     // By id with deletion: the stale completion still applies (S1), and deletes a FAILED job (S4).
     let out = run(&["check", "--design", "docs/examples/job-queue-delete.toml", "--json", "--quiet", "--no-liveness"]);
@@ -268,17 +356,26 @@ fn completion_by_deletion_and_a_visibility_timeout_are_checked() {
     let s4 = report["properties"].as_array().unwrap().iter().find(|p| p["id"] == "S4").unwrap();
     assert_eq!(s4["status"], "violated");
     let last = s4["counterexample"].as_array().unwrap().last().unwrap();
-    assert!(last["violations"].as_array().unwrap().iter().any(|v| v["property"] == "S4" && v["detail"].as_str().unwrap().contains("which was FAILED (now deleted)")), "{last}");
+    assert!(
+        last["violations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["property"] == "S4" && v["detail"].as_str().unwrap().contains("which was FAILED (now deleted)")),
+        "{last}"
+    );
     assert_eq!(violated("docs/examples/job-queue-delete.toml"), ["S1", "S4"]);
     // Deletion with the reference's fence is as safe as marking.
-    let delete = scratch("delete.toml", "name = \"delete\"\nbased_on = \"reference\"\n[write]\ncompletion = \"delete\"\n");
+    let delete =
+        scratch("delete.toml", "name = \"delete\"\nbased_on = \"reference\"\n[write]\ncompletion = \"delete\"\n");
     assert!(violated(delete.to_str().unwrap()).is_empty());
     // The visibility timeout fenced by the receipt holds; its retry clock can still be broken.
     assert!(violated("docs/examples/visibility-timeout.toml").is_empty());
     let steals = scratch("vt-steals.toml", "name = \"vt-steals\"\nbased_on = \"reference\"\n[claim]\ntakes_live_leases = true\n[retry]\nin_lease_column = true\n");
     assert_eq!(violated(steals.to_str().unwrap()), ["S6", "S7"]);
     // Our own SQL does not cover these axes: conform says so and points to a profile.
-    let out = run(&["conform", "--variant", "docs/examples/job-queue-delete.toml", "--store", "sqlite", "--cases", "5"]);
+    let out =
+        run(&["conform", "--variant", "docs/examples/job-queue-delete.toml", "--store", "sqlite", "--cases", "5"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("SQL profile"), "{}", String::from_utf8_lossy(&out.stderr));
 }
@@ -290,7 +387,10 @@ fn completion_by_deletion_and_a_visibility_timeout_are_checked() {
 fn each_variants_file_checks_as_the_variant_does() {
     for name in ["reference", "legacy-v1", "seed-v2", "seed-tenant"] {
         let text = String::from_utf8(run(&["variants", name, "--toml"]).stdout).unwrap();
-        let file = scratch(&format!("as-file-{name}.toml"), &text.replacen(&format!("name = \"{name}\""), &format!("name = \"as-file-{name}\""), 1));
+        let file = scratch(
+            &format!("as-file-{name}.toml"),
+            &text.replacen(&format!("name = \"{name}\""), &format!("name = \"as-file-{name}\""), 1),
+        );
         let verdicts = |args: &[&str]| -> Vec<(String, String, usize)> {
             let out = run(args);
             assert_ne!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
@@ -298,7 +398,13 @@ fn each_variants_file_checks_as_the_variant_does() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|p| (p["id"].as_str().unwrap().to_string(), p["status"].as_str().unwrap().to_string(), p["counterexample"].as_array().map_or(0, Vec::len)))
+                .map(|p| {
+                    (
+                        p["id"].as_str().unwrap().to_string(),
+                        p["status"].as_str().unwrap().to_string(),
+                        p["counterexample"].as_array().map_or(0, Vec::len),
+                    )
+                })
                 .collect()
         };
         let builtin = verdicts(&["check", "--variant", name, "--json", "--quiet"]);

@@ -25,8 +25,13 @@ fn e2e(url: &str, nats: &std::path::Path, args: &[&str]) -> (Output, serde_json:
     }
     let out = command.output().expect("the binary runs");
     std::fs::remove_file(&history).ok();
-    let json = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("e2e {args:?} printed no JSON ({e}), exit {:?}: {}", out.status.code(), String::from_utf8_lossy(&out.stderr)));
+    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "e2e {args:?} printed no JSON ({e}), exit {:?}: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
     // Every report matches docs/json/e2e.schema.json.
     let schema: serde_json::Value = serde_json::from_str(include_str!("../docs/json/e2e.schema.json")).unwrap();
     let validator = jsonschema::validator_for(&schema).expect("a valid schema");
@@ -48,7 +53,8 @@ fn strings(value: &serde_json::Value) -> Vec<String> {
 fn reference_survives_every_fault_with_nothing_lost_and_no_duplicate_effect() {
     let Some((url, nats)) = services("the end-to-end tests") else { return };
     let history = std::env::temp_dir().join(format!("outbox-check-e2e-test-{}.jsonl", std::process::id()));
-    let (out, report) = e2e(&url, &nats, &["--messages", "120", "--seed", "11", "--history", history.to_str().unwrap()]);
+    let (out, report) =
+        e2e(&url, &nats, &["--messages", "120", "--seed", "11", "--history", history.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{report:#}");
     let faults = strings(&report["faults"]);
     for what in ["killed (SIGKILL) and started again", "paused", "broker killed"] {
@@ -68,7 +74,11 @@ fn reference_survives_every_fault_with_nothing_lost_and_no_duplicate_effect() {
     let span = report["publication_span_ms"].as_u64().unwrap() + report["longest_pause_ms"].as_u64().unwrap();
     assert!(report["duplicate_window_ms"].as_u64().unwrap() > span);
     let checked = Command::new(env!("CARGO_BIN_EXE_outbox-check")).arg("trace").arg(&history).output().unwrap();
-    assert!(checked.status.success(), "outbox-check trace refused the run's history: {}", String::from_utf8_lossy(&checked.stdout));
+    assert!(
+        checked.status.success(),
+        "outbox-check trace refused the run's history: {}",
+        String::from_utf8_lossy(&checked.stdout)
+    );
     std::fs::remove_file(&history).ok();
 }
 
@@ -80,7 +90,8 @@ fn reference_survives_every_fault_with_nothing_lost_and_no_duplicate_effect() {
 #[test]
 fn a_window_shorter_than_the_span_lets_a_duplicate_through() {
     let Some((url, nats)) = services("the end-to-end tests") else { return };
-    let args = |window: &'static str| ["--messages", "120", "--seed", "5", "--faults", "cut", "--duplicate-window-ms", window];
+    let args =
+        |window: &'static str| ["--messages", "120", "--seed", "5", "--faults", "cut", "--duplicate-window-ms", window];
     let (out, short) = e2e(&url, &nats, &args("100"));
     assert_eq!(out.status.code(), Some(1), "{short:#}");
     let duplicates: Vec<&serde_json::Value> =
@@ -95,7 +106,10 @@ fn a_window_shorter_than_the_span_lets_a_duplicate_through() {
     let (out, long) = e2e(&url, &nats, &args("120000"));
     assert_eq!(out.status.code(), Some(0), "{long:#}");
     assert!(long["extra_deliveries"].as_array().unwrap().iter().all(|d| d["kind"] != "duplicate_effect"), "{long:#}");
-    assert!(!long["deduplicated_by_broker"].as_array().unwrap().is_empty(), "the broker caught no republication: {long:#}");
+    assert!(
+        !long["deduplicated_by_broker"].as_array().unwrap().is_empty(),
+        "the broker caught no republication: {long:#}"
+    );
 }
 
 /// RabbitMQ with publisher confirms keeps no deduplication window: the same faults that NATS's
@@ -107,14 +121,20 @@ fn a_window_shorter_than_the_span_lets_a_duplicate_through() {
 fn rabbitmq_keeps_no_window_so_republications_reach_the_consumer() {
     let Some((url, nats)) = services("the end-to-end tests") else { return };
     if std::net::TcpStream::connect("127.0.0.1:5672").is_err() {
-        assert!(std::env::var("OUTBOX_CHECK_REQUIRE_RABBITMQ").as_deref() != Ok("1"), "OUTBOX_CHECK_REQUIRE_RABBITMQ=1 but no RabbitMQ on 127.0.0.1:5672");
+        assert!(
+            std::env::var("OUTBOX_CHECK_REQUIRE_RABBITMQ").as_deref() != Ok("1"),
+            "OUTBOX_CHECK_REQUIRE_RABBITMQ=1 but no RabbitMQ on 127.0.0.1:5672"
+        );
         common::not_run("the RabbitMQ end-to-end test needs RabbitMQ on 127.0.0.1:5672");
         return;
     }
     let (out, report) = e2e(&url, &nats, &["--broker", "rabbitmq", "--messages", "120", "--seed", "5"]);
     assert_eq!(out.status.code(), Some(1), "{report:#}");
     assert!(report["duplicate_window_ms"].is_null(), "{report:#}");
-    assert!(strings(&report["faults"]).iter().all(|f| !f.contains("broker killed")), "the machine's broker is not the run's to kill");
+    assert!(
+        strings(&report["faults"]).iter().all(|f| !f.contains("broker killed")),
+        "the machine's broker is not the run's to kill"
+    );
     let duplicates: Vec<&serde_json::Value> =
         report["extra_deliveries"].as_array().unwrap().iter().filter(|d| d["kind"] == "duplicate_effect").collect();
     assert!(!duplicates.is_empty(), "{report:#}");
@@ -148,7 +168,18 @@ fn a_run_leaves_no_process_folder_or_schema_behind() {
     let Some((url, nats)) = services("the end-to-end tests") else { return };
     for interrupt in [false, true] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
-            .args(["e2e", "--json", "--quiet", "--messages", "400", "--seed", "2", "--database-url", &url, "--nats-server"])
+            .args([
+                "e2e",
+                "--json",
+                "--quiet",
+                "--messages",
+                "400",
+                "--seed",
+                "2",
+                "--database-url",
+                &url,
+                "--nats-server",
+            ])
             .arg(&nats)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -177,7 +208,13 @@ fn a_run_leaves_no_process_folder_or_schema_behind() {
         let processes = Command::new("pgrep").args(["-f", &dir.display().to_string()]).output().unwrap();
         assert!(processes.stdout.is_empty(), "processes left: {}", String::from_utf8_lossy(&processes.stdout));
         let schemas = Command::new("psql")
-            .args([&url, "-Atc", &format!("SELECT nspname FROM pg_namespace WHERE obj_description(oid, 'pg_namespace') LIKE '%(pid {pid})'")])
+            .args([
+                &url,
+                "-Atc",
+                &format!(
+                    "SELECT nspname FROM pg_namespace WHERE obj_description(oid, 'pg_namespace') LIKE '%(pid {pid})'"
+                ),
+            ])
             .output();
         if let Ok(schemas) = schemas {
             assert!(schemas.stdout.is_empty(), "scratch schema left: {}", String::from_utf8_lossy(&schemas.stdout));
@@ -197,11 +234,36 @@ fn e2e_refuses_bad_input_in_one_line() {
         command.output().unwrap()
     };
     for (args, says) in [
-        (&["--database-url", "postgresql://postgres@127.0.0.1:5432/test", "--nats-server", "/nonexistent/nats-server"][..], "no such program"),
+        (
+            &[
+                "--database-url",
+                "postgresql://postgres@127.0.0.1:5432/test",
+                "--nats-server",
+                "/nonexistent/nats-server",
+            ][..],
+            "no such program",
+        ),
         (&[][..], "needs a PostgreSQL server"),
-        (&["--faults", "kill,flood", "--database-url", "postgresql://x@127.0.0.1/test"][..], "unknown e2e fault 'flood'"),
-        (&["--variant", "seed-tenant", "--database-url", "postgresql://postgres@127.0.0.1:1/test", "--nats-server", "/bin/true"][..], ""),
-        (&["--backoff-base-ms", "500", "--backoff-cap-ms", "100", "--database-url", "postgresql://x@127.0.0.1/test"][..], "below --backoff-base-ms"),
+        (
+            &["--faults", "kill,flood", "--database-url", "postgresql://x@127.0.0.1/test"][..],
+            "unknown e2e fault 'flood'",
+        ),
+        (
+            &[
+                "--variant",
+                "seed-tenant",
+                "--database-url",
+                "postgresql://postgres@127.0.0.1:1/test",
+                "--nats-server",
+                "/bin/true",
+            ][..],
+            "",
+        ),
+        (
+            &["--backoff-base-ms", "500", "--backoff-cap-ms", "100", "--database-url", "postgresql://x@127.0.0.1/test"]
+                [..],
+            "below --backoff-base-ms",
+        ),
     ] {
         let out = run(args, &[]);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -49,7 +49,12 @@ fn start(args: &[&str]) -> (Killed, u16) {
 }
 
 fn check_report(args: &[&str]) -> Value {
-    let output = Command::new(env!("CARGO_BIN_EXE_outbox-check")).arg("check").args(args).args(["--json", "--quiet"]).output().expect("check runs");
+    let output = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .arg("check")
+        .args(args)
+        .args(["--json", "--quiet"])
+        .output()
+        .expect("check runs");
     serde_json::from_slice(&output.stdout).expect("JSON report")
 }
 
@@ -69,11 +74,15 @@ fn the_explorer_tells_each_path_as_check_does_and_gives_each_property_at_the_sta
     let (status, page) = get(port, "/").expect("the page");
     assert_eq!(status, 200);
     // One page, nothing fetched from elsewhere.
-    assert!(page.contains("outbox-check explorer") && !page.contains("http://") && !page.contains("https://"), "{page}");
+    assert!(
+        page.contains("outbox-check explorer") && !page.contains("http://") && !page.contains("https://"),
+        "{page}"
+    );
 
     // The initial state's next steps, each named by what it does, in true time.
     let initial = state(port, "0");
-    let next: Vec<String> = initial["next"].as_array().unwrap().iter().map(|n| n["text"][0].as_str().unwrap().to_string()).collect();
+    let next: Vec<String> =
+        initial["next"].as_array().unwrap().iter().map(|n| n["text"][0].as_str().unwrap().to_string()).collect();
     assert!(next.iter().any(|a| a == "r0 claims for tenant0 at now=0: m0 token #0 attempts 0"), "{next:?}");
     // legacy-v1's second relay runs a lease ahead: its clock is shown beside true time.
     assert!(next.iter().any(|a| a.contains("r1's own clock, which runs 2 ahead: true time t=0")), "{next:?}");
@@ -93,7 +102,12 @@ fn the_explorer_tells_each_path_as_check_does_and_gives_each_property_at_the_sta
     // check's words, with each safety property's status at that state.
     let report = check_report(&["--variant", "legacy-v1", "--messages", "1"]);
     for p in report["properties"].as_array().unwrap() {
-        let shown = view["properties"].as_array().unwrap().iter().find(|q| q["id"] == p["id"]).unwrap_or_else(|| panic!("{} not shown", p["id"]));
+        let shown = view["properties"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["id"] == p["id"])
+            .unwrap_or_else(|| panic!("{} not shown", p["id"]));
         assert_eq!(shown["check"].as_str().unwrap().replace('-', "_"), p["status"].as_str().unwrap(), "{}", p["id"]);
         assert_eq!(shown["check_path"], p["explorer_path"], "{}", p["id"]);
     }
@@ -123,13 +137,16 @@ fn the_explorer_tells_each_path_as_check_does_and_gives_each_property_at_the_sta
     let s1_here = view["properties"].as_array().unwrap().iter().find(|q| q["id"] == "S1").unwrap();
     assert_eq!(s1_here["here"], "broken");
     assert!(view["svg"].as_str().unwrap().contains("data-violated='S1'"));
-
 }
 
 #[test]
 fn a_path_that_names_no_state_is_a_one_line_error() {
     let (_server, port) = start(&["explore", "--variant", "reference", "--messages", "1"]);
-    for (path, says) in [("0/99", "there is no next action 99"), ("1", "starts at the initial state 0"), ("0/x", "is not an action index")] {
+    for (path, says) in [
+        ("0/99", "there is no next action 99"),
+        ("1", "starts at the initial state 0"),
+        ("0/x", "is not an action index"),
+    ] {
         let (status, body) = get(port, &format!("/api/state?path={path}")).unwrap();
         assert_eq!(status, 400, "{path}");
         let error: Value = serde_json::from_str(&body).unwrap();

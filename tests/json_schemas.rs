@@ -8,12 +8,15 @@ use std::process::Command;
 
 fn validate(schema_name: &str, args: &[&str]) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let schema: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(root.join(format!("docs/json/{schema_name}.schema.json"))).unwrap()).unwrap();
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join(format!("docs/json/{schema_name}.schema.json"))).unwrap(),
+    )
+    .unwrap();
     let validator = jsonschema::validator_for(&schema).expect("a valid schema");
     let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(args).current_dir(root).output().unwrap();
     assert!(matches!(out.status.code(), Some(0 | 1)), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: not JSON: {e}"));
+    let value: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: not JSON: {e}"));
     assert_eq!(value["schema"], format!("outbox-check/{schema_name}/v1"), "{args:?}");
     let errors: Vec<String> = validator.iter_errors(&value).map(|e| format!("{e} at {}", e.instance_path())).collect();
     assert!(errors.is_empty(), "{args:?}: {errors:?}");
@@ -27,8 +30,34 @@ fn every_json_output_names_its_schema_and_matches_it() {
     validate("sim-run", &["sim", "--variant", "legacy-v1", "--seed", "5", "--json", "--quiet", "--no-write"]);
     validate("sim-sweep", &["sim", "--variant", "seed-v2", "--seeds", "20", "--json", "--quiet", "--no-write"]);
     validate("conform", &["conform", "--store", "sqlite", "--variant", "seed-v2", "--cases", "10", "--json"]);
-    validate("conform", &["conform", "--store", "sqlite", "--variant", "write-id-only", "--against", "reference", "--cases", "50", "--json"]);
-    validate("conform", &["conform", "--store", "sqlite", "--profile", "docs/examples/jobs/jobs.profile.toml", "--cases", "20", "--json"]);
+    validate(
+        "conform",
+        &[
+            "conform",
+            "--store",
+            "sqlite",
+            "--variant",
+            "write-id-only",
+            "--against",
+            "reference",
+            "--cases",
+            "50",
+            "--json",
+        ],
+    );
+    validate(
+        "conform",
+        &[
+            "conform",
+            "--store",
+            "sqlite",
+            "--profile",
+            "docs/examples/jobs/jobs.profile.toml",
+            "--cases",
+            "20",
+            "--json",
+        ],
+    );
     validate("replay", &["replay", "reports/counterexamples/seed-v2-x2-m2/S3.json", "--json"]);
     validate("variants", &["variants", "--json"]);
     validate("variants", &["variants", "legacy-v1", "--json"]);
@@ -40,10 +69,13 @@ fn every_json_output_names_its_schema_and_matches_it() {
 #[test]
 fn the_committed_verdicts_match_the_verify_schema() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let read = |p: &str| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(root.join(p)).unwrap()).unwrap() };
+    let read = |p: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(root.join(p)).unwrap()).unwrap()
+    };
     let validator = jsonschema::validator_for(&read("docs/json/verify.schema.json")).unwrap();
     let verdicts = read("reports/verdicts.json");
-    let errors: Vec<String> = validator.iter_errors(&verdicts).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    let errors: Vec<String> =
+        validator.iter_errors(&verdicts).map(|e| format!("{e} at {}", e.instance_path())).collect();
     assert!(errors.is_empty(), "{errors:?}");
 }
 
@@ -53,7 +85,9 @@ fn the_explorer_state_matches_its_schema() {
     use outbox_check::core::{Design, Variant};
     use outbox_check::world::WorldConfig;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("docs/json/explore-state.schema.json")).unwrap()).unwrap();
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("docs/json/explore-state.schema.json")).unwrap())
+            .unwrap();
     let validator = jsonschema::validator_for(&schema).expect("a valid schema");
     let config = WorldConfig::small(Design::Variant(Variant::LegacyV1), 2, 1);
     let explorer = outbox_check_models::explorer::Explorer::new(config.clone());
@@ -63,12 +97,14 @@ fn the_explorer_state_matches_its_schema() {
             let _ = explorer.checked.set(outbox_check_models::check::check(&config, &options, &|_, _| {}));
         }
         let report = explorer.checked.get();
-        let lasso = report.and_then(|r| r.properties.iter().find(|p| p.id == "L2")).and_then(|p| p.explorer_path.clone());
+        let lasso =
+            report.and_then(|r| r.properties.iter().find(|p| p.id == "L2")).and_then(|p| p.explorer_path.clone());
         for path in ["0", "0/0/0/1"].into_iter().map(String::from).chain(lasso) {
             let view = explorer.view(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
             assert_eq!(view["schema"], "outbox-check/explore-state/v1");
             assert_eq!(view["checking"], !checked);
-            let errors: Vec<String> = validator.iter_errors(&view).map(|e| format!("{e} at {}", e.instance_path())).collect();
+            let errors: Vec<String> =
+                validator.iter_errors(&view).map(|e| format!("{e} at {}", e.instance_path())).collect();
             assert!(errors.is_empty(), "{path}: {errors:?}");
         }
     }

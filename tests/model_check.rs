@@ -1,10 +1,10 @@
 //! The stateright model: pinned state counts, the verdicts it discovers for every variant and a
 //! mixed fleet, shortest counterexamples that replay, and reductions that change no verdict.
 
-use outbox_check_models::check::{check, CheckOptions, CheckReport, Verdict};
 use outbox_check::core::{Design, Mutant, Variant};
-use outbox_check_models::outbox::{replay, OutboxModel, SAFETY_NAMES};
 use outbox_check::world::{Abstraction, Faults, WorldConfig};
+use outbox_check_models::check::{check, CheckOptions, CheckReport, Verdict};
+use outbox_check_models::outbox::{replay, OutboxModel, SAFETY_NAMES};
 use stateright::{Checker, Model};
 use std::collections::BTreeSet;
 
@@ -125,7 +125,10 @@ fn the_other_variants_and_a_mixed_fleet_are_reported_as_found() {
     assert_eq!(violated(&mixed), ["S1", "S2", "S3", "S4", "S6", "S7", "L2", "L3"]);
     let s1 = mixed.property("S1").and_then(|p| p.counterexample.clone()).expect("a counterexample");
     let writer = s1.last().expect("a step").action;
-    assert!(matches!(writer, outbox_check::world::Action::Write { relay: 0, .. }), "the seed-v2 relay's write applies: {writer:?}");
+    assert!(
+        matches!(writer, outbox_check::world::Action::Write { relay: 0, .. }),
+        "the seed-v2 relay's write applies: {writer:?}"
+    );
 }
 
 /// Every design `check` knows, and two mixed fleets.
@@ -149,7 +152,10 @@ fn queue_axes() -> Vec<Design> {
         ("delete-by-id", "[write]\nfence = \"message-id-only\"\ncompletion = \"delete\"\n"),
         ("delete", "[write]\ncompletion = \"delete\"\n"),
         ("vt-token", "[write]\nfence = \"status-token\"\ncompletion = \"delete\"\n[retry]\nin_lease_column = true\n"),
-        ("vt-by-id", "[write]\nfence = \"message-id-only\"\ncompletion = \"delete\"\n[retry]\nin_lease_column = true\n"),
+        (
+            "vt-by-id",
+            "[write]\nfence = \"message-id-only\"\ncompletion = \"delete\"\n[retry]\nin_lease_column = true\n",
+        ),
         ("vt-steals", "[claim]\ntakes_live_leases = true\n[retry]\nin_lease_column = true\n"),
     ]
     .iter()
@@ -189,9 +195,14 @@ fn every_counterexample_of_every_fleet_replays_in_the_plain_world() {
             assert!(!p.note.as_deref().unwrap_or("").starts_with("checker bug"), "{designs:?} {}: {:?}", p.id, p.note);
         }
         let written = outbox_check_models::report::write_counterexamples(&report, &dir, "test").expect("written");
-        for file in written.iter().filter(|f| f.extension().is_some_and(|e| e == "json") && !f.to_string_lossy().ends_with(".itf.json")) {
-            let cx = outbox_check_models::report::CounterexampleFile::parse(&std::fs::read_to_string(file).unwrap()).expect("a file replay reads");
-            let confirmed = outbox_check_models::replay::confirm(&cx.config, &cx.id, &cx.actions, cx.cycle_from, cx.message);
+        for file in written
+            .iter()
+            .filter(|f| f.extension().is_some_and(|e| e == "json") && !f.to_string_lossy().ends_with(".itf.json"))
+        {
+            let cx = outbox_check_models::report::CounterexampleFile::parse(&std::fs::read_to_string(file).unwrap())
+                .expect("a file replay reads");
+            let confirmed =
+                outbox_check_models::replay::confirm(&cx.config, &cx.id, &cx.actions, cx.cycle_from, cx.message);
             assert!(confirmed.is_ok(), "{}: {:?}", file.display(), confirmed.err());
             replayed += 1;
         }
@@ -206,12 +217,19 @@ fn every_counterexample_of_every_fleet_replays_in_the_plain_world() {
 #[test]
 fn every_shortest_path_at_two_messages_replays_in_the_plain_world() {
     use outbox_check_models::outbox::REACHABILITY;
-    let names: BTreeSet<&'static str> = SAFETY_NAMES.iter().copied().chain(REACHABILITY.iter().map(|r| r.name)).collect();
+    let names: BTreeSet<&'static str> =
+        SAFETY_NAMES.iter().copied().chain(REACHABILITY.iter().map(|r| r.name)).collect();
     let mut replayed = 0;
     for designs in every_fleet() {
         let config = WorldConfig::fleet(&designs, 2, 1, 3, Faults::all());
         let model = OutboxModel::new(config.clone());
-        let (paths, _) = outbox_check_models::check::bfs_paths(&model, &names, &|found| found.len() == names.len(), Some(150_000), None);
+        let (paths, _) = outbox_check_models::check::bfs_paths(
+            &model,
+            &names,
+            &|found| found.len() == names.len(),
+            Some(150_000),
+            None,
+        );
         for (name, actions, _) in paths {
             let id = name.split(' ').next().unwrap();
             let real: Vec<_> = replay(&config, &actions).iter().map(|s| s.action).collect();
@@ -265,7 +283,13 @@ fn reductions_change_no_verdict() {
         .collect();
     for design in designs {
         // Distinct relay ids, so the relay symmetry is exercised too.
-        let config = WorldConfig::fleet(&[design, design], 1, 1, 2, Faults::parse("crash,broker-drop,broker-reject,clock-skew").unwrap());
+        let config = WorldConfig::fleet(
+            &[design, design],
+            1,
+            1,
+            2,
+            Faults::parse("crash,broker-drop,broker-reject,clock-skew").unwrap(),
+        );
         let mut config = config;
         let reduced = OutboxModel::new(config.clone()).checker().spawn_bfs().join();
         let abstracted = OutboxModel::for_safety(config.clone(), 0).checker().spawn_bfs().join();
@@ -280,7 +304,10 @@ fn reductions_change_no_verdict() {
         let (r, a, p) = (reduced.unique_state_count(), abstracted.unique_state_count(), plain.unique_state_count());
         println!("{design}: plain {p} states, reduced {r}, with the safety abstractions {a}");
         assert_eq!(reduced_found, plain_found, "{design}: reduced {r} states, plain {p}");
-        assert_eq!(abstract_violated, plain_violated, "{design}: the safety abstractions ({a} states) against plain ({p})");
+        assert_eq!(
+            abstract_violated, plain_violated,
+            "{design}: the safety abstractions ({a} states) against plain ({p})"
+        );
         assert!(r < p, "{design}: the reductions reduce");
         assert!(a <= r, "{design}: the abstractions do not add states");
     }
@@ -312,7 +339,10 @@ fn every_mutant_is_killed_by_a_property_mutants_md_lists() {
             .iter()
             .map(|(name, actions, _)| (OutboxModel::spec_property(name).unwrap().id().to_string(), actions.len()))
             .collect();
-        assert!(killers.contains(&(property.to_string(), depth)), "{mutant}: killed by {killers:?}, pinned {property} at {depth}");
+        assert!(
+            killers.contains(&(property.to_string(), depth)),
+            "{mutant}: killed by {killers:?}, pinned {property} at {depth}"
+        );
         assert!(mutant.expected_kills().contains(&property), "{mutant}: {property} is not what docs/designs.md lists");
     }
 }
@@ -351,7 +381,12 @@ fn abstractions_hide_no_mutant(mutants: &[Mutant]) {
         };
         let exact_violated = violated(exact.discoveries().keys().copied().collect());
         let abstract_violated = violated(abstracted.discoveries().keys().copied().collect());
-        println!("{mutant}: exact {} abstract {} states, {:?}", exact.unique_state_count(), abstracted.unique_state_count(), started.elapsed());
+        println!(
+            "{mutant}: exact {} abstract {} states, {:?}",
+            exact.unique_state_count(),
+            abstracted.unique_state_count(),
+            started.elapsed()
+        );
         assert!(!exact_violated.is_empty(), "{mutant}: killed in the exact model");
         assert_eq!(abstract_violated, exact_violated, "{mutant}");
     }
@@ -363,7 +398,8 @@ fn abstractions_hide_no_mutant(mutants: &[Mutant]) {
 fn reference_survives_the_mutants_world() {
     let model = OutboxModel::new(outbox_check_models::check::mutant_config(Design::Variant(Variant::Reference)));
     let checker = model.checker().threads(2).spawn_bfs().join();
-    let violated: Vec<&str> = checker.discoveries().keys().copied().filter(|n| OutboxModel::spec_property(n).is_some()).collect();
+    let violated: Vec<&str> =
+        checker.discoveries().keys().copied().filter(|n| OutboxModel::spec_property(n).is_some()).collect();
     assert!(violated.is_empty(), "{violated:?}");
     assert!(checker.unique_state_count() > 10_000);
 }
@@ -420,7 +456,31 @@ fn normalising_after_a_step_equals_normalising_in_full() {
                     let full_perm = full.normalise_by(&config, &facts, safety);
                     let fast_perm = fast.normalise_after(&config, &facts, safety, action);
                     if fast != full {
-                        panic!("after {action:?}\nfrom {:?} {:?} {:?}\nfast {:?} {:?} {:?}\nfull {:?} {:?} {:?}", state.now, state.outbox.rows().iter().map(|r| (r.status, r.created_at, r.lease_expires_at, r.next_attempt_at)).collect::<Vec<_>>(), state.relays, fast.now, fast.outbox.rows().iter().map(|r| (r.status, r.created_at, r.lease_expires_at, r.next_attempt_at)).collect::<Vec<_>>(), fast.relays, full.now, full.outbox.rows().iter().map(|r| (r.status, r.created_at, r.lease_expires_at, r.next_attempt_at)).collect::<Vec<_>>(), full.relays);
+                        panic!(
+                            "after {action:?}\nfrom {:?} {:?} {:?}\nfast {:?} {:?} {:?}\nfull {:?} {:?} {:?}",
+                            state.now,
+                            state
+                                .outbox
+                                .rows()
+                                .iter()
+                                .map(|r| (r.status, r.created_at, r.lease_expires_at, r.next_attempt_at))
+                                .collect::<Vec<_>>(),
+                            state.relays,
+                            fast.now,
+                            fast.outbox
+                                .rows()
+                                .iter()
+                                .map(|r| (r.status, r.created_at, r.lease_expires_at, r.next_attempt_at))
+                                .collect::<Vec<_>>(),
+                            fast.relays,
+                            full.now,
+                            full.outbox
+                                .rows()
+                                .iter()
+                                .map(|r| (r.status, r.created_at, r.lease_expires_at, r.next_attempt_at))
+                                .collect::<Vec<_>>(),
+                            full.relays
+                        );
                     }
                     assert_eq!(fast_perm, full_perm, "{action:?}");
                     steps += 1;
@@ -443,7 +503,13 @@ fn other_time_scales_change_no_verdict_under_the_reductions() {
         (Design::Variant(Variant::SeedV2), 1, 1, 2, 3),
         (Design::Mutant(Mutant::WriteOwnerOnly), 3, 1, 1, 2),
     ] {
-        let mut config = WorldConfig::fleet(&[design, design], 1, 1, 2, Faults::parse("crash,broker-drop,broker-reject,clock-skew").unwrap());
+        let mut config = WorldConfig::fleet(
+            &[design, design],
+            1,
+            1,
+            2,
+            Faults::parse("crash,broker-drop,broker-reject,clock-skew").unwrap(),
+        );
         config.lease = outbox_check::core::Duration(lease);
         config.backoff_base = outbox_check::core::Duration(base);
         config.backoff_cap = outbox_check::core::Duration(cap);
@@ -454,7 +520,10 @@ fn other_time_scales_change_no_verdict_under_the_reductions() {
         config.time_max = Some(outbox_check::core::Instant(7));
         let plain = OutboxModel::unreduced(config).checker().spawn_bfs().join();
         let found = |c: &dyn Fn() -> BTreeSet<&'static str>| c();
-        let (r, p) = (found(&|| reduced.discoveries().keys().copied().collect()), found(&|| plain.discoveries().keys().copied().collect()));
+        let (r, p) = (
+            found(&|| reduced.discoveries().keys().copied().collect()),
+            found(&|| plain.discoveries().keys().copied().collect()),
+        );
         assert_eq!(r, p, "{design} lease {lease} backoff {base}-{cap} skew {skew}");
     }
 }
@@ -462,7 +531,10 @@ fn other_time_scales_change_no_verdict_under_the_reductions() {
 /// What one search found, as property names: the safety properties some step broke and the
 /// reachability flags of `tracked` some step reached.
 fn engine_found(found: &outbox_check_models::graph::Explored, tracked: u16) -> BTreeSet<&'static str> {
-    let reach = outbox_check_models::outbox::REACHABILITY.iter().enumerate().filter(|(i, _)| found.reached & tracked & (1 << i) != 0);
+    let reach = outbox_check_models::outbox::REACHABILITY
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| found.reached & tracked & (1 << i) != 0);
     SAFETY_NAMES
         .iter()
         .enumerate()
@@ -472,7 +544,13 @@ fn engine_found(found: &outbox_check_models::graph::Explored, tracked: u16) -> B
         .collect()
 }
 
-fn engine(config: &WorldConfig, normalisation: Abstraction, threads: usize, keep_graph: bool, shard: Option<outbox_check_models::graph::Shard>) -> outbox_check_models::graph::Explored {
+fn engine(
+    config: &WorldConfig,
+    normalisation: Abstraction,
+    threads: usize,
+    keep_graph: bool,
+    shard: Option<outbox_check_models::graph::Shard>,
+) -> outbox_check_models::graph::Explored {
     let job = outbox_check_models::graph::Explore {
         config,
         normalisation: Some(normalisation),
@@ -510,14 +588,30 @@ fn the_check_engine_finds_what_stateright_finds() {
             assert_eq!(engine_found(&one, tracked), expected, "{name} (tracked {tracked:#x}), one thread");
             assert_eq!(engine_found(&two, tracked), expected, "{name}, two threads");
             assert_eq!(engine_found(&graph, tracked), expected, "{name}, graph kept");
-            assert_eq!((one.unique, one.generated), (two.unique, two.generated), "{name}: the count depends on no thread");
-            assert_eq!((graph.unique, graph.max_depth), (two.unique, two.max_depth), "{name}: the graph is the search's");
+            assert_eq!(
+                (one.unique, one.generated),
+                (two.unique, two.generated),
+                "{name}: the count depends on no thread"
+            );
+            assert_eq!(
+                (graph.unique, graph.max_depth),
+                (two.unique, two.max_depth),
+                "{name}: the graph is the search's"
+            );
             assert_eq!(graph.graph.as_ref().map(|g| g.len()), Some(graph.unique), "{name}");
             // Carrying the step's outcome in the state only ever splits states.
             assert!(two.unique <= stateright.unique_state_count(), "{name}");
             for count in [3u32] {
                 let shards: Vec<_> = (0..count)
-                    .map(|index| engine(&config, normalisation, 2, false, Some(outbox_check_models::graph::Shard { index, count })))
+                    .map(|index| {
+                        engine(
+                            &config,
+                            normalisation,
+                            2,
+                            false,
+                            Some(outbox_check_models::graph::Shard { index, count }),
+                        )
+                    })
                     .collect();
                 assert!(shards.iter().all(|s| s.complete), "{name}");
                 let union: BTreeSet<&'static str> = shards.iter().flat_map(|s| engine_found(s, tracked)).collect();
@@ -539,12 +633,18 @@ fn merged_shards_give_the_unsharded_verdicts() {
         let shards: Vec<(String, CheckReport)> = (0..3)
             .map(|index| {
                 let shard = Some(outbox_check_models::graph::Shard { index, count: 3 });
-                (format!("shard {index}"), check(&config, &CheckOptions { liveness: false, shard, ..CheckOptions::default() }, &|_, _| {}))
+                (
+                    format!("shard {index}"),
+                    check(&config, &CheckOptions { liveness: false, shard, ..CheckOptions::default() }, &|_, _| {}),
+                )
             })
             .collect();
         let merged = outbox_check_models::check::merge_shards(shards).expect("the shards of one search");
         let verdicts = |r: &CheckReport| {
-            r.properties.iter().map(|p| (p.id.clone(), p.status.clone(), p.counterexample.as_ref().map(|c| c.len()))).collect::<Vec<_>>()
+            r.properties
+                .iter()
+                .map(|p| (p.id.clone(), p.status.clone(), p.counterexample.as_ref().map(|c| c.len())))
+                .collect::<Vec<_>>()
         };
         assert_eq!(verdicts(&merged), verdicts(&whole), "{designs:?}");
         assert!(merged.complete && merged.decided(), "{designs:?}");
@@ -560,8 +660,10 @@ fn merged_shards_give_the_unsharded_verdicts() {
 fn settling_a_property_hides_no_other_finding() {
     use outbox_check_models::outbox::REACHABILITY;
     let all_flags = (1u16 << REACHABILITY.len()) - 1;
-    let every: Vec<u16> = (0..SAFETY_NAMES.len()).map(|i| 1u16 << i).chain([(1u16 << SAFETY_NAMES.len()) - 1]).collect();
-    let mut configs: Vec<WorldConfig> = every_fleet().iter().map(|d| WorldConfig::fleet(d, 1, 1, 3, Faults::all())).collect();
+    let every: Vec<u16> =
+        (0..SAFETY_NAMES.len()).map(|i| 1u16 << i).chain([(1u16 << SAFETY_NAMES.len()) - 1]).collect();
+    let mut configs: Vec<WorldConfig> =
+        every_fleet().iter().map(|d| WorldConfig::fleet(d, 1, 1, 3, Faults::all())).collect();
     configs.extend([fleet(&["reference", "reference"], 2), fleet(&["seed-tenant", "seed-tenant"], 2)]);
     let mut merged = 0;
     for config in configs {
@@ -573,8 +675,16 @@ fn settling_a_property_hides_no_other_finding() {
                 let settled_run = engine(&config, Abstraction { tracked: reads, settled }, 2, false, None);
                 assert!(base.complete && settled_run.complete, "{name}");
                 let others = |violated: u16| violated & !settled;
-                assert_eq!(others(settled_run.violated), others(base.violated), "{name}: settled {settled:#x}, tracked {tracked:#x}");
-                assert_eq!(settled_run.reached & tracked, base.reached & tracked, "{name}: settled {settled:#x}, tracked {tracked:#x}");
+                assert_eq!(
+                    others(settled_run.violated),
+                    others(base.violated),
+                    "{name}: settled {settled:#x}, tracked {tracked:#x}"
+                );
+                assert_eq!(
+                    settled_run.reached & tracked,
+                    base.reached & tracked,
+                    "{name}: settled {settled:#x}, tracked {tracked:#x}"
+                );
                 assert!(settled_run.unique <= base.unique, "{name}: settling added states");
                 merged += base.unique - settled_run.unique;
             }
@@ -594,7 +704,11 @@ fn settling_changes_no_verdict_of_check() {
             .map(|p| {
                 // A lasso is the first fair one the graph shows: its length may differ in a
                 // smaller graph; that it replays is checked (or the verdict would be unknown).
-                let length = if p.kind == outbox_check_models::check::Kind::Liveness { None } else { p.counterexample.as_ref().map(|c| c.len()) };
+                let length = if p.kind == outbox_check_models::check::Kind::Liveness {
+                    None
+                } else {
+                    p.counterexample.as_ref().map(|c| c.len())
+                };
                 (p.id.clone(), p.status.clone(), length)
             })
             .collect::<Vec<_>>()
@@ -644,11 +758,19 @@ fn settling_hides_nothing(designs: [&str; 2], masks: &[u16], trackings: &[u16]) 
         let reads = tracked & outbox_check::world::ABSTRACTION_READS;
         let started = std::time::Instant::now();
         let base = engine(&config, Abstraction { tracked: reads, settled: 0 }, 2, false, None);
-        println!("{designs:?} tracked {tracked:#x} unsettled: {} states in {:.1} s", base.unique, started.elapsed().as_secs_f64());
+        println!(
+            "{designs:?} tracked {tracked:#x} unsettled: {} states in {:.1} s",
+            base.unique,
+            started.elapsed().as_secs_f64()
+        );
         for &settled in masks {
             let started = std::time::Instant::now();
             let run = engine(&config, Abstraction { tracked: reads, settled }, 2, false, None);
-            println!("{designs:?} settled {settled:#x}: {} states in {:.1} s", run.unique, started.elapsed().as_secs_f64());
+            println!(
+                "{designs:?} settled {settled:#x}: {} states in {:.1} s",
+                run.unique,
+                started.elapsed().as_secs_f64()
+            );
             assert!(base.complete && run.complete, "{designs:?}");
             assert_eq!(run.violated & !settled, base.violated & !settled, "{designs:?} settled {settled:#x}");
             assert_eq!(run.reached & tracked, base.reached & tracked, "{designs:?} settled {settled:#x}");

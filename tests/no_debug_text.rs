@@ -5,8 +5,18 @@
 use std::path::Path;
 use std::process::Command;
 
-const DEBUG: [&str; 10] =
-    ["Some(", "None", "Instant(", "MessageId(", "LeaseToken(", "RelayId(", "TenantId(", "{ reason:", "Duration(", "Ok(("];
+const DEBUG: [&str; 10] = [
+    "Some(",
+    "None",
+    "Instant(",
+    "MessageId(",
+    "LeaseToken(",
+    "RelayId(",
+    "TenantId(",
+    "{ reason:",
+    "Duration(",
+    "Ok((",
+];
 
 fn debug_in(what: &str, text: &str) -> Vec<String> {
     text.lines()
@@ -80,7 +90,9 @@ fn the_explorer_carries_no_debug_text() {
         let explorer = outbox_check_models::explorer::Explorer::new(config.clone());
         let options = outbox_check_models::check::CheckOptions { threads: 1, ..Default::default() };
         let report = outbox_check_models::check::check(&config, &options, &|_, _| {});
-        let paths: Vec<String> = std::iter::once("0".to_string()).chain(report.properties.iter().filter_map(|p| p.explorer_path.clone())).collect();
+        let paths: Vec<String> = std::iter::once("0".to_string())
+            .chain(report.properties.iter().filter_map(|p| p.explorer_path.clone()))
+            .collect();
         let _ = explorer.checked.set(report);
         for path in paths {
             let view = explorer.view(&path).unwrap_or_else(|e| panic!("{path}: {e}"));

@@ -20,7 +20,9 @@ fn verdict(file: &str, text: &str) -> Result<Vec<String>, (Option<String>, usize
         }
     }
     // A skip-locked claim's skip is settled at the end: then the divergence is at its claim.
-    oracle.finish().map(|a| a.resolutions).map_err(|d| (d.property.map(|p| p.id().to_string()).or(d.conformance.map(|c| c.id().to_string())), usize::MAX - d.line))
+    oracle.finish().map(|a| a.resolutions).map_err(|d| {
+        (d.property.map(|p| p.id().to_string()).or(d.conformance.map(|c| c.id().to_string())), usize::MAX - d.line)
+    })
 }
 
 #[test]
@@ -45,7 +47,14 @@ fn every_fixture_gets_its_verdict() {
                     // The divergence is on the last line, unless the header's source says
                     // "divergence at line N" (a skip, judged later, is reported at its claim).
                     let said = text.lines().next().unwrap().split("divergence at line ").nth(1);
-                    let want = said.map_or(text.lines().count(), |n| n.trim_end_matches(|c: char| !c.is_ascii_digit()).split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap());
+                    let want = said.map_or(text.lines().count(), |n| {
+                        n.trim_end_matches(|c: char| !c.is_ascii_digit())
+                            .split(|c: char| !c.is_ascii_digit())
+                            .next()
+                            .unwrap()
+                            .parse()
+                            .unwrap()
+                    });
                     assert_eq!(line, want, "{name}: the divergence's line (at the end of the history: {at_end})");
                 }
                 other => panic!("{name}: expected a divergence naming {expected}, got {other:?}"),
@@ -116,7 +125,8 @@ fn bad_input_is_one_error_with_line_and_column_and_exit_2() {
         assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
         assert!(err.contains(&format!("{}:{expected}", file.display())), "{what}: {err}");
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(["trace", "/nonexistent/trace.jsonl"]).output().unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(["trace", "/nonexistent/trace.jsonl"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -215,15 +225,14 @@ fn the_oracle_accepts_every_reference_walk_and_rejects_legacy_ones() {
     assert!(rejected > 100, "only {rejected} of 200 legacy walks rejected by the reference oracle");
 }
 
-
 /// Counterexamples travel: `check` writes each in the trace format, and the oracle reads it —
 /// reference's ordering example is consistent with reference, legacy-v1's S1 counterexample
 /// breaks a safety property under its own rules.
 #[test]
 fn counterexample_traces_pass_through_the_oracle() {
-    use outbox_check_models::check::{check, CheckOptions};
     use outbox_check::core::Design;
     use outbox_check::world::{Faults, WorldConfig};
+    use outbox_check_models::check::{check, CheckOptions};
     let dir = std::env::temp_dir().join(format!("outbox-check-cx-{}", std::process::id()));
     let run = |design: &str, messages: u32, faults: &str| {
         let d = Design::parse(design).unwrap();
@@ -276,7 +285,10 @@ fn an_event_reads_the_same_whatever_the_position_of_its_tag() {
 #[test]
 fn real_logs_with_extra_fields_integer_tokens_and_stdin_are_read() {
     use std::io::Write;
-    let fixture = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/traces/valid-takeover-stale-refused.jsonl")).unwrap();
+    let fixture = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/traces/valid-takeover-stale-refused.jsonl"),
+    )
+    .unwrap();
     let logged = fixture
         .replace("\"event\":\"claim\"", "\"ts\":\"2026-12-03T10:00:00Z\",\"event\":\"claim\"")
         .replace("\"attempts\":2}", "\"attempts\":2,\"shard\":3}")
@@ -306,7 +318,8 @@ fn real_logs_with_extra_fields_integer_tokens_and_stdin_are_read() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("(standard input):3:") && err.contains("unknown field `ts`"), "{err}");
     // And a superseded write with an integer token is still judged as one.
-    let stale_applied = logged.replace("\"token\":1,\"now\":34000,\"result\":\"stale\"", "\"token\":1,\"now\":34000,\"result\":\"applied\"");
+    let stale_applied = logged
+        .replace("\"token\":1,\"now\":34000,\"result\":\"stale\"", "\"token\":1,\"now\":34000,\"result\":\"applied\"");
     let (_, events) = parse("s1", &stale_applied).unwrap();
     let (header, _) = parse("s1", &stale_applied).unwrap();
     let mut oracle = Oracle::new(&header).unwrap();
@@ -320,7 +333,9 @@ fn real_logs_with_extra_fields_integer_tokens_and_stdin_are_read() {
 #[test]
 fn the_fixtures_and_the_verdicts_match_their_json_schemas() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let read = |p: &str| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(root.join(p)).unwrap()).unwrap() };
+    let read = |p: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(root.join(p)).unwrap()).unwrap()
+    };
     let trace_schema = read("docs/trace-format.schema.json");
     let part = |def: &str| {
         let schema = serde_json::json!({
@@ -342,13 +357,16 @@ fn the_fixtures_and_the_verdicts_match_their_json_schemas() {
         }
         files.push(path);
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).arg("trace").arg("--json").args(&files).output().unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_outbox-check")).arg("trace").arg("--json").args(&files).output().unwrap();
     // The first divergent file ends the run with exit 1; check each file on its own to cover all.
     assert!(matches!(out.status.code(), Some(0 | 1)));
     for file in &files {
-        let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(["trace", "--json"]).arg(file).output().unwrap();
+        let out =
+            Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(["trace", "--json"]).arg(file).output().unwrap();
         let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-        let errors: Vec<String> = verdict.iter_errors(&value).map(|e| format!("{} at {}", e, e.instance_path())).collect();
+        let errors: Vec<String> =
+            verdict.iter_errors(&value).map(|e| format!("{} at {}", e, e.instance_path())).collect();
         assert!(errors.is_empty(), "{}: {errors:?}\n{value}", file.display());
     }
 }
@@ -357,9 +375,19 @@ fn the_fixtures_and_the_verdicts_match_their_json_schemas() {
 fn trace_cli(name: &str, text: &str, args: &[&str]) -> (Option<i32>, serde_json::Value) {
     let file = std::env::temp_dir().join(format!("outbox-check-{name}-{}.jsonl", std::process::id()));
     std::fs::write(&file, text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).arg("trace").arg("--json").args(args).arg(&file).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .arg("trace")
+        .arg("--json")
+        .args(args)
+        .arg(&file)
+        .output()
+        .unwrap();
     std::fs::remove_file(&file).ok();
-    (out.status.code(), serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{name}: {e}: {}", String::from_utf8_lossy(&out.stderr))))
+    (
+        out.status.code(),
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{name}: {e}: {}", String::from_utf8_lossy(&out.stderr))),
+    )
 }
 
 /// `--all` lists every divergence, going on from what the implementation reported; without it
@@ -378,7 +406,12 @@ fn all_goes_on_after_a_divergence_and_safety_only_passes_conformance_findings() 
     ];
     let text = format!("{head}\n{}\n", events.join("\n"));
     let ids = |v: &serde_json::Value| -> Vec<String> {
-        v["files"][0]["divergences"].as_array().unwrap().iter().map(|d| format!("{}@{}", d["property"].as_str().or(d["conformance"].as_str()).unwrap(), d["line"])).collect()
+        v["files"][0]["divergences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| format!("{}@{}", d["property"].as_str().or(d["conformance"].as_str()).unwrap(), d["line"]))
+            .collect()
     };
     let (code, first) = trace_cli("first", &text, &[]);
     assert_eq!((code, ids(&first)), (Some(1), vec!["C2@3".to_string()]));
@@ -403,7 +436,11 @@ fn all_goes_on_after_a_divergence_and_safety_only_passes_conformance_findings() 
 /// under skip-locked and C1 under serial.
 #[test]
 fn version_1_defaults_to_skip_locked_and_version_2_to_serial() {
-    let fixture = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/traces/valid-skip-locked-claim-passes-over-a-row-another-claim-held.jsonl")).unwrap();
+    let fixture = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/traces/valid-skip-locked-claim-passes-over-a-row-another-claim-held.jsonl"),
+    )
+    .unwrap();
     let body: String = fixture.lines().skip(1).map(|l| format!("{l}\n")).collect();
     let v1 = format!("{}\n{body}", r#"{"format":"outbox-check-trace","version":1,"max_attempts":3}"#);
     let v2 = format!("{}\n{body}", r#"{"format":"outbox-check-trace","version":2,"max_attempts":3}"#);
@@ -452,9 +489,15 @@ fn declared_relays_settle_a_skip_that_an_unlisted_relay_would_excuse() {
         r#"{"event":"claim","relay":"relay-c","tenant":"acme","batch":1,"lease_ms":30000,"now":1000,"leases":[{"message":"m1","token":"1","attempts":1}]}"#,
     ]
     .join("\n");
-    let open = format!("{}\n{body}\n", r#"{"format":"outbox-check-trace","version":2,"max_attempts":3,"concurrency":"skip-locked"}"#);
+    let open = format!(
+        "{}\n{body}\n",
+        r#"{"format":"outbox-check-trace","version":2,"max_attempts":3,"concurrency":"skip-locked"}"#
+    );
     assert!(verdict("open", &open).is_ok(), "relay-c's first claim may have held m1 during relay-a's");
-    let listed = format!("{}\n{body}\n", r#"{"format":"outbox-check-trace","version":2,"max_attempts":3,"concurrency":"skip-locked","relays":["relay-a","relay-b"]}"#);
+    let listed = format!(
+        "{}\n{body}\n",
+        r#"{"format":"outbox-check-trace","version":2,"max_attempts":3,"concurrency":"skip-locked","relays":["relay-a","relay-b"]}"#
+    );
     assert_eq!(verdict("listed", &listed), Err((Some("C1".to_string()), 5)));
 }
 
@@ -466,7 +509,9 @@ fn declared_relays_settle_a_skip_that_an_unlisted_relay_would_excuse() {
 fn resolutions_that_fail_differently_are_all_named() {
     let head = r#"{"format":"outbox-check-trace","version":2,"max_attempts":3,"relays":["r1","r2"]}"#;
     let events = |write: &str| {
-        let write = format!(r#"{{"event":"write","relay":"r1","write":"mark_published","message":"m1","tenant":"t","token":"1","now":20,"result":"{write}"}}"#);
+        let write = format!(
+            r#"{{"event":"write","relay":"r1","write":"mark_published","message":"m1","tenant":"t","token":"1","now":20,"result":"{write}"}}"#
+        );
         [
             r#"{"event":"enqueue","tenant":"t","aggregate":"a","expected_version":0,"message":"m1","now":0,"result":"applied"}"#.to_string(),
             r#"{"event":"claim","relay":"r1","tenant":"t","batch":1,"lease_ms":100,"now":10,"leases":[{"message":"m1","token":"1","attempts":1}]}"#.to_string(),
@@ -481,7 +526,10 @@ fn resolutions_that_fail_differently_are_all_named() {
     let (code, unknown) = trace_cli("unknown", &format!("{head}\n{}\n", events("unknown")), &["--all"]);
     let d = last(&unknown);
     assert_eq!((code, d["line"].as_u64()), (Some(1), Some(6)), "{unknown:#}");
-    let mut named: Vec<String> = d["otherwise"].as_array().map(|o| o.iter().map(|s| s.as_str().unwrap()[..2].to_string()).collect()).unwrap_or_default();
+    let mut named: Vec<String> = d["otherwise"]
+        .as_array()
+        .map(|o| o.iter().map(|s| s.as_str().unwrap()[..2].to_string()).collect())
+        .unwrap_or_default();
     named.push(finding(&d));
     named.sort();
     assert_eq!(named, ["C2", "S4"], "{d:#}");

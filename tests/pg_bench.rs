@@ -21,7 +21,13 @@ fn claim_throughput_of_four_relays() {
     let policy = Variant::Reference.policy();
     let mut setup = PgStore::connect(&url, false, policy).expect("the server answers");
     for n in 0..MESSAGES {
-        let req = EnqueueRequest { tenant_id: TenantId(0), aggregate_id: AggregateId(n), expected_version: 0, message_id: MessageId(n), now: Instant(u64::from(n)) };
+        let req = EnqueueRequest {
+            tenant_id: TenantId(0),
+            aggregate_id: AggregateId(n),
+            expected_version: 0,
+            message_id: MessageId(n),
+            now: Instant(u64::from(n)),
+        };
         setup.enqueue(&req).unwrap();
     }
     setup.scratch().client().batch_execute("VACUUM ANALYZE messaging_outbox").unwrap();
@@ -39,14 +45,23 @@ fn claim_throughput_of_four_relays() {
                 let now = 1_000_000i64;
                 loop {
                     let mut tx = db.client().transaction().unwrap();
-                    let ids: Vec<String> =
-                        tx.query(select, &[&tenant_name(TenantId(0)), &now, &3i32, &BATCH]).unwrap().iter().map(|r| r.get(0)).collect();
+                    let ids: Vec<String> = tx
+                        .query(select, &[&tenant_name(TenantId(0)), &now, &3i32, &BATCH])
+                        .unwrap()
+                        .iter()
+                        .map(|r| r.get(0))
+                        .collect();
                     if ids.is_empty() {
                         break;
                     }
                     let mut tokens = Vec::new();
                     for id in &ids {
-                        let row = tx.query_one(update, &[id, &(now + 30_000), &owner_name(outbox_check::core::RelayId(r)), &0i64]).unwrap();
+                        let row = tx
+                            .query_one(
+                                update,
+                                &[id, &(now + 30_000), &owner_name(outbox_check::core::RelayId(r)), &0i64],
+                            )
+                            .unwrap();
                         tokens.push(row.get::<_, i64>(1));
                     }
                     tx.commit().unwrap();
@@ -56,7 +71,17 @@ fn claim_throughput_of_four_relays() {
                             .client()
                             .query_opt(
                                 publish.as_str(),
-                                &[id, &tenant_name(TenantId(0)), &owner_name(outbox_check::core::RelayId(r)), &token, &now, &None::<String>, &3i32, &1000i64, &60_000i64],
+                                &[
+                                    id,
+                                    &tenant_name(TenantId(0)),
+                                    &owner_name(outbox_check::core::RelayId(r)),
+                                    &token,
+                                    &now,
+                                    &None::<String>,
+                                    &3i32,
+                                    &1000i64,
+                                    &60_000i64,
+                                ],
                             )
                             .unwrap();
                         assert!(applied.is_some(), "{id}: own fresh write refused");
@@ -66,7 +91,12 @@ fn claim_throughput_of_four_relays() {
         }
     });
     let seconds = started.elapsed().as_secs_f64();
-    let published: i64 = setup.scratch().client().query_one("SELECT count(*) FROM messaging_outbox WHERE status = 'PUBLISHED'", &[]).unwrap().get(0);
+    let published: i64 = setup
+        .scratch()
+        .client()
+        .query_one("SELECT count(*) FROM messaging_outbox WHERE status = 'PUBLISHED'", &[])
+        .unwrap()
+        .get(0);
     assert_eq!(published, i64::from(MESSAGES));
     let _ = message_name(MessageId(0));
     println!(

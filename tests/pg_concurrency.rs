@@ -4,8 +4,8 @@
 
 use outbox_check::core::policy::TokenKind;
 use outbox_check::core::{
-    ClaimRequest, Duration, EnqueueRequest, Instant, Lease, LeaseToken, MessageId, Policy, RelayId, Status, TenantId, Variant,
-    WriteKind, WriteRequest, WriteResult, AggregateId,
+    AggregateId, ClaimRequest, Duration, EnqueueRequest, Instant, Lease, LeaseToken, MessageId, Policy, RelayId,
+    Status, TenantId, Variant, WriteKind, WriteRequest, WriteResult,
 };
 use outbox_check::relay::{Clocks, Cycle, Effect, Input, PublishOutcome, RelayConfig};
 use outbox_check::store::bind::{message_name, owner_name, tenant_name};
@@ -38,7 +38,14 @@ fn enqueue_all(store: &mut PgStore, messages: u32) {
 }
 
 fn claim_request(owner: u16, now: u64, batch: u32, lease: u64) -> ClaimRequest {
-    ClaimRequest { tenant_id: TenantId(0), owner: RelayId(owner), batch, lease: Duration(lease), now: Instant(now), max_attempts: 3 }
+    ClaimRequest {
+        tenant_id: TenantId(0),
+        owner: RelayId(owner),
+        batch,
+        lease: Duration(lease),
+        now: Instant(now),
+        max_attempts: 3,
+    }
 }
 
 /// Seed 003's test: while one transaction holds a row lock, a second worker's claim returns a
@@ -47,7 +54,9 @@ fn skip_locked(variant: Variant) {
     let Some(url) = url() else { return };
     let policy = variant.policy();
     let (table, id, select) = match sql::Table::of(&policy) {
-        sql::Table::MessagingOutbox => ("messaging_outbox", "message_id", sql::claim_select(Dialect::Postgres, &policy)),
+        sql::Table::MessagingOutbox => {
+            ("messaging_outbox", "message_id", sql::claim_select(Dialect::Postgres, &policy))
+        }
         sql::Table::OutboxEvents => ("outbox_events", "event_id", sql::events_claim_select(Dialect::Postgres)),
     };
     let mut first = PgStore::connect(&url, false, policy).expect("the server answers");
@@ -118,7 +127,13 @@ struct Relay<'a> {
 }
 
 fn write_event(req: &WriteRequest, result: WriteReport) -> Event {
-    Event::write_of(owner_name(req.lease.owner), tenant_name(req.lease.tenant_id), message_name(req.lease.message_id), req, result)
+    Event::write_of(
+        owner_name(req.lease.owner),
+        tenant_name(req.lease.tenant_id),
+        message_name(req.lease.message_id),
+        req,
+        result,
+    )
 }
 
 impl<'a> Relay<'a> {
@@ -141,13 +156,17 @@ impl<'a> Relay<'a> {
         let update = sql::claim_update(Dialect::Postgres, &self.policy);
         let mut tx = self.db.client().transaction()?;
         let ids: Vec<String> = tx
-            .query(&select, &[&tenant_name(req.tenant_id), &(req.now.0 as i64), &(req.max_attempts as i32), &i64::from(req.batch)])?
+            .query(
+                &select,
+                &[&tenant_name(req.tenant_id), &(req.now.0 as i64), &(req.max_attempts as i32), &i64::from(req.batch)],
+            )?
             .iter()
             .map(|r| r.get(0))
             .collect();
         let mut leases = Vec::new();
         for id in ids {
-            let row = tx.query_one(&update, &[&id, &(req.now.plus(req.lease).0 as i64), &owner_name(req.owner), &0i64])?;
+            let row =
+                tx.query_one(&update, &[&id, &(req.now.plus(req.lease).0 as i64), &owner_name(req.owner), &0i64])?;
             let message: u32 = id[1..].parse().unwrap();
             leases.push(Lease {
                 message_id: MessageId(message),
@@ -160,10 +179,10 @@ impl<'a> Relay<'a> {
         }
         let stamp: i64 = tx.query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
         tx.commit()?;
-        self.trace
-            .lock()
-            .unwrap()
-            .push((2 * stamp, Event::claim_of(owner_name(req.owner), tenant_name(req.tenant_id), req, &leases, message_name)));
+        self.trace.lock().unwrap().push((
+            2 * stamp,
+            Event::claim_of(owner_name(req.owner), tenant_name(req.tenant_id), req, &leases, message_name),
+        ));
         let mut log = log.lock().unwrap();
         for l in &leases {
             log.push(Stamped::Claim { stamp, message: l.message_id.0, token: l.token.0 });
@@ -193,7 +212,10 @@ impl<'a> Relay<'a> {
             .map(|r| r.get(0));
         let stamp: i64 = tx.query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
         tx.commit()?;
-        self.trace.lock().unwrap().push((2 * stamp, write_event(req, if status.is_some() { WriteReport::Applied } else { WriteReport::Stale })));
+        self.trace.lock().unwrap().push((
+            2 * stamp,
+            write_event(req, if status.is_some() { WriteReport::Applied } else { WriteReport::Stale }),
+        ));
         log.lock().unwrap().push(Stamped::Write {
             stamp,
             message: req.lease.message_id.0,
@@ -227,14 +249,17 @@ fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_wr
     let trace: Mutex<Vec<(i64, Event)>> = Mutex::new(
         (0..MESSAGES)
             .map(|n| {
-                (i64::from(n) - i64::from(MESSAGES), Event::Enqueue {
-                    tenant: tenant_name(TenantId(0)),
-                    aggregate: format!("a{:08}", n),
-                    expected_version: 0,
-                    message: message_name(MessageId(n)),
-                    now: u64::from(n),
-                    result: "applied".into(),
-                })
+                (
+                    i64::from(n) - i64::from(MESSAGES),
+                    Event::Enqueue {
+                        tenant: tenant_name(TenantId(0)),
+                        aggregate: format!("a{:08}", n),
+                        expected_version: 0,
+                        message: message_name(MessageId(n)),
+                        now: u64::from(n),
+                        result: "applied".into(),
+                    },
+                )
             })
             .collect(),
     );
@@ -246,7 +271,8 @@ fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_wr
     let deadline = std::time::Duration::from_secs(120);
     std::thread::scope(|scope| {
         for r in 0..RELAYS {
-            let (url, schema, log, stored, asked, kills, done, trace) = (&url, &schema, &log, &stored, &asked, &kills, &done, &trace);
+            let (url, schema, log, stored, asked, kills, done, trace) =
+                (&url, &schema, &log, &stored, &asked, &kills, &done, &trace);
             scope.spawn(move || {
                 let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(u64::from(r));
                 let mut relay = Relay::connect(url, schema, policy, trace);
@@ -417,7 +443,11 @@ fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_wr
     while child.try_wait().unwrap().is_none() {
         if checking.elapsed() > std::time::Duration::from_secs(120) {
             child.kill().ok();
-            panic!("the oracle took over 120 s on the PostgreSQL history ({} events, {})", events.len(), file.display());
+            panic!(
+                "the oracle took over 120 s on the PostgreSQL history ({} events, {})",
+                events.len(),
+                file.display()
+            );
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

@@ -112,8 +112,7 @@ fn a_killed_runs_schema_is_dropped_by_clean_up_and_a_foreign_schema_is_kept() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("dropped"), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(schemas_of(&mut db, pid).is_empty(), "clean-up left {:?}", schemas_of(&mut db, pid));
-    let kept: i64 =
-        db.query_one("SELECT count(*) FROM pg_namespace WHERE nspname = $1", &[&foreign]).unwrap().get(0);
+    let kept: i64 = db.query_one("SELECT count(*) FROM pg_namespace WHERE nspname = $1", &[&foreign]).unwrap().get(0);
     assert_eq!(kept, 1, "clean-up dropped a schema outbox-check did not make");
     db.batch_execute(&format!("DROP SCHEMA {foreign}")).unwrap();
 

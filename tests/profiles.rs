@@ -9,11 +9,16 @@ use std::process::{Command, Output};
 mod common;
 
 fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().expect("the binary runs")
+    Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the binary runs")
 }
 
 fn json(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)))
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)))
 }
 
 const JOBS: &str = "docs/examples/jobs/jobs.profile.toml";
@@ -44,11 +49,23 @@ fn a_profile_that_does_what_its_design_says_agrees() {
     // Every schedule that matters replays on it as on the reference core.
     let schedules = report["schedules"].as_array().unwrap();
     assert!(schedules.len() >= 20, "{} schedules", schedules.len());
-    assert!(schedules.iter().all(|s| s["divergence"].is_null() && s["operations"].as_u64().unwrap() > 0), "{schedules:?}");
+    assert!(
+        schedules.iter().all(|s| s["divergence"].is_null() && s["operations"].as_u64().unwrap() > 0),
+        "{schedules:?}"
+    );
     assert!(schedules.iter().any(|s| s["property"] == "S1") && schedules.iter().any(|s| s["property"] == "R-S6"));
     // The by-id twin does what the by-id design it declares does — and so breaks what that
     // design breaks: S1 and S4 along the design's own counterexamples (exit 1, "violated").
-    let out = run(&["conform", "--profile", "docs/examples/jobs/jobs-by-id.profile.toml", "--store", "sqlite", "--cases", "300", "--json"]);
+    let out = run(&[
+        "conform",
+        "--profile",
+        "docs/examples/jobs/jobs-by-id.profile.toml",
+        "--store",
+        "sqlite",
+        "--cases",
+        "300",
+        "--json",
+    ]);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
     let report = json(&out);
     assert_eq!(report["variant"], "job-queue-by-id");
@@ -70,28 +87,46 @@ fn sql_that_does_not_do_what_its_design_says_is_caught_with_a_script_that_pastes
         // The claim forgets the retry clock.
         ("no-retry-clock.toml", |t| t.replace("AND (run_at IS NULL OR run_at <= :now)", ""), "claim"),
         // Completion by id alone, declared as the reference design.
-        ("by-id.toml", |t| t.replace(" AND state = 'running' AND locked_by = :owner AND lock_token = :token", ""), "mark_"),
+        (
+            "by-id.toml",
+            |t| t.replace(" AND state = 'running' AND locked_by = :owner AND lock_token = :token", ""),
+            "mark_",
+        ),
         // The claim forgets the budget.
         ("no-budget.toml", |t| t.replace("AND attempt < :max_attempts", ""), "claim"),
         // The claim takes live leases.
         ("steals.toml", |t| t.replace("AND (locked_until IS NULL OR locked_until <= :now)", ""), "claim"),
     ];
     // The schedules name what the by-id statements let through, with the interleaving.
-    let by_id = variant_of("by-id-schedules.toml", |t| t.replace(" AND state = 'running' AND locked_by = :owner AND lock_token = :token", ""));
-    let report = json(&run(&["conform", "--profile", by_id.to_str().unwrap(), "--store", "sqlite", "--cases", "20", "--json"]));
-    let s1 = report["schedules"].as_array().unwrap().iter().find(|s| s["property"] == "S1" && !s["divergence"].is_null()).expect("an S1 schedule diverges");
+    let by_id = variant_of("by-id-schedules.toml", |t| {
+        t.replace(" AND state = 'running' AND locked_by = :owner AND lock_token = :token", "")
+    });
+    let report =
+        json(&run(&["conform", "--profile", by_id.to_str().unwrap(), "--store", "sqlite", "--cases", "20", "--json"]));
+    let s1 = report["schedules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["property"] == "S1" && !s["divergence"].is_null())
+        .expect("an S1 schedule diverges");
     let d = &s1["divergence"];
     assert!(d["finding"].as_str().unwrap().starts_with("your statements let this stale mark_"), "{d}");
     assert!(d["interleaving"].as_array().unwrap().len() >= 3 && d["step"].as_u64().unwrap() >= 3, "{d}");
     // The claim that forgets the retry clock: S7's schedule names it, step by step, and its
     // statements paste.
-    let no_clock = variant_of("no-retry-clock-schedules.toml", |t| t.replace("AND (run_at IS NULL OR run_at <= :now)", ""));
-    let out = run(&["conform", "--profile", no_clock.to_str().unwrap(), "--store", "sqlite", "--cases", "20", "--json"]);
+    let no_clock =
+        variant_of("no-retry-clock-schedules.toml", |t| t.replace("AND (run_at IS NULL OR run_at <= :now)", ""));
+    let out =
+        run(&["conform", "--profile", no_clock.to_str().unwrap(), "--store", "sqlite", "--cases", "20", "--json"]);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
     let report = json(&out);
     let s7 = report["schedules"].as_array().unwrap().iter().find(|s| s["property"] == "S7").expect("an S7 schedule");
     let d7 = &s7["divergence"];
-    assert!(d7["finding"].as_str().unwrap().contains("before its retry time") && d7["finding"].as_str().unwrap().ends_with("(S7)"), "{d7}");
+    assert!(
+        d7["finding"].as_str().unwrap().contains("before its retry time")
+            && d7["finding"].as_str().unwrap().ends_with("(S7)"),
+        "{d7}"
+    );
     for (profile, d) in [(&by_id, d), (&no_clock, d7)] {
         let db = rusqlite::Connection::open_in_memory().unwrap();
         db.execute_batch(&std::fs::read_to_string(profile.with_file_name("schema.sql")).unwrap()).unwrap();
@@ -105,14 +140,18 @@ fn sql_that_does_not_do_what_its_design_says_is_caught_with_a_script_that_pastes
     }
     for (name, edit, at) in cases {
         let profile = variant_of(name, edit);
-        let out = run(&["conform", "--profile", profile.to_str().unwrap(), "--store", "sqlite", "--cases", "500", "--json"]);
+        let out =
+            run(&["conform", "--profile", profile.to_str().unwrap(), "--store", "sqlite", "--cases", "500", "--json"]);
         assert_eq!(out.status.code(), Some(1), "{name}: {}", String::from_utf8_lossy(&out.stdout));
         let report = json(&out);
         let d = &report["divergence"];
         let ops = d["ops"].as_array().unwrap();
         assert!(ops.len() <= 12, "{name}: shrunk to {} steps", ops.len());
         let op = d["op"]["op"].as_str().unwrap();
-        assert!(op.starts_with(at.trim_end_matches('_')) || (at == "mark_" && op == "write"), "{name}: diverged at {op}");
+        assert!(
+            op.starts_with(at.trim_end_matches('_')) || (at == "mark_" && op == "write"),
+            "{name}: diverged at {op}"
+        );
         // The script is the profile's own statements with the values written in: it runs, as
         // is, after the schema.
         let sql: Vec<String> = d["sql"].as_array().unwrap().iter().map(|l| l.as_str().unwrap().to_string()).collect();
@@ -130,20 +169,65 @@ fn sql_that_does_not_do_what_its_design_says_is_caught_with_a_script_that_pastes
 #[test]
 fn a_bad_profile_is_one_line_and_exit_2() {
     let cases: [(&str, fn(String) -> String, &[&str]); 14] = [
-        ("observe-typo.toml", |t| t.replace("[statuses]", "[observe]\nmark_publishd = \"returning\"\n\n[statuses]"), &["observe.mark_publishd", "mark_published"]),
-        ("observe-value.toml", |t| t.replace("[statuses]", "[observe]\nmark_published = \"gone\"\n\n[statuses]"), &["observe.mark_published", "row-gone"]),
+        (
+            "observe-typo.toml",
+            |t| t.replace("[statuses]", "[observe]\nmark_publishd = \"returning\"\n\n[statuses]"),
+            &["observe.mark_publishd", "mark_published"],
+        ),
+        (
+            "observe-value.toml",
+            |t| t.replace("[statuses]", "[observe]\nmark_published = \"gone\"\n\n[statuses]"),
+            &["observe.mark_published", "row-gone"],
+        ),
         ("wrong-type.toml", |t| t.replace("design = \"reference\"", "design = 3"), &["design", "invalid type"]),
-        ("does-not-parse.toml", |t| t.replace("UPDATE jobs SET locked_until = NULL, locked_by = NULL, state = 'discarded'", "UPDATE jobs SET SET locked_until = NULL, state = 'discarded'"), &["statements.mark_failed", "syntax error"]),
-        ("no-such-column.toml", |t| t.replace("finished AS published_at", "finish_time AS published_at"), &["statements.rows", "finish_time"]),
-        ("counter-token.toml", |t| t.replace("lock_token = lock_token + 1", "lock_token = :token"), &["statements.claim", ":token", "random"]),
-        ("clock.toml", |t| t.replace("finished = :now", "finished = CURRENT_TIMESTAMP"), &["statements.mark_published", "CURRENT_TIMESTAMP", ":now"]),
-        ("unixepoch.toml", |t| t.replace("locked_until <= :now)\n", "locked_until <= unixepoch())\n"), &["statements.claim", "unixepoch()"]),
+        (
+            "does-not-parse.toml",
+            |t| {
+                t.replace(
+                    "UPDATE jobs SET locked_until = NULL, locked_by = NULL, state = 'discarded'",
+                    "UPDATE jobs SET SET locked_until = NULL, state = 'discarded'",
+                )
+            },
+            &["statements.mark_failed", "syntax error"],
+        ),
+        (
+            "no-such-column.toml",
+            |t| t.replace("finished AS published_at", "finish_time AS published_at"),
+            &["statements.rows", "finish_time"],
+        ),
+        (
+            "counter-token.toml",
+            |t| t.replace("lock_token = lock_token + 1", "lock_token = :token"),
+            &["statements.claim", ":token", "random"],
+        ),
+        (
+            "clock.toml",
+            |t| t.replace("finished = :now", "finished = CURRENT_TIMESTAMP"),
+            &["statements.mark_published", "CURRENT_TIMESTAMP", ":now"],
+        ),
+        (
+            "unixepoch.toml",
+            |t| t.replace("locked_until <= :now)\n", "locked_until <= unixepoch())\n"),
+            &["statements.claim", "unixepoch()"],
+        ),
         ("unknown-key.toml", |t| t.replace("[statuses]", "colour = \"blue\"\n[statuses]"), &["unknown field `colour`"]),
-        ("unknown-param.toml", |t| t.replacen("VALUES (:id,", "VALUES (:job_id,", 1), &["statements.enqueue", ":job_id", ":tenant"]),
+        (
+            "unknown-param.toml",
+            |t| t.replacen("VALUES (:id,", "VALUES (:job_id,", 1),
+            &["statements.enqueue", ":job_id", ":tenant"],
+        ),
         ("no-status.toml", |t| t.replace("state AS status,", ""), &["statements.rows", "status"]),
         ("bad-column.toml", |t| t.replace("finished AS published_at", "finished AS done_at"), &["done_at"]),
-        ("no-schema.toml", |t| t.replace("schema = \"schema.sql\"", "schema = \"missing.sql\""), &["schema = \"missing.sql\"", "cannot read"]),
-        ("bad-design.toml", |t| t.replace("design = \"reference\"", "design = \"referense\""), &["design = \"referense\""]),
+        (
+            "no-schema.toml",
+            |t| t.replace("schema = \"schema.sql\"", "schema = \"missing.sql\""),
+            &["schema = \"missing.sql\"", "cannot read"],
+        ),
+        (
+            "bad-design.toml",
+            |t| t.replace("design = \"reference\"", "design = \"referense\""),
+            &["design = \"referense\""],
+        ),
     ];
     for (name, edit, says) in cases {
         let profile = variant_of(name, edit);
@@ -180,7 +264,13 @@ fn a_profile_runs_on_postgresql_in_a_scratch_schema() {
     // The PostgreSQL form of the example (its claim locks and skips): random sequences,
     // schedules and four relays with a flaky broker and killed backends all agree.
     let out = pg(&["conform", "--profile", "docs/examples/jobs/jobs.pg.profile.toml", "--cases", "60", "--json"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report = json(&out);
     assert_eq!(report["verdict"], "agrees");
     let c = &report["concurrent"];
@@ -199,24 +289,35 @@ fn a_profile_runs_on_postgresql_in_a_scratch_schema() {
         out.status.code() == Some(1) && c["oracle"].as_str().is_some_and(|o| o.contains("S6 one live lease"))
     });
     assert!(caught, "the claim without SKIP LOCKED was not caught in three runs");
-    let lie = variant_of("pg-by-id.toml", |t| t.replace(" AND state = 'running' AND locked_by = :owner AND lock_token = :token", ""));
+    let lie = variant_of("pg-by-id.toml", |t| {
+        t.replace(" AND state = 'running' AND locked_by = :owner AND lock_token = :token", "")
+    });
     let out = pg(&["conform", "--profile", lie.to_str().unwrap(), "--cases", "60", "--json"]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(json(&out)["verdict"], "diverged");
     // SQLite's two-argument MAX is not PostgreSQL's: the server's own words, on one line.
-    let max = variant_of("pg-max.toml", |t| t.replace("ELSE :retry_at END", "ELSE :now + MAX(1, :retry_at - :now) END"));
+    let max =
+        variant_of("pg-max.toml", |t| t.replace("ELSE :retry_at END", "ELSE :now + MAX(1, :retry_at - :now) END"));
     let out = pg(&["conform", "--profile", max.to_str().unwrap(), "--cases", "5"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("statements.mark_ambiguous") && err.trim_end().lines().count() == 1, "{err}");
-    let leaves = variant_of("pg-public.toml", |t| t.replace("UPDATE jobs SET locked_until = NULL, locked_by = NULL, state = 'completed'", "UPDATE public.jobs SET locked_until = NULL, locked_by = NULL, state = 'completed'"));
+    let leaves = variant_of("pg-public.toml", |t| {
+        t.replace(
+            "UPDATE jobs SET locked_until = NULL, locked_by = NULL, state = 'completed'",
+            "UPDATE public.jobs SET locked_until = NULL, locked_by = NULL, state = 'completed'",
+        )
+    });
     let out = pg(&["conform", "--profile", leaves.to_str().unwrap(), "--cases", "5"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("scratch schema"));
     let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     for pid in pids.borrow().iter() {
         let left: i64 = client
-            .query_one("SELECT count(*) FROM pg_namespace WHERE obj_description(oid, 'pg_namespace') = $1", &[&format!("outbox-check scratch schema (pid {pid})")])
+            .query_one(
+                "SELECT count(*) FROM pg_namespace WHERE obj_description(oid, 'pg_namespace') = $1",
+                &[&format!("outbox-check scratch schema (pid {pid})")],
+            )
             .unwrap()
             .get(0);
         assert_eq!(left, 0, "the run with pid {pid} left its scratch schema");
@@ -226,9 +327,22 @@ fn a_profile_runs_on_postgresql_in_a_scratch_schema() {
 /// One seed, one run: the same profile and seed give the same cases, operations and divergence.
 #[test]
 fn a_profile_run_is_deterministic() {
-    let profile = variant_of("determinism.toml", |t| t.replace(" AND state = 'running' AND locked_by = :owner AND lock_token = :token", ""));
+    let profile = variant_of("determinism.toml", |t| {
+        t.replace(" AND state = 'running' AND locked_by = :owner AND lock_token = :token", "")
+    });
     let once = |seed: &str| {
-        let mut v = json(&run(&["conform", "--profile", profile.to_str().unwrap(), "--store", "sqlite", "--cases", "200", "--seed", seed, "--json"]));
+        let mut v = json(&run(&[
+            "conform",
+            "--profile",
+            profile.to_str().unwrap(),
+            "--store",
+            "sqlite",
+            "--cases",
+            "200",
+            "--seed",
+            seed,
+            "--json",
+        ]));
         v["seconds"] = serde_json::Value::Null;
         v["operations_per_second"] = serde_json::Value::Null;
         v
@@ -274,7 +388,13 @@ fn a_profile_takes_its_status_names_from_its_design_file() {
     )
     .unwrap();
     let out = run(&["conform", "--profile", profile.to_str().unwrap(), "--store", "sqlite", "--cases", "50", "--json"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(json(&out)["variant"], "jobs-design");
 }
 
@@ -282,7 +402,10 @@ fn a_profile_takes_its_status_names_from_its_design_file() {
 /// reports/profiles.json, with the properties its declared design breaks by itself.
 #[test]
 fn every_example_profile_gives_the_verdict_recorded_in_reports() {
-    let recorded: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/profiles.json")).unwrap()).unwrap();
+    let recorded: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/profiles.json")).unwrap(),
+    )
+    .unwrap();
     let profiles = recorded["profiles"].as_object().unwrap();
     // Every profile in docs/examples is recorded.
     let mut found = Vec::new();
@@ -304,7 +427,8 @@ fn every_example_profile_gives_the_verdict_recorded_in_reports() {
     let url = common::pg_url("the example profiles on PostgreSQL");
     for (profile, stores) in profiles {
         for (store, want) in stores.as_object().unwrap() {
-            let mut args = vec!["conform", "--profile", profile.as_str(), "--store", store.as_str(), "--cases", "100", "--json"];
+            let mut args =
+                vec!["conform", "--profile", profile.as_str(), "--store", store.as_str(), "--cases", "100", "--json"];
             if store == "postgres" {
                 let Some(url) = &url else { continue };
                 args.extend(["--database-url", url.as_str()]);
@@ -313,12 +437,24 @@ fn every_example_profile_gives_the_verdict_recorded_in_reports() {
             if want["verdict"] == "does not run" {
                 assert_eq!(out.status.code(), Some(2), "{profile} on {store}");
                 let err = String::from_utf8_lossy(&out.stderr);
-                assert!(err.trim_end().lines().count() == 1 && err.contains(want["why"].as_str().unwrap()), "{profile} on {store}: {err}");
+                assert!(
+                    err.trim_end().lines().count() == 1 && err.contains(want["why"].as_str().unwrap()),
+                    "{profile} on {store}: {err}"
+                );
                 continue;
             }
             let report = json(&out);
-            assert_eq!(report["verdict"], want["verdict"], "{profile} on {store}: {}", String::from_utf8_lossy(&out.stdout));
-            assert_eq!(out.status.code(), Some(if want["verdict"] == "agrees" { 0 } else { 1 }), "{profile} on {store}");
+            assert_eq!(
+                report["verdict"],
+                want["verdict"],
+                "{profile} on {store}: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+            assert_eq!(
+                out.status.code(),
+                Some(if want["verdict"] == "agrees" { 0 } else { 1 }),
+                "{profile} on {store}"
+            );
             let mut breaks: Vec<String> = report["schedules"]
                 .as_array()
                 .unwrap()
@@ -328,7 +464,8 @@ fn every_example_profile_gives_the_verdict_recorded_in_reports() {
                 .collect();
             breaks.sort();
             breaks.dedup();
-            let want_breaks: Vec<String> = want["design_breaks"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+            let want_breaks: Vec<String> =
+                want["design_breaks"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
             assert_eq!(breaks, want_breaks, "{profile} on {store}");
             if let Some(history) = report["concurrent"]["history"].as_str() {
                 let _ = std::fs::remove_file(history);
@@ -346,7 +483,11 @@ fn writes_observed_by_the_row_being_gone_or_its_version() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("profiles/visibility");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(root.join("docs/examples/visibility/schema.sql"), dir.join("schema.sql")).unwrap();
-    std::fs::copy(root.join("docs/examples/visibility-timeout.toml"), Path::new(env!("CARGO_TARGET_TMPDIR")).join("profiles/visibility-timeout.toml")).unwrap();
+    std::fs::copy(
+        root.join("docs/examples/visibility-timeout.toml"),
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("profiles/visibility-timeout.toml"),
+    )
+    .unwrap();
     let text = std::fs::read_to_string(root.join("docs/examples/visibility/visibility.profile.toml")).unwrap();
     let write = |name: &str, text: String| {
         let path = dir.join(name);
@@ -355,16 +496,31 @@ fn writes_observed_by_the_row_being_gone_or_its_version() {
     };
     let forgets = write("forgets-receipt.toml", text.replace("AND state = 'reading' AND receipt = :token\"", "\""));
     assert_ne!(std::fs::read_to_string(&forgets).unwrap(), text, "the edit applies");
-    let out = run(&["conform", "--profile", forgets.to_str().unwrap(), "--store", "sqlite", "--cases", "300", "--json"]);
+    let out =
+        run(&["conform", "--profile", forgets.to_str().unwrap(), "--store", "sqlite", "--cases", "300", "--json"]);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
     let report = json(&out);
-    let s1 = report["schedules"].as_array().unwrap().iter().find(|s| s["property"] == "S1" && !s["divergence"].is_null()).expect("an S1 schedule diverges");
-    assert!(s1["divergence"]["finding"].as_str().unwrap().starts_with("your statements let this stale mark_published apply"), "{s1}");
+    let s1 = report["schedules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["property"] == "S1" && !s["divergence"].is_null())
+        .expect("an S1 schedule diverges");
+    assert!(
+        s1["divergence"]["finding"]
+            .as_str()
+            .unwrap()
+            .starts_with("your statements let this stale mark_published apply"),
+        "{s1}"
+    );
     let no_version = write("no-version.toml", text.replace(", version AS row_version", ""));
     let out = run(&["conform", "--profile", no_version.to_str().unwrap(), "--store", "sqlite", "--cases", "5"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.trim_end().lines().count() == 1 && err.contains("observe.mark_failed") && err.contains("row_version"), "{err}");
+    assert!(
+        err.trim_end().lines().count() == 1 && err.contains("observe.mark_failed") && err.contains("row_version"),
+        "{err}"
+    );
 }
 
 /// A rescuer's statements are held against the design's rescuer: the typical job queue's
@@ -373,7 +529,8 @@ fn writes_observed_by_the_row_being_gone_or_its_version() {
 #[test]
 fn a_rescuers_statements_are_held_against_the_designs_rescuer() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = run(&["conform", "--profile", "docs/examples/jobs/job-queue.profile.toml", "--store", "sqlite", "--json"]);
+    let out =
+        run(&["conform", "--profile", "docs/examples/jobs/job-queue.profile.toml", "--store", "sqlite", "--json"]);
     let report = json(&out);
     assert!(report["divergence"].is_null(), "{}", report["divergence"]);
     assert_eq!(report["verdict"], "violated");
@@ -381,15 +538,27 @@ fn a_rescuers_statements_are_held_against_the_designs_rescuer() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(root.join("docs/examples/jobs/schema.sql"), dir.join("schema.sql")).unwrap();
     let design = std::fs::read_to_string(root.join("docs/examples/job-queue.toml")).unwrap();
-    let token = design.replace("fence = \"id\"", "fence = \"token\"").replace("name = \"job-queue\"", "name = \"job-queue-token-rescuer\"");
+    let token = design
+        .replace("fence = \"id\"", "fence = \"token\"")
+        .replace("name = \"job-queue\"", "name = \"job-queue-token-rescuer\"");
     assert_ne!(token, design);
     std::fs::write(dir.parent().unwrap().join("job-queue.toml"), token).unwrap();
     std::fs::copy(root.join("docs/examples/jobs/job-queue.profile.toml"), dir.join("job-queue.profile.toml")).unwrap();
-    let out = run(&["conform", "--profile", dir.join("job-queue.profile.toml").to_str().unwrap(), "--store", "sqlite", "--json"]);
+    let out = run(&[
+        "conform",
+        "--profile",
+        dir.join("job-queue.profile.toml").to_str().unwrap(),
+        "--store",
+        "sqlite",
+        "--json",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let report = json(&out);
     assert_eq!(report["verdict"], "diverged");
     let d = &report["divergence"];
     assert!(d["ops"].as_array().unwrap().iter().any(|op| op["op"] == "rescue"), "{d}");
-    assert!(d["sql"].as_array().unwrap().iter().any(|l| l.as_str().unwrap().contains("state = CASE WHEN attempt >=")), "{d}");
+    assert!(
+        d["sql"].as_array().unwrap().iter().any(|l| l.as_str().unwrap().contains("state = CASE WHEN attempt >=")),
+        "{d}"
+    );
 }

@@ -31,7 +31,11 @@ fn readme_commands(readme: &str) -> Vec<String> {
 }
 
 fn porcelain(root: &std::path::Path) -> String {
-    let out = Command::new("git").args(["status", "--porcelain", "--untracked-files=all"]).current_dir(root).output().expect("git runs");
+    let out = Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=all"])
+        .current_dir(root)
+        .output()
+        .expect("git runs");
     assert!(out.status.success(), "git status: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }
@@ -46,7 +50,11 @@ fn every_readme_command_works_and_leaves_git_status_as_it_was() {
     let readme = readme_commands(&std::fs::read_to_string(root.join("README.md")).unwrap());
     assert!(readme.len() >= 4, "the README's sh blocks: {readme:?}");
     let mut commands = readme;
-    let mut docs: Vec<_> = std::fs::read_dir(root.join("docs")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "md")).collect();
+    let mut docs: Vec<_> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
     docs.sort();
     for doc in docs {
         commands.extend(readme_commands(&std::fs::read_to_string(doc).unwrap()));
@@ -56,7 +64,10 @@ fn every_readme_command_works_and_leaves_git_status_as_it_was() {
     let mut ran = 0;
     for command in &commands {
         let mut words: Vec<&str> = command.split_whitespace().collect();
-        assert!(!command.contains(['\'', '"', '|', '>', '<', '&', ';']), "a README command the test cannot run as is: {command}");
+        assert!(
+            !command.contains(['\'', '"', '|', '>', '<', '&', ';']),
+            "a README command the test cannot run as is: {command}"
+        );
         let mut env = Vec::new();
         while words.first().is_some_and(|w| w.contains('=') && !w.starts_with('-')) {
             let (k, v) = words.remove(0).split_once('=').unwrap();
@@ -148,17 +159,22 @@ fn the_cli_synopsis_lists_exactly_the_options_of_each_help() {
 fn the_readme_counterexample_is_what_check_prints() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let section = readme.split("## A counterexample, as it prints").nth(1).expect("the README's counterexample section");
+    let section =
+        readme.split("## A counterexample, as it prints").nth(1).expect("the README's counterexample section");
     let command = section.split('`').find(|w| w.starts_with("outbox-check check ")).expect("the command it names");
     let block = section.split("```text\n").nth(1).and_then(|b| b.split("```").next()).expect("its text block");
     let shown: Vec<&str> = block.lines().skip_while(|l| !l.trim_start().starts_with("VIOLATED")).collect();
     assert!(shown.len() >= 4 && shown.last().unwrap().trim_start().starts_with("explorer:"), "{shown:?}");
     let args: Vec<&str> = command.split_whitespace().skip(1).collect();
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(&args).arg("--quiet").current_dir(root).output().unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(&args).arg("--quiet").current_dir(root).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "`{command}` finds a violation");
     let printed = String::from_utf8(out.stdout).unwrap();
     for line in shown {
-        assert!(printed.lines().any(|p| p == line), "the README shows a line `{command}` does not print:\n{line}\n\nit printed:\n{printed}");
+        assert!(
+            printed.lines().any(|p| p == line),
+            "the README shows a line `{command}` does not print:\n{line}\n\nit printed:\n{printed}"
+        );
     }
 }
 
@@ -170,7 +186,11 @@ fn the_design_catalogue_lists_every_variant_and_mutant() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let doc = std::fs::read_to_string(root.join("docs/designs.md")).unwrap();
     for v in Variant::ALL {
-        assert!(doc.contains(&format!("`{}`", v.name())) || doc.contains(&format!("**{}**", v.name())), "{} missing", v.name());
+        assert!(
+            doc.contains(&format!("`{}`", v.name())) || doc.contains(&format!("**{}**", v.name())),
+            "{} missing",
+            v.name()
+        );
     }
     for m in Mutant::ALL {
         let kills: Vec<&str> = m.expected_kills().to_vec();

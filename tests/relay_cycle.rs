@@ -15,7 +15,14 @@ fn config(variant: Variant) -> RelayConfig {
 }
 
 fn lease(id: u32, attempts: u32) -> Lease {
-    Lease { message_id: MessageId(id), tenant_id: TenantId(0), owner: RelayId(1), token: LeaseToken(attempts.into()), attempts, claim_seq: attempts }
+    Lease {
+        message_id: MessageId(id),
+        tenant_id: TenantId(0),
+        owner: RelayId(1),
+        token: LeaseToken(attempts.into()),
+        attempts,
+        claim_seq: attempts,
+    }
 }
 
 const NOW: Clocks = Clocks { database: Instant(100), relay: Instant(150) };
@@ -43,7 +50,10 @@ fn written_kind(effect: Effect) -> WriteKind {
 fn an_ack_is_recorded_as_published_and_the_next_lease_follows() {
     let c = config(Variant::Reference);
     let (mut cycle, effect) = started(&c, vec![lease(0, 1), lease(1, 1)]);
-    assert_eq!(effect, Effect::Publish { lease: lease(0, 1), key: IdempotencyKey::Message { message_id: MessageId(0) } });
+    assert_eq!(
+        effect,
+        Effect::Publish { lease: lease(0, 1), key: IdempotencyKey::Message { message_id: MessageId(0) } }
+    );
     let step = cycle.resume(&c, Input::Published { outcome: PublishOutcome::Ack }, NOW);
     assert_eq!(written_kind(step.effect), WriteKind::Published);
     let step = cycle.resume(&c, Input::Written { result: WriteResult::Applied { status: Status::Published } }, NOW);
@@ -75,7 +85,11 @@ fn a_lost_connection_after_publishing_records_nothing_and_does_not_republish() {
     cycle.resume(&c, Input::Published { outcome: PublishOutcome::Ack }, NOW);
     let step = cycle.resume(&c, Input::ConnectionLost, NOW);
     assert_eq!(step.finished, Some((MessageId(0), LeaseResult::AckUnknown)));
-    assert!(matches!(step.effect, Effect::Publish { lease, .. } if lease.message_id == MessageId(1)), "{:?}", step.effect);
+    assert!(
+        matches!(step.effect, Effect::Publish { lease, .. } if lease.message_id == MessageId(1)),
+        "{:?}",
+        step.effect
+    );
 }
 
 #[test]

@@ -15,9 +15,15 @@ fn config(variant: Variant) -> SimConfig {
 fn results(config: &SimConfig, count: u64) -> Vec<RunResult> {
     let all = std::sync::Mutex::new(Vec::new());
     let histories = std::sync::Mutex::new(std::collections::BTreeMap::new());
-    sweep(config, Seeds::all(0, count), 2, &|r| {
-        histories.lock().unwrap().insert(r.seed, r.history.clone());
-    }, &|r| all.lock().unwrap().push(r.clone()));
+    sweep(
+        config,
+        Seeds::all(0, count),
+        2,
+        &|r| {
+            histories.lock().unwrap().insert(r.seed, r.history.clone());
+        },
+        &|r| all.lock().unwrap().push(r.clone()),
+    );
     let mut all = all.into_inner().unwrap();
     let histories = histories.into_inner().unwrap();
     for r in &mut all {
@@ -29,9 +35,18 @@ fn results(config: &SimConfig, count: u64) -> Vec<RunResult> {
 
 #[test]
 fn the_same_seed_gives_the_same_history_byte_for_byte() {
-    for config in [config(Variant::Reference), SimConfig::new(vec![Design::Variant(Variant::SeedV2), Design::Variant(Variant::LegacyV1)], 10)] {
+    for config in [
+        config(Variant::Reference),
+        SimConfig::new(vec![Design::Variant(Variant::SeedV2), Design::Variant(Variant::LegacyV1)], 10),
+    ] {
         let seeds: Vec<u64> = (0..40).collect();
-        let first: Vec<(String, String)> = seeds.iter().map(|&s| { let r = run(&config, s); (r.history_hash, r.history) }).collect();
+        let first: Vec<(String, String)> = seeds
+            .iter()
+            .map(|&s| {
+                let r = run(&config, s);
+                (r.history_hash, r.history)
+            })
+            .collect();
         // The second pass on two threads: scheduling of the sweep must not matter.
         let second = results(&config, 40);
         for (i, r) in second.iter().enumerate() {
@@ -178,11 +193,21 @@ fn the_rescuer_runs_in_the_simulations_and_the_oracle_agrees() {
     let failing: Vec<&RunResult> = by_id.iter().filter(|r| !r.violations.is_empty()).collect();
     let rejected = failing.iter().filter(|r| matches!(&r.oracle, OracleVerdict::Diverged { .. })).count();
     println!("by-id rescuer: {} failing seeds, the oracle rejects {rejected}", failing.len());
-    assert!(rejected * 10 >= failing.len() * 8, "the oracle rejected only {rejected} of {} failing histories", failing.len());
-    assert!(by_id.iter().any(|r| matches!(&r.oracle, OracleVerdict::Diverged { property: Some(Property::S4 | Property::S1), .. })));
+    assert!(
+        rejected * 10 >= failing.len() * 8,
+        "the oracle rejected only {rejected} of {} failing histories",
+        failing.len()
+    );
+    assert!(by_id
+        .iter()
+        .any(|r| matches!(&r.oracle, OracleVerdict::Diverged { property: Some(Property::S4 | Property::S1), .. })));
     for fence in ["token", "expired"] {
         let runs = results(&SimConfig::new(vec![design(fence); 3], 20), 150);
-        let failed: Vec<u64> = runs.iter().filter(|r| !r.violations.is_empty() || !matches!(r.oracle, OracleVerdict::Accepted)).map(|r| r.seed).collect();
+        let failed: Vec<u64> = runs
+            .iter()
+            .filter(|r| !r.violations.is_empty() || !matches!(r.oracle, OracleVerdict::Accepted))
+            .map(|r| r.seed)
+            .collect();
         assert!(failed.is_empty(), "rescue by {fence}: seeds {failed:?} failed");
     }
     let history = run(&SimConfig::new(vec![design("token"); 3], 20), 3).history;

@@ -31,7 +31,8 @@ fn ids(found: &[Finding]) -> Vec<&'static str> {
 fn describe(design: &str, found: &[Finding]) -> String {
     let mut text = format!("{design}: {:?}", ids(found));
     for f in found {
-        text += &format!("\n  {} (seed {}, {} steps): {}", f.property.id(), f.seed, f.actions.len(), f.violation.detail);
+        text +=
+            &format!("\n  {} (seed {}, {} steps): {}", f.property.id(), f.seed, f.actions.len(), f.violation.detail);
     }
     text
 }
@@ -134,7 +135,8 @@ fn a_quiet_single_relay_world_breaks_nothing_even_for_legacy() {
         let mut config = WorldConfig::small(Design::Variant(variant), 1, 3);
         config.faults = Faults::none();
         config.lease = outbox_check::core::Duration(100);
-        config.relays = vec![RelaySpec { design: Design::Variant(variant), owner: RelayId(0), tenant_id: TenantId(0), skew: 0 }];
+        config.relays =
+            vec![RelaySpec { design: Design::Variant(variant), owner: RelayId(0), tenant_id: TenantId(0), skew: 0 }];
         let found = search(&config, 500, STEPS_MAX);
         let expected: &[&str] = if variant == Variant::LegacyV1 { &["S2"] } else { &[] };
         assert_eq!(ids(&found), expected, "{}", describe(variant.name(), &found));

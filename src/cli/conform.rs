@@ -1,9 +1,9 @@
 //! `outbox-check conform`: the SQL of a design against the core, by differential property tests.
 
 use outbox_check::core::Design;
-use outbox_check_models::conform::{conform, Bounds, Report};
 use outbox_check::store::bind::reusing_postgres;
 use outbox_check::store::{SqliteStore, Store, StoreError};
+use outbox_check_models::conform::{conform, Bounds, Report};
 use std::process::ExitCode;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -52,7 +52,9 @@ pub fn run(args: &ConformArgs) -> ExitCode {
 /// `--clean-up`: drops the scratch schemas that runs killed outright left on the server.
 fn clean_up(args: &ConformArgs) -> ExitCode {
     if args.engine != Engine::Postgres {
-        eprintln!("outbox-check: --clean-up is for --store postgres (an SQLite store lives in memory and leaves nothing)");
+        eprintln!(
+            "outbox-check: --clean-up is for --store postgres (an SQLite store lives in memory and leaves nothing)"
+        );
         return ExitCode::from(2);
     }
     let dropped = url(args)
@@ -87,7 +89,11 @@ fn url(args: &ConformArgs) -> Result<String, StoreError> {
 
 pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
     let policy = args.design.policy();
-    let bar = if args.quiet || args.json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(u64::from(args.cases)) };
+    let bar = if args.quiet || args.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(u64::from(args.cases))
+    };
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} cases, eta {eta}")
             .expect("a valid template")
@@ -97,11 +103,20 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
     if let Some(profile) = &args.profile {
         // (b) the schedules that matter, from the model checker, before the random sequences
         // take the progress bar.
-        let spinner = if args.quiet || args.json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new_spinner() };
-        let schedules = outbox_check_models::conform::schedules(args.against, &|name| spinner.set_message(format!("finding the schedules that matter: model checking {name}")));
+        let spinner = if args.quiet || args.json {
+            indicatif::ProgressBar::hidden()
+        } else {
+            indicatif::ProgressBar::new_spinner()
+        };
+        let schedules = outbox_check_models::conform::schedules(args.against, &|name| {
+            spinner.set_message(format!("finding the schedules that matter: model checking {name}"))
+        });
         spinner.finish_and_clear();
         let replay_all = |open: &dyn Fn() -> Result<Box<dyn Store>, StoreError>| -> Result<Vec<_>, StoreError> {
-            schedules.iter().map(|s| Ok(outbox_check_models::conform::replay_schedule(s, args.against.policy(), open()?.as_mut()))).collect()
+            schedules
+                .iter()
+                .map(|s| Ok(outbox_check_models::conform::replay_schedule(s, args.against.policy(), open()?.as_mut())))
+                .collect()
         };
         let report = match args.engine {
             Engine::Sqlite => {
@@ -109,7 +124,8 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
                 // The schema and every statement must at least prepare before the sweep starts.
                 profile.sqlite()?;
                 let open = || profile.sqlite();
-                let mut report = conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1))?;
+                let mut report =
+                    conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1))?;
                 report.schedules = replay_all(&open)?;
                 report
             }
@@ -117,13 +133,20 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
                 bar.set_message(format!("conform {} on postgres", profile.origin.display()));
                 let url = url(args)?;
                 let open = profile.postgres(&url, args.disposable)?;
-                let mut report = conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1))?;
+                let mut report =
+                    conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1))?;
                 report.schedules = replay_all(&open)?;
                 drop(open);
                 // (c) concurrent relays over the statements, with faults; the history to the oracle.
                 bar.finish_and_clear();
-                let spinner = if args.quiet || args.json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new_spinner() };
-                spinner.set_message("4 relays over your statements on PostgreSQL, with a flaky broker and killed backends");
+                let spinner = if args.quiet || args.json {
+                    indicatif::ProgressBar::hidden()
+                } else {
+                    indicatif::ProgressBar::new_spinner()
+                };
+                spinner.set_message(
+                    "4 relays over your statements on PostgreSQL, with a flaky broker and killed backends",
+                );
                 spinner.enable_steady_tick(std::time::Duration::from_millis(120));
                 report.concurrent = Some(profile.concurrent(&url, args.disposable, 4, 200, args.seed)?);
                 spinner.finish_and_clear();
@@ -205,7 +228,10 @@ fn print(args: &ConformArgs, report: &Report) {
             println!("  ✗ not every message was terminal within 60 s");
         }
         if !c.not_terminal.is_empty() {
-            println!("  ✗ not terminal at the end: {}", c.not_terminal.iter().map(|m| format!("m{m}")).collect::<Vec<_>>().join(", "));
+            println!(
+                "  ✗ not terminal at the end: {}",
+                c.not_terminal.iter().map(|m| format!("m{m}")).collect::<Vec<_>>().join(", ")
+            );
         }
         if !c.left_by_design.is_empty() {
             println!(
@@ -215,13 +241,19 @@ fn print(args: &ConformArgs, report: &Report) {
             );
         }
         if !c.published_not_stored.is_empty() {
-            println!("  ✗ PUBLISHED but never stored: {}", c.published_not_stored.iter().map(|m| format!("m{m}")).collect::<Vec<_>>().join(", "));
+            println!(
+                "  ✗ PUBLISHED but never stored: {}",
+                c.published_not_stored.iter().map(|m| format!("m{m}")).collect::<Vec<_>>().join(", ")
+            );
         }
         if let Some(o) = &c.oracle {
             println!("  ✗ the oracle on the recorded history: {}", o.replace('\n', "\n    "));
             if let Some(p) = &c.design_breaks {
                 let check = check_command(args.against);
-                println!("    your statements did what {0} says: {0} itself breaks {p} ({check} finds it in the model)", args.against);
+                println!(
+                    "    your statements did what {0} says: {0} itself breaks {p} ({check} finds it in the model)",
+                    args.against
+                );
             }
         }
         if let Some(h) = &c.history {

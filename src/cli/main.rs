@@ -3,10 +3,10 @@
 //!
 //! Exit codes: 0 everything checked holds, 1 a property is violated, 2 bad input or environment.
 
-use outbox_check_models::check::{check, CheckOptions, CheckReport, Kind, Verdict};
+use clap::{Parser, Subcommand};
 use outbox_check::core::{Design, Mutant, Variant};
 use outbox_check::world::{Faults, WorldConfig};
-use clap::{Parser, Subcommand};
+use outbox_check_models::check::{check, CheckOptions, CheckReport, Kind, Verdict};
 
 // Model checking clones and drops millions of small states; mimalloc makes that allocation
 // cheaper than the system allocator does.
@@ -14,9 +14,9 @@ use clap::{Parser, Subcommand};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod conform;
-mod verify;
 #[cfg(madsim)]
 mod sim;
+mod verify;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -36,7 +36,8 @@ pub struct Cli {
 enum Command {
     /// The main job: model-check, simulate and SQL-check every variant and a mixed fleet; print
     /// the verdict matrix.
-    #[command(after_help = "Examples:\n  outbox-check verify\n  outbox-check verify --json > verdicts.json\n  outbox-check verify --report reports   (regenerates reports/index.md and the counterexamples)\n\n\
+    #[command(
+        after_help = "Examples:\n  outbox-check verify\n  outbox-check verify --json > verdicts.json\n  outbox-check verify --report reports   (regenerates reports/index.md and the counterexamples)\n\n\
         The fleets: each variant, and seed-v2 beside legacy-v1. Model checking: two relays, two\n\
         messages, budget 3, every fault (one relay's clock a lease ahead), L1-L3 included.\n\
         Simulation: 300 seeds of three relays × 20 messages, each with its own fault profile.\n\
@@ -45,7 +46,8 @@ enum Command {
         Exit: 0 when reference holds everything and every verdict equals\n\
         reports/expectations.json (compiled in; compared at the default bounds) or the\n\
         --expectations file (compared at any bounds), 1 otherwise (the differences are\n\
-        listed), 2 on bad input.")]
+        listed), 2 on bad input."
+    )]
     Verify {
         /// Messages per fleet (model checking). Two by default (under three minutes on two
         /// cores); three take tens of minutes and gigabytes.
@@ -84,14 +86,18 @@ enum Command {
         designs: Vec<Design>,
     },
     /// Print a shell completion script: `outbox-check completions bash > /etc/bash_completion.d/outbox-check`.
-    #[command(after_help = "Examples:\n  outbox-check completions bash > ~/.local/share/bash-completion/completions/outbox-check\n  \
-        outbox-check completions zsh > \"${fpath[1]}/_outbox-check\"\n  outbox-check completions fish > ~/.config/fish/completions/outbox-check.fish")]
+    #[command(
+        after_help = "Examples:\n  outbox-check completions bash > ~/.local/share/bash-completion/completions/outbox-check\n  \
+        outbox-check completions zsh > \"${fpath[1]}/_outbox-check\"\n  outbox-check completions fish > ~/.config/fish/completions/outbox-check.fish"
+    )]
     Completions {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
     /// List every variant and mutant with its switches, or one of them.
-    #[command(after_help = "Examples:\n  outbox-check variants\n  outbox-check variants seed-v2\n  outbox-check variants reference --toml > my-queue.toml\n  outbox-check variants my-queue.toml\n  outbox-check variants --json | jq '.designs[].name'")]
+    #[command(
+        after_help = "Examples:\n  outbox-check variants\n  outbox-check variants seed-v2\n  outbox-check variants reference --toml > my-queue.toml\n  outbox-check variants my-queue.toml\n  outbox-check variants --json | jq '.designs[].name'"
+    )]
     Variants {
         /// Show only this variant, mutant or design file.
         #[arg(value_parser = parse_design)]
@@ -105,13 +111,15 @@ enum Command {
         toml: bool,
     },
     /// Model-check a variant or fleet exhaustively with stateright; shortest counterexamples.
-    #[command(after_help = "Examples:\n  outbox-check check --variant reference\n  outbox-check check --fleet seed-v2,legacy-v1 --json\n  outbox-check check --variant legacy-v1 --messages 1 --faults crash,broker-drop\n\n\
+    #[command(
+        after_help = "Examples:\n  outbox-check check --variant reference\n  outbox-check check --fleet seed-v2,legacy-v1 --json\n  outbox-check check --variant legacy-v1 --messages 1 --faults crash,broker-drop\n\n\
         Exit: 0 every safety and liveness property holds (or was not exercised: shown as such,\n\
         with the reason), 1 one is violated or the check is incomplete (cut short by --timeout or\n\
         --max-memory: the undecided properties say \"unknown\"), 2 bad input. Every violation is\n\
         replayed in the plain world before it is reported. Counterexamples are written only with\n\
         --out DIR: DIR/<fleet>/<property>.md (with a Mermaid diagram), .json (for\n\
-        outbox-check replay), .trace.jsonl and .itf.json.")]
+        outbox-check replay), .trace.jsonl and .itf.json."
+    )]
     Check {
         #[command(flatten)]
         fleet: FleetArgs,
@@ -154,11 +162,13 @@ enum Command {
     },
     /// Replay a counterexample file that `check` wrote (its .json) step by step in the plain
     /// world — no normalisation, no abstraction — and confirm the property breaks as it says.
-    #[command(after_help = "Example: outbox-check check --variant legacy-v1 --out /tmp/cx && outbox-check replay /tmp/cx/legacy-v1-x2/S1.json\n\n\
+    #[command(
+        after_help = "Example: outbox-check check --variant legacy-v1 --out /tmp/cx && outbox-check replay /tmp/cx/legacy-v1-x2/S1.json\n\n\
         Safety: the last step breaks the property. Reachability: the last step reaches the\n\
         situation. Liveness: the cycle is fault-free, lets time pass, never reaches the goal and\n\
         returns to the state it began in. Exit: 0 the file's property is broken as it says, 1 it\n\
-        is not, 2 the file cannot be read or is not a counterexample.")]
+        is not, 2 the file cannot be read or is not a counterexample."
+    )]
     Replay {
         /// A counterexample's .json, as `check --out DIR` writes it.
         file: std::path::PathBuf,
@@ -174,7 +184,9 @@ enum Command {
     },
     /// Open the explorer on a variant or fleet: step through its states in a browser, with the
     /// table, each relay's clock and every property's status at the state shown.
-    #[command(after_help = "Example: outbox-check explore --variant legacy-v1 --port 3000\n  then open http://127.0.0.1:3000/ (a counterexample's link from `check` opens at its path)")]
+    #[command(
+        after_help = "Example: outbox-check explore --variant legacy-v1 --port 3000\n  then open http://127.0.0.1:3000/ (a counterexample's link from `check` opens at its path)"
+    )]
     Explore {
         #[command(flatten)]
         fleet: FleetArgs,
@@ -184,12 +196,14 @@ enum Command {
     },
     /// Combine the --json reports of a sharded check (`check --shard I/N --json`, every I
     /// once) into the verdict of the whole search.
-    #[command(after_help = "Example:\n  for i in 0 1 2 3; do outbox-check check --variant reference --messages 3 --shard $i/4 --json > shard-$i.json; done\n  outbox-check merge shard-*.json\n\n\
+    #[command(
+        after_help = "Example:\n  for i in 0 1 2 3; do outbox-check check --variant reference --messages 3 --shard $i/4 --json > shard-$i.json; done\n  outbox-check merge shard-*.json\n\n\
         Safety and reachability are decided as by one unsharded check when every shard completed:\n\
         violated (or reached) where any shard found it, with the shortest counterexample among\n\
         them; holds only where every shard completed. Liveness (L1-L3) is not decided by a sharded\n\
         run. Exit: 0 every safety property holds (or was not exercised), 1 one is violated or\n\
-        undecided, 2 a file cannot be read or the files are not every shard of one search.")]
+        undecided, 2 a file cannot be read or the files are not every shard of one search."
+    )]
     Merge {
         /// The shards' reports, as `check --shard I/N --json` printed them.
         #[arg(required = true, value_name = "SHARD.json")]
@@ -213,14 +227,16 @@ enum Command {
     },
     /// Simulate relays, broker and database faults deterministically with madsim; one seed
     /// replays one run byte for byte.
-    #[command(after_help = "Examples:\n  outbox-check sim --variant reference --seeds 1000\n  outbox-check sim --variant legacy-v1 --seeds 100\n  outbox-check sim --seed 7 --json\n  outbox-check sim --variant legacy-v1 --seed 3 --history | outbox-check trace /dev/stdin\n  outbox-check sim --seeds 10000 --shard 2/8   (this CI job's eighth of the sweep)\n\n\
+    #[command(
+        after_help = "Examples:\n  outbox-check sim --variant reference --seeds 1000\n  outbox-check sim --variant legacy-v1 --seeds 100\n  outbox-check sim --seed 7 --json\n  outbox-check sim --variant legacy-v1 --seed 3 --history | outbox-check trace /dev/stdin\n  outbox-check sim --seeds 10000 --shard 2/8   (this CI job's eighth of the sweep)\n\n\
         Each seed draws its own fault profile (swarm testing): broker drops, lost acks,\n\
         duplicates, rejections and outages; database replies lost before or after commit;\n\
         relay kills, pauses past the lease and partitions; clock skew. Faults stop after 8 s of\n\
         simulated time; then L1 and L3 (L2 under a permanent outage) are checked. Every\n\
         history is checked by the core's auditor and, for one-design fleets, by the oracle.\n\
         Exit: 0 no run violated anything, 1 a run did (its history is written under --out and\n\
-        its replay command printed), 2 bad input.")]
+        its replay command printed), 2 bad input."
+    )]
     Sim {
         /// Every relay runs this design (default: reference): a variant, a mutant, or a design
         /// file (FILE.toml).
@@ -275,7 +291,8 @@ enum Command {
     /// Check a design's SQL — ours, or yours with --profile — against the core on SQLite or
     /// PostgreSQL by differential property tests; a divergence is shrunk to a minimal sequence
     /// and printed as SQL.
-    #[command(after_help = "Examples:\n  outbox-check conform --store sqlite\n  outbox-check conform --store postgres --database-url postgresql://postgres@127.0.0.1:5432/test\n  outbox-check conform --store sqlite --variant legacy-v1 --against reference   (where V1 differs)\n  outbox-check conform --profile docs/examples/jobs/jobs.profile.toml --store sqlite   (your own SQL)\n\n\
+    #[command(
+        after_help = "Examples:\n  outbox-check conform --store sqlite\n  outbox-check conform --store postgres --database-url postgresql://postgres@127.0.0.1:5432/test\n  outbox-check conform --store sqlite --variant legacy-v1 --against reference   (where V1 differs)\n  outbox-check conform --profile docs/examples/jobs/jobs.profile.toml --store sqlite   (your own SQL)\n\n\
         With --profile (docs/sql-profile.md) your statements run as written, and after the random\n\
         sequences come the schedules that matter (the model checker's shortest counterexamples,\n\
         replayed on your statements) and, on PostgreSQL, four relays at once with a flaky broker\n\
@@ -289,7 +306,8 @@ enum Command {
         schemas before exiting; ones a killed run left are dropped by the next run or --clean-up.\n\
         Bound: every variant and mutant — reference, seed-v2, legacy-v1 and the counter-token\n\
         mutants on messaging_outbox, seed-tenant on seed 003's outbox_events (random tokens).\n\
-        Exit: 0 agrees, 1 diverged, 2 bad input or no server.")]
+        Exit: 0 agrees, 1 diverged, 2 bad input or no server."
+    )]
     Conform {
         /// The engine: sqlite (embedded, in memory) or postgres.
         #[arg(long = "store", value_enum)]
@@ -330,7 +348,8 @@ enum Command {
     },
     /// The relay cycle end to end over real parts: relay processes over PostgreSQL publishing to
     /// NATS JetStream, a consumer recording every delivery, under real faults from one seed.
-    #[command(after_help = "Examples:\n  OUTBOX_CHECK_PG_URL=postgresql://postgres@127.0.0.1:5432/test outbox-check e2e\n  \
+    #[command(
+        after_help = "Examples:\n  OUTBOX_CHECK_PG_URL=postgresql://postgres@127.0.0.1:5432/test outbox-check e2e\n  \
         outbox-check e2e --seed 7 --duplicate-window-ms 100 --faults cut   (a window too short: a duplicate reaches the consumer)\n  \
         outbox-check e2e --variant legacy-v1 --json\n\n\
         The run starts its own nats-server (-js, a free loopback port, its own store folder) so it\n\
@@ -346,7 +365,8 @@ enum Command {
         effect, with the publications that caused it). Nothing is left behind: no process, schema\n\
         or store folder.\n\n\
         Exit: 0 every check passed, 1 a check failed (the history is written for `outbox-check\n\
-        trace`), 2 bad input or a missing server.")]
+        trace`), 2 bad input or a missing server."
+    )]
     E2e {
         /// The broker the relays publish to.
         #[arg(long, value_enum, default_value = "nats")]
@@ -418,7 +438,8 @@ enum Command {
         file: std::path::PathBuf,
     },
     /// Check histories recorded by any implementation against the model (the reference oracle).
-    #[command(after_help = "Examples:\n  outbox-check trace relay-run.jsonl --json\n  my-recorder | outbox-check trace -\n  \
+    #[command(
+        after_help = "Examples:\n  outbox-check trace relay-run.jsonl --json\n  my-recorder | outbox-check trace -\n  \
         outbox-check trace relay-run.jsonl --all --html relay-run.html\n\n\
         The format: docs/trace-format.md. Fields the format does not know (a timestamp, a host)\n\
         are ignored and listed once on stderr; --strict refuses them. Every divergence is named:\n\
@@ -426,7 +447,8 @@ enum Command {
         its declared design does not, safely). Exit: 0 every history is consistent with the\n\
         model (or, with --safety-only, breaks no safety property), 1 one diverges (the first\n\
         divergence is printed; --all lists every one), 2 a file cannot be read or parsed\n\
-        (FILE:LINE:COL and the problem).")]
+        (FILE:LINE:COL and the problem)."
+    )]
     Trace {
         /// Trace files (JSON Lines with a header line); `-` reads standard input.
         #[arg(required = true)]
@@ -516,7 +538,10 @@ impl FleetArgs {
             None => self.fleet.clone(),
         };
         if self.backoff_cap < self.backoff_base {
-            return Err(format!("--backoff-cap {} is below --backoff-base {}: the cap must be at least the base", self.backoff_cap, self.backoff_base));
+            return Err(format!(
+                "--backoff-cap {} is below --backoff-base {}: the cap must be at least the base",
+                self.backoff_cap, self.backoff_base
+            ));
         }
         let mut config = WorldConfig::fleet(&designs, self.messages, self.tenants, self.max_attempts, self.faults);
         config.requeues = self.requeues;
@@ -603,7 +628,12 @@ fn run() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => {
             use clap::error::ErrorKind;
-            if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+            if matches!(
+                error.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
                 let _ = error.print();
                 return if error.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
                     ExitCode::from(2)
@@ -616,20 +646,29 @@ fn run() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Verify { messages, threads, sim_seeds, database_url, expectations, report, junit, json, quiet, designs } => {
-            verify::verify(&verify::VerifyArgs {
-                designs,
-                expectations,
-                junit,
-                messages,
-                threads: threads as usize,
-                sim_seeds,
-                report,
-                database_url,
-                json,
-                quiet,
-            })
-        }
+        Command::Verify {
+            messages,
+            threads,
+            sim_seeds,
+            database_url,
+            expectations,
+            report,
+            junit,
+            json,
+            quiet,
+            designs,
+        } => verify::verify(&verify::VerifyArgs {
+            designs,
+            expectations,
+            junit,
+            messages,
+            threads: threads as usize,
+            sim_seeds,
+            report,
+            database_url,
+            json,
+            quiet,
+        }),
         Command::Variants { design, json, toml } => variants(design, json, toml),
         Command::E2eRelay { file } => outbox_check::e2e::relay::main(&file),
         Command::E2e {
@@ -653,33 +692,51 @@ fn run() -> ExitCode {
             history,
             json,
             quiet,
-        } => e2e(outbox_check::e2e::Options {
-            broker,
-            rabbitmq_url,
-            design: variant,
-            relays,
-            messages,
-            seed,
-            lease_ms,
-            backoff_base_ms,
-            backoff_cap_ms,
-            poll_ms,
-            max_attempts,
-            batch,
-            duplicate_window_ms,
-            faults,
-            fault_span_ms: 3_000,
-            database_url: database_url.or_else(|| std::env::var("OUTBOX_CHECK_PG_URL").ok().filter(|u| !u.is_empty())).unwrap_or_default(),
-            nats_server: nats_server.unwrap_or_default(),
-            deadline_ms: timeout * 1_000,
-            history,
-        }, json, quiet),
+        } => e2e(
+            outbox_check::e2e::Options {
+                broker,
+                rabbitmq_url,
+                design: variant,
+                relays,
+                messages,
+                seed,
+                lease_ms,
+                backoff_base_ms,
+                backoff_cap_ms,
+                poll_ms,
+                max_attempts,
+                batch,
+                duplicate_window_ms,
+                faults,
+                fault_span_ms: 3_000,
+                database_url: database_url
+                    .or_else(|| std::env::var("OUTBOX_CHECK_PG_URL").ok().filter(|u| !u.is_empty()))
+                    .unwrap_or_default(),
+                nats_server: nats_server.unwrap_or_default(),
+                deadline_ms: timeout * 1_000,
+                history,
+            },
+            json,
+            quiet,
+        ),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut command, "outbox-check", &mut std::io::stdout());
             ExitCode::SUCCESS
         }
-        Command::Check { fleet, threads, timeout, max_memory, no_liveness, shard, out, no_write: _, explorer_port, json, quiet } => {
+        Command::Check {
+            fleet,
+            threads,
+            timeout,
+            max_memory,
+            no_liveness,
+            shard,
+            out,
+            no_write: _,
+            explorer_port,
+            json,
+            quiet,
+        } => {
             let shard = match shard.map(|(index, count)| (u32::try_from(index), u32::try_from(count))) {
                 None => None,
                 Some((Ok(index), Ok(count))) => Some(outbox_check_models::graph::Shard { index, count }),
@@ -691,7 +748,9 @@ fn run() -> ExitCode {
             let options = CheckOptions {
                 threads: threads as usize,
                 timeout: timeout.map(std::time::Duration::from_secs),
-                max_memory: max_memory.map(|gb| (gb * 1e9) as u64).or_else(|| memory_total().map(|total| total / 10 * 8)),
+                max_memory: max_memory
+                    .map(|gb| (gb * 1e9) as u64)
+                    .or_else(|| memory_total().map(|total| total / 10 * 8)),
                 liveness: !no_liveness && shard.is_none(),
                 shard,
                 ..CheckOptions::default()
@@ -703,13 +762,46 @@ fn run() -> ExitCode {
         Command::Merge { files, json } => merge(&files, json),
         Command::Mutants { threads, json, quiet } => mutants(threads as usize, json, quiet),
         Command::Sim {
-            variant, fleet, relays, messages, tenants, max_attempts, seed, seeds, from, shard, threads, out, no_write,
-            history, json, quiet,
+            variant,
+            fleet,
+            relays,
+            messages,
+            tenants,
+            max_attempts,
+            seed,
+            seeds,
+            from,
+            shard,
+            threads,
+            out,
+            no_write,
+            history,
+            json,
+            quiet,
         } => {
             #[cfg(not(madsim))]
             {
-                let _ = (variant, fleet, relays, messages, tenants, max_attempts, seed, seeds, from, shard, threads, out, no_write, history, json, quiet);
-                eprintln!("outbox-check: this build has no simulator: build with --cfg madsim (as .cargo/config.toml does)");
+                let _ = (
+                    variant,
+                    fleet,
+                    relays,
+                    messages,
+                    tenants,
+                    max_attempts,
+                    seed,
+                    seeds,
+                    from,
+                    shard,
+                    threads,
+                    out,
+                    no_write,
+                    history,
+                    json,
+                    quiet,
+                );
+                eprintln!(
+                    "outbox-check: this build has no simulator: build with --cfg madsim (as .cargo/config.toml does)"
+                );
                 ExitCode::from(2)
             }
             #[cfg(madsim)]
@@ -734,7 +826,17 @@ fn run() -> ExitCode {
             }
         }
         Command::Conform {
-            engine, variant, against, profile, cases, seed, database_url, i_understand_this_database_is_disposable, clean_up, json, quiet,
+            engine,
+            variant,
+            against,
+            profile,
+            cases,
+            seed,
+            database_url,
+            i_understand_this_database_is_disposable,
+            clean_up,
+            json,
+            quiet,
         } => {
             let profile = match profile.map(|p| outbox_check::store::profile::Profile::load(&p)).transpose() {
                 Ok(profile) => profile,
@@ -836,7 +938,13 @@ fn variants(only: Option<Design>, json: bool, toml: bool) -> ExitCode {
         println!("\nMutants (docs/designs.md): reference with one switch flipped\n");
     }
     for m in Mutant::ALL.into_iter().filter(|m| chosen(Design::Mutant(*m))) {
-        println!("  {:<24} {:<38} {}  (should break {})", m.name(), m.switch(), m.mistake(), m.expected_kills().join(" or "));
+        println!(
+            "  {:<24} {:<38} {}  (should break {})",
+            m.name(),
+            m.switch(),
+            m.mistake(),
+            m.expected_kills().join(" or ")
+        );
     }
     for d in &designs {
         if let Design::Custom(c) = d {
@@ -874,7 +982,8 @@ fn parse_gigabytes(text: &str) -> Result<f64, String> {
 /// The machine's memory in bytes (Linux; `None` elsewhere).
 fn memory_total() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: u64 = info.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    let kb: u64 =
+        info.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
     Some(kb * 1024)
 }
 
@@ -967,7 +1076,9 @@ fn replay(file: &std::path::Path, json: bool) -> ExitCode {
             // serde says of a design name it cannot place only that no enum variant matched.
             let problem = problem.to_string();
             let problem = match problem.split_once("data did not match any variant of untagged enum Design") {
-                Some((before, at)) => format!("{before}a design that is neither built in nor given with --design FILE.toml{at}"),
+                Some((before, at)) => {
+                    format!("{before}a design that is neither built in nor given with --design FILE.toml{at}")
+                }
                 None => problem,
             };
             eprintln!("outbox-check: {}: {problem}", file.display());
@@ -977,7 +1088,10 @@ fn replay(file: &std::path::Path, json: bool) -> ExitCode {
     let outcome = outbox_check_models::replay::confirm(&cx.config, &cx.id, &cx.actions, cx.cycle_from, cx.message);
     let (steps, confirmed) = match &outcome {
         Ok(steps) => (steps.clone(), None),
-        Err(why) => (outbox_check_models::replay::run(&cx.config, &cx.actions).map(|(s, _)| s).unwrap_or_default(), Some(why.to_string())),
+        Err(why) => (
+            outbox_check_models::replay::run(&cx.config, &cx.actions).map(|(s, _)| s).unwrap_or_default(),
+            Some(why.to_string()),
+        ),
     };
     if json {
         let value = serde_json::json!({
@@ -987,7 +1101,12 @@ fn replay(file: &std::path::Path, json: bool) -> ExitCode {
         });
         println!("{}", serde_json::to_string_pretty(&value).expect("JSON of plain values"));
     } else {
-        println!("outbox-check replay — {} of {} ({}), in the plain world\n", cx.id, cx.fleet.join(", "), file.display());
+        println!(
+            "outbox-check replay — {} of {} ({}), in the plain world\n",
+            cx.id,
+            cx.fleet.join(", "),
+            file.display()
+        );
         for step in &steps {
             if cx.cycle_from == Some(step.index) {
                 println!("     — repeated forever from here —");
@@ -998,7 +1117,15 @@ fn replay(file: &std::path::Path, json: bool) -> ExitCode {
             }
         }
         match &confirmed {
-            None => println!("\n{} replays: {}.", cx.id, if cx.kind_is_reachability() { "the situation is reached" } else { "the property is broken as the file says" }),
+            None => println!(
+                "\n{} replays: {}.",
+                cx.id,
+                if cx.kind_is_reachability() {
+                    "the situation is reached"
+                } else {
+                    "the property is broken as the file says"
+                }
+            ),
             Some(why) => println!("\n{} does NOT replay: {why}.", cx.id),
         }
     }
@@ -1011,7 +1138,8 @@ fn replay(file: &std::path::Path, json: bool) -> ExitCode {
 
 /// Where the nats-server program is: on PATH, or where Debian puts it.
 fn find_program(name: &str, fallback: &str) -> Option<std::path::PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).map(|d| d.join(name)).find(|p| p.is_file()));
+    let on_path = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join(name)).find(|p| p.is_file()));
     on_path.or_else(|| Some(std::path::PathBuf::from(fallback)).filter(|p| p.is_file()))
 }
 
@@ -1019,16 +1147,26 @@ fn find_program(name: &str, fallback: &str) -> Option<std::path::PathBuf> {
 /// line each, runs, prints.
 fn e2e(mut options: outbox_check::e2e::Options, json: bool, quiet: bool) -> ExitCode {
     if options.backoff_cap_ms < options.backoff_base_ms {
-        eprintln!("outbox-check: --backoff-cap-ms {} is below --backoff-base-ms {}", options.backoff_cap_ms, options.backoff_base_ms);
+        eprintln!(
+            "outbox-check: --backoff-cap-ms {} is below --backoff-base-ms {}",
+            options.backoff_cap_ms, options.backoff_base_ms
+        );
         return ExitCode::from(2);
     }
     if options.database_url.is_empty() {
-        eprintln!("outbox-check: e2e needs a PostgreSQL server: --database-url URL or OUTBOX_CHECK_PG_URL (loopback only)");
+        eprintln!(
+            "outbox-check: e2e needs a PostgreSQL server: --database-url URL or OUTBOX_CHECK_PG_URL (loopback only)"
+        );
         return ExitCode::from(2);
     }
     if options.broker == outbox_check::e2e::Broker::Rabbitmq {
-        let loopback = options.rabbitmq_url.split_once("://").map(|(_, rest)| rest.rsplit_once('@').map_or(rest, |(_, host)| host));
-        if !loopback.is_some_and(|host| host.starts_with("127.0.0.1") || host.starts_with("localhost") || host.starts_with("[::1]")) {
+        let loopback = options
+            .rabbitmq_url
+            .split_once("://")
+            .map(|(_, rest)| rest.rsplit_once('@').map_or(rest, |(_, host)| host));
+        if !loopback.is_some_and(|host| {
+            host.starts_with("127.0.0.1") || host.starts_with("localhost") || host.starts_with("[::1]")
+        }) {
             eprintln!("outbox-check: --rabbitmq-url {}: only a loopback RabbitMQ (the run declares and deletes a queue there)", options.rabbitmq_url);
             return ExitCode::from(2);
         }
@@ -1109,7 +1247,9 @@ fn merge(files: &[std::path::PathBuf], json: bool) -> ExitCode {
             }
         };
         if value["schema"] != "outbox-check/check/v1" {
-            eprintln!("outbox-check: {name} is not a report of `check --json` (no \"schema\": \"outbox-check/check/v1\")");
+            eprintln!(
+                "outbox-check: {name} is not a report of `check --json` (no \"schema\": \"outbox-check/check/v1\")"
+            );
             return ExitCode::from(2);
         }
         variant = value["variant"].as_str().map(str::to_string);
@@ -1172,7 +1312,9 @@ fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) 
         );
     }
     if let Some(n) = report.merged_shards {
-        println!("Merged from {n} shards: states summed over the shards (which overlap), seconds the longest shard's.\n");
+        println!(
+            "Merged from {n} shards: states summed over the shards (which overlap), seconds the longest shard's.\n"
+        );
     }
     for p in &report.properties {
         let status = match p.status {
@@ -1183,7 +1325,11 @@ fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) 
             Verdict::Unknown => "unknown",
             Verdict::NotExercised => "–",
         };
-        let depth = p.counterexample.as_ref().map(|c| format!(" ({})", outbox_check::report::count(c.len() as u64, "step"))).unwrap_or_default();
+        let depth = p
+            .counterexample
+            .as_ref()
+            .map(|c| format!(" ({})", outbox_check::report::count(c.len() as u64, "step")))
+            .unwrap_or_default();
         println!("  {:<9} {:<7} {}{depth}", status, p.id, p.name);
         if let Some(note) = &p.note {
             println!("  {:<17} {note}", "");
@@ -1224,8 +1370,15 @@ fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) 
             }
         );
     } else {
-        let reason = report.properties.iter().find_map(|p| p.note.clone().filter(|_| p.status == Verdict::Unknown)).unwrap_or_default();
-        println!("\nINCOMPLETE: {} properties undecided ({reason}); what is shown as violated was found and replayed.", count(Verdict::Unknown));
+        let reason = report
+            .properties
+            .iter()
+            .find_map(|p| p.note.clone().filter(|_| p.status == Verdict::Unknown))
+            .unwrap_or_default();
+        println!(
+            "\nINCOMPLETE: {} properties undecided ({reason}); what is shown as violated was found and replayed.",
+            count(Verdict::Unknown)
+        );
     }
     if let Some(span) = &report.publication_span {
         match (&span.unbounded, span.ticks, span.publications) {
@@ -1244,7 +1397,10 @@ fn print_check(report: &CheckReport, port: u16, written: &[std::path::PathBuf]) 
         }
     }
     if !written.is_empty() {
-        println!("Counterexamples written: {}", written.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+        println!(
+            "Counterexamples written: {}",
+            written.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
     }
 }
 
@@ -1274,7 +1430,11 @@ fn explore(fleet: &FleetArgs, port: u16) -> ExitCode {
     let checked = explorer.checked.clone();
     let config = explorer.config().clone();
     std::thread::spawn(move || {
-        let options = outbox_check_models::check::CheckOptions { threads: 1, timeout: Some(std::time::Duration::from_secs(120)), ..Default::default() };
+        let options = outbox_check_models::check::CheckOptions {
+            threads: 1,
+            timeout: Some(std::time::Duration::from_secs(120)),
+            ..Default::default()
+        };
         let _ = checked.set(outbox_check_models::check::check(&config, &options, &|_, _| {}));
     });
     explorer.serve(server);
@@ -1283,23 +1443,32 @@ fn explore(fleet: &FleetArgs, port: u16) -> ExitCode {
 
 fn mutants(threads: usize, json: bool, quiet: bool) -> ExitCode {
     use stateright::{Checker, HasDiscoveries, Model};
-    let bar = if quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(Mutant::ALL.len() as u64) };
+    let bar =
+        if quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(Mutant::ALL.len() as u64) };
     bar.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("a valid template"));
     let mut rows = Vec::new();
     for mutant in Mutant::ALL {
         bar.set_message(mutant.name());
-        let model = outbox_check_models::outbox::OutboxModel::new(outbox_check_models::check::mutant_config(Design::Mutant(mutant)));
+        let model = outbox_check_models::outbox::OutboxModel::new(outbox_check_models::check::mutant_config(
+            Design::Mutant(mutant),
+        ));
         let started = std::time::Instant::now();
         // stateright finds whether a failure exists; the exact depth of the first one comes
         // from our own breadth-first search (stateright keeps the last path it met).
-        let checker = model.clone().checker().threads(threads).finish_when(HasDiscoveries::AnyFailures).spawn_bfs().join();
-        let failing = checker.discoveries().keys().any(|name| outbox_check_models::outbox::OutboxModel::spec_property(name).is_some());
+        let checker =
+            model.clone().checker().threads(threads).finish_when(HasDiscoveries::AnyFailures).spawn_bfs().join();
+        let failing = checker
+            .discoveries()
+            .keys()
+            .any(|name| outbox_check_models::outbox::OutboxModel::spec_property(name).is_some());
         let killers: Vec<(String, usize)> = if failing {
-            let safety: std::collections::BTreeSet<&'static str> = outbox_check_models::outbox::SAFETY_NAMES.into_iter().collect();
+            let safety: std::collections::BTreeSet<&'static str> =
+                outbox_check_models::outbox::SAFETY_NAMES.into_iter().collect();
             outbox_check_models::check::shortest_paths_until(&model, &safety, 1)
                 .into_iter()
                 .filter_map(|(name, actions, _)| {
-                    outbox_check_models::outbox::OutboxModel::spec_property(name).map(|p| (p.id().to_string(), actions.len()))
+                    outbox_check_models::outbox::OutboxModel::spec_property(name)
+                        .map(|p| (p.id().to_string(), actions.len()))
                 })
                 .collect()
         } else {
@@ -1321,14 +1490,34 @@ fn mutants(threads: usize, json: bool, quiet: bool) -> ExitCode {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "schema": "outbox-check/mutants/v1", "mutants": list, "survivors": survivors })).expect("JSON"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "schema": "outbox-check/mutants/v1", "mutants": list, "survivors": survivors })
+            )
+            .expect("JSON")
+        );
     } else {
         println!("outbox-check mutants — each mutant's fleet: 3 relays on one message (the third reusing the first's id), 2 tenants, budget 3, every fault, 1 requeue\n");
         println!("  {:<24} {:<8} {:>6} {:>10}  expected (docs/designs.md)", "mutant", "killed by", "depth", "states");
         for (m, killers, states, _) in &rows {
             match killers.first() {
-                Some((id, depth)) => println!("  {:<24} {:<8} {:>6} {:>10}  {}", m.name(), id, depth, states, m.expected_kills().join(" or ")),
-                None => println!("  {:<24} {:<8} {:>6} {:>10}  {}", m.name(), "SURVIVES", "-", states, m.expected_kills().join(" or ")),
+                Some((id, depth)) => println!(
+                    "  {:<24} {:<8} {:>6} {:>10}  {}",
+                    m.name(),
+                    id,
+                    depth,
+                    states,
+                    m.expected_kills().join(" or ")
+                ),
+                None => println!(
+                    "  {:<24} {:<8} {:>6} {:>10}  {}",
+                    m.name(),
+                    "SURVIVES",
+                    "-",
+                    states,
+                    m.expected_kills().join(" or ")
+                ),
             }
         }
         println!("\n{} of {} mutants killed.", rows.len() - survivors.len(), rows.len());
@@ -1359,7 +1548,12 @@ impl TraceMode {
     }
 }
 
-fn trace(files: &[std::path::PathBuf], variant: Option<Design>, mode: TraceMode, html: Option<&std::path::Path>) -> ExitCode {
+fn trace(
+    files: &[std::path::PathBuf],
+    variant: Option<Design>,
+    mode: TraceMode,
+    html: Option<&std::path::Path>,
+) -> ExitCode {
     use outbox_check::oracle::Oracle;
     let stdin = |f: &std::path::Path| f.as_os_str() == "-";
     if files.iter().filter(|f| stdin(f)).count() > 1 {
@@ -1456,8 +1650,11 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, mode: TraceMode,
             }
         };
         if !ignored.is_empty() && !mode.json {
-            let fields: Vec<String> = ignored.iter().map(|(path, line)| format!("{path} (first on line {line})")).collect();
-            bar.suspend(|| eprintln!("outbox-check: {name}: ignored fields the format does not know: {}", fields.join(", ")));
+            let fields: Vec<String> =
+                ignored.iter().map(|(path, line)| format!("{path} (first on line {line})")).collect();
+            bar.suspend(|| {
+                eprintln!("outbox-check: {name}: ignored fields the format does not know: {}", fields.join(", "))
+            });
         }
         let ignored: Vec<&String> = ignored.keys().collect();
         let Some(oracle) = slot.into_inner() else {
@@ -1515,7 +1712,13 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, mode: TraceMode,
                 bar.suspend(|| println!("  drawn: {}", out.display()));
             }
         }
-        let verdict = if divergences.is_empty() { "consistent" } else if fails { "diverges" } else { "safe" };
+        let verdict = if divergences.is_empty() {
+            "consistent"
+        } else if fails {
+            "diverges"
+        } else {
+            "safe"
+        };
         verdicts.push(serde_json::json!({
             "file": name,
             "verdict": verdict,
@@ -1539,5 +1742,9 @@ fn trace(files: &[std::path::PathBuf], variant: Option<Design>, mode: TraceMode,
 }
 
 fn plural(n: usize) -> &'static str {
-    if n == 1 { "" } else { "s" }
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
 }

@@ -51,7 +51,12 @@ fn one(args: &SimArgs, seed: u64) -> ExitCode {
         println!("{}", serde_json::to_string_pretty(&value).expect("JSON of plain values"));
     } else {
         let s = &result.stats;
-        println!("seed {seed}: {} × {}, faults: {}", result.fleet, outbox_check::report::count(args.config.messages, "message"), kinds(&result.profile.kinds()));
+        println!(
+            "seed {seed}: {} × {}, faults: {}",
+            result.fleet,
+            outbox_check::report::count(args.config.messages, "message"),
+            kinds(&result.profile.kinds())
+        );
         println!(
             "  {} events, {} simulated ms, {} stale writes refused, {} unknown outcomes, {} duplicates delivered ({} deduplicated)",
             s.events, s.ended_ms, s.stale_refused, s.unknown_outcomes, s.duplicates_delivered, s.deduplicated
@@ -60,7 +65,9 @@ fn one(args: &SimArgs, seed: u64) -> ExitCode {
         match &result.oracle {
             OracleVerdict::Accepted => println!("  oracle: history accepted"),
             OracleVerdict::Diverged { detail, .. } => println!("  oracle: {}", detail.replace('\n', "\n  ")),
-            OracleVerdict::NotChecked => println!("  oracle: not checked (a mixed fleet; the oracle checks one design)"),
+            OracleVerdict::NotChecked => {
+                println!("  oracle: not checked (a mixed fleet; the oracle checks one design)")
+            }
         }
         if result.violations.is_empty() && !result.failed() {
             println!("  verdict: every property holds");
@@ -101,7 +108,11 @@ fn many(args: &SimArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let bar = if args.quiet || args.json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(args.seeds.len()) };
+    let bar = if args.quiet || args.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(args.seeds.len())
+    };
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} seeds, {per_sec}, eta {eta}")
             .expect("a valid template")
@@ -162,7 +173,8 @@ fn many(args: &SimArgs) -> ExitCode {
 }
 
 fn print_summary(s: &Summary, written: &[String]) {
-    let shard = if s.seeds.shards > 1 { format!(" (shard {}/{})", s.seeds.shard, s.seeds.shards) } else { String::new() };
+    let shard =
+        if s.seeds.shards > 1 { format!(" (shard {}/{})", s.seeds.shard, s.seeds.shards) } else { String::new() };
     println!(
         "sim {}: {} runs, seeds {}..{}{shard}, {} relays × {} messages, in {:.1} s ({:.0} runs/s)",
         s.fleet,
@@ -178,7 +190,8 @@ fn print_summary(s: &Summary, written: &[String]) {
         println!("  no property violated in any run");
     }
     for (property, runs) in &s.violations {
-        let name = outbox_check::core::Property::parse(property).map(|p| p.to_string()).unwrap_or_else(|| property.clone());
+        let name =
+            outbox_check::core::Property::parse(property).map(|p| p.to_string()).unwrap_or_else(|| property.clone());
         println!("  VIOLATED in {runs:>5} runs: {name}");
     }
     let oracle: Vec<String> = s.oracle.iter().map(|(k, v)| format!("{v} {k}")).collect();
@@ -206,17 +219,29 @@ fn print_summary(s: &Summary, written: &[String]) {
         println!("  seed {}: {} — {}\n    replay: {}", f.seed, f.properties.join(" "), f.first, f.replay);
     }
     if s.failed_runs > 10 {
-        let listed = if s.failing_not_listed > 0 { format!("; --json lists the first {}", s.failing.len()) } else { "; --json lists them all".into() };
+        let listed = if s.failing_not_listed > 0 {
+            format!("; --json lists the first {}", s.failing.len())
+        } else {
+            "; --json lists them all".into()
+        };
         println!("  … and {} more failing seeds{listed}", s.failed_runs - 10);
     }
     if !written.is_empty() {
-        let more = if s.failed_runs > written.len() as u64 { format!(" ({WRITTEN_MAX} of them)") } else { String::new() };
-        println!("  failing histories{more}: {}", Path::new(&written[0]).parent().map(|p| p.display().to_string()).unwrap_or_default());
+        let more =
+            if s.failed_runs > written.len() as u64 { format!(" ({WRITTEN_MAX} of them)") } else { String::new() };
+        println!(
+            "  failing histories{more}: {}",
+            Path::new(&written[0]).parent().map(|p| p.display().to_string()).unwrap_or_default()
+        );
     }
 }
 
 /// Writes a failing run's history (oracle trace format) and its result beside it.
-fn write_history(out: &Path, config: &SimConfig, result: &outbox_check_sims::run::RunResult) -> Result<std::path::PathBuf, String> {
+fn write_history(
+    out: &Path,
+    config: &SimConfig,
+    result: &outbox_check_sims::run::RunResult,
+) -> Result<std::path::PathBuf, String> {
     let dir = out.join(config.fleet_name());
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let path = dir.join(format!("seed-{}.trace.jsonl", result.seed));

@@ -1,9 +1,9 @@
 //! `outbox-check verify`: every engine on every variant and a mixed fleet, one verdict matrix,
 //! compared with the expectations pinned in `reports/expectations.json`.
 
-use outbox_check_models::check::{check, merged, CheckOptions, CheckReport, Verdict};
 use outbox_check::core::{Design, Property, Variant};
 use outbox_check::world::{Faults, WorldConfig};
+use outbox_check_models::check::{check, merged, CheckOptions, CheckReport, Verdict};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -54,8 +54,10 @@ impl Fleet {
 }
 
 fn fleets() -> Vec<Fleet> {
-    let mut fleets: Vec<Fleet> =
-        Variant::ALL.iter().map(|v| Fleet { name: v.name().to_string(), designs: vec![Design::Variant(*v); 2] }).collect();
+    let mut fleets: Vec<Fleet> = Variant::ALL
+        .iter()
+        .map(|v| Fleet { name: v.name().to_string(), designs: vec![Design::Variant(*v); 2] })
+        .collect();
     fleets.push(Fleet {
         name: "seed-v2+legacy-v1".into(),
         designs: vec![Design::Variant(Variant::SeedV2), Design::Variant(Variant::LegacyV1)],
@@ -73,7 +75,8 @@ fn ids() -> Vec<&'static str> {
 /// each with a stale attempt beside it.
 fn worlds(fleet: &Fleet, messages: u32) -> [WorldConfig; 2] {
     let main = WorldConfig::fleet(&fleet.designs, messages, 1, 3, Faults::all());
-    let mut isolation = WorldConfig::fleet(&fleet.designs, 2, 2, 3, Faults::parse("misrouted-write").expect("a fault name"));
+    let mut isolation =
+        WorldConfig::fleet(&fleet.designs, 2, 2, 3, Faults::parse("misrouted-write").expect("a fault name"));
     isolation.enqueue_actions = true;
     [main, isolation]
 }
@@ -96,7 +99,8 @@ fn environment(args: &VerifyArgs) -> Result<(BTreeMap<String, Found>, Option<Str
     if let Some(file) = &args.junit {
         crate::writable_file(file).map_err(|problem| format!("--junit {}: {problem}", file.display()))?;
     }
-    let pg_url = args.database_url.clone().or_else(|| std::env::var("OUTBOX_CHECK_PG_URL").ok().filter(|u| !u.is_empty()));
+    let pg_url =
+        args.database_url.clone().or_else(|| std::env::var("OUTBOX_CHECK_PG_URL").ok().filter(|u| !u.is_empty()));
     if let Some(url) = &pg_url {
         // Connect once now (a scratch schema, dropped at once): a bad URL or a server that does
         // not answer is found before minutes of model checking, not reported as a divergence.
@@ -120,8 +124,11 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
         }
     }
     let steps = fleets.len() as u64 * 4;
-    let bar = if args.quiet || args.json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(steps) };
-    bar.set_style(indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed})").expect("a valid template"));
+    let bar =
+        if args.quiet || args.json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(steps) };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} ({elapsed})").expect("a valid template"),
+    );
     let started = std::time::Instant::now();
     let mut rows = Vec::new();
     for fleet in &fleets {
@@ -131,7 +138,11 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
         let report = check(&main, &CheckOptions { threads: args.threads, ..CheckOptions::default() }, &states);
         bar.inc(1);
         bar.set_message(format!("model checking {} with two tenants and enqueues", fleet.name));
-        let isolation = check(&isolation, &CheckOptions { threads: args.threads, liveness: false, ..CheckOptions::default() }, &|_, _| {});
+        let isolation = check(
+            &isolation,
+            &CheckOptions { threads: args.threads, liveness: false, ..CheckOptions::default() },
+            &|_, _| {},
+        );
         bar.inc(1);
 
         bar.set_message(format!("simulating {} ({} seeds)", fleet.name, args.sim_seeds));
@@ -150,11 +161,16 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
         }
         bar.inc(1);
         let reports = vec![report, isolation];
-        let model = |v: Verdict| ids().into_iter().filter(|id| merged(id, &reports) == v).map(String::from).collect::<Vec<_>>();
+        let model =
+            |v: Verdict| ids().into_iter().filter(|id| merged(id, &reports) == v).map(String::from).collect::<Vec<_>>();
         let found = Found {
             model: model(Verdict::Violated),
             not_exercised: model(Verdict::NotExercised),
-            simulation: ids().into_iter().filter(|id| sim.as_ref().is_some_and(|s| s.violated(id))).map(String::from).collect(),
+            simulation: ids()
+                .into_iter()
+                .filter(|id| sim.as_ref().is_some_and(|s| s.violated(id)))
+                .map(String::from)
+                .collect(),
             sql,
         };
         rows.push((fleet, reports, sim, found));
@@ -163,7 +179,8 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
 
     // The built-in expectations are pinned for the default bounds; a file the user names is
     // theirs for the bounds they run, so it is always compared.
-    let defaults = args.expectations.is_some() || (args.messages == DEFAULT_MESSAGES && args.sim_seeds == DEFAULT_SIM_SEEDS);
+    let defaults =
+        args.expectations.is_some() || (args.messages == DEFAULT_MESSAGES && args.sim_seeds == DEFAULT_SIM_SEEDS);
     let mut changed = Vec::new();
     // (fleet, property or "SQL on <engine>") whose verdict moved from the pinned one.
     let mut moved: std::collections::BTreeSet<(String, String)> = std::collections::BTreeSet::new();
@@ -185,7 +202,12 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
             ("simulation", &found.simulation, &pinned.simulation),
         ] {
             if got != want {
-                changed.push(format!("{}: {what} found [{}], expected [{}]", fleet.name, got.join(" "), want.join(" ")));
+                changed.push(format!(
+                    "{}: {what} found [{}], expected [{}]",
+                    fleet.name,
+                    got.join(" "),
+                    want.join(" ")
+                ));
                 for id in got.iter().filter(|id| !want.contains(id)).chain(want.iter().filter(|id| !got.contains(id))) {
                     moved.insert((fleet.name.clone(), id.clone()));
                 }
@@ -203,7 +225,11 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
     let sql_errors: Vec<String> = rows
         .iter()
         .flat_map(|(f, _, _, found)| {
-            found.sql.iter().filter(|(_, v)| v.starts_with("error")).map(move |(e, v)| format!("{}: SQL on {e}: {v}", f.name))
+            found
+                .sql
+                .iter()
+                .filter(|(_, v)| v.starts_with("error"))
+                .map(move |(e, v)| format!("{}: SQL on {e}: {v}", f.name))
         })
         .collect();
     let reference_ok = rows.iter().any(|(f, reports, s, found)| {
@@ -246,7 +272,10 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
             }
         }
         let written = write_report(dir, &rows, args).and_then(|()| {
-            std::fs::write(dir.join("verdicts.json"), serde_json::to_string_pretty(&stable).expect("JSON of plain values") + "\n")
+            std::fs::write(
+                dir.join("verdicts.json"),
+                serde_json::to_string_pretty(&stable).expect("JSON of plain values") + "\n",
+            )
         });
         if let Err(error) = written {
             report_failed = Some(format!("cannot write the report under {}: {error}", dir.display()));
@@ -309,7 +338,13 @@ fn xml_text(text: &str) -> String {
 /// fails exactly where verify fails — its verdict moved from the pinned one, or it is
 /// `reference`'s or a user's design's (`gated`) and not ✓ — so the report and the exit code agree; an expected violation passes,
 /// its sentence and counterexample in the case's output.
-pub fn junit(verdicts: &serde_json::Value, moved: &std::collections::BTreeSet<(String, String)>, compared: bool, written: bool, gated: &[&str]) -> String {
+pub fn junit(
+    verdicts: &serde_json::Value,
+    moved: &std::collections::BTreeSet<(String, String)>,
+    compared: bool,
+    written: bool,
+    gated: &[&str],
+) -> String {
     let mut suites = String::new();
     let (mut total, mut failed) = (0, 0);
     for fleet in verdicts["fleets"].as_array().into_iter().flatten() {
@@ -326,10 +361,15 @@ pub fn junit(verdicts: &serde_json::Value, moved: &std::collections::BTreeSet<(S
                 None
             };
             tests += 1;
-            cases += &format!("    <testcase classname=\"{}\" name=\"{}\" time=\"0\">\n", xml_text(name), xml_text(title));
+            cases +=
+                &format!("    <testcase classname=\"{}\" name=\"{}\" time=\"0\">\n", xml_text(name), xml_text(title));
             if let Some(message) = &failure {
                 failures += 1;
-                cases += &format!("      <failure message=\"{}\" type=\"verdict\">{}</failure>\n", xml_text(message), xml_text(&out));
+                cases += &format!(
+                    "      <failure message=\"{}\" type=\"verdict\">{}</failure>\n",
+                    xml_text(message),
+                    xml_text(&out)
+                );
             }
             cases += &format!("      <system-out>{}</system-out>\n    </testcase>\n", xml_text(&out));
         };
@@ -422,8 +462,8 @@ struct NoSim {
 
 /// The design's SQL against its own core: `agrees`, `diverges`, or why it could not run.
 fn conformance(design: Design, url: Option<&str>) -> String {
-    use outbox_check_models::conform::{conform, Bounds};
     use outbox_check::store::{SqliteStore, Store};
+    use outbox_check_models::conform::{conform, Bounds};
     let policy = design.policy();
     let report = match url {
         None => {
@@ -608,8 +648,10 @@ fn verdicts_json<S: SimLike>(
 
 fn write_report<S: SimLike>(dir: &std::path::Path, rows: &[Row<'_, S>], args: &VerifyArgs) -> std::io::Result<()> {
     use std::fmt::Write;
-    let fleets: Vec<(&str, &[CheckReport], &[String])> =
-        rows.iter().map(|(fleet, reports, _, found)| (fleet.name.as_str(), reports.as_slice(), found.simulation.as_slice())).collect();
+    let fleets: Vec<(&str, &[CheckReport], &[String])> = rows
+        .iter()
+        .map(|(fleet, reports, _, found)| (fleet.name.as_str(), reports.as_slice(), found.simulation.as_slice()))
+        .collect();
     outbox_check_models::report::write_index(dir, &fleets, args.messages)?;
     // The other engines' columns, appended.
     let mut out = String::new();
@@ -628,7 +670,12 @@ fn write_report<S: SimLike>(dir: &std::path::Path, rows: &[Row<'_, S>], args: &V
             .map(|(_, replay)| format!("`{replay}`"))
             .unwrap_or_else(|| "—".into());
         let sql: Vec<String> = found.sql.iter().map(|(e, v)| format!("{e}: {v}")).collect();
-        let _ = writeln!(out, "| `{}` | {violated} | {first} | {} |", fleet.name, if sql.is_empty() { "—".into() } else { sql.join(", ") });
+        let _ = writeln!(
+            out,
+            "| `{}` | {violated} | {first} | {} |",
+            fleet.name,
+            if sql.is_empty() { "—".into() } else { sql.join(", ") }
+        );
     }
     let index = dir.join("index.md");
     let mut text = std::fs::read_to_string(&index)?;

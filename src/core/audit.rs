@@ -221,7 +221,9 @@ impl Auditor {
     }
 
     fn ghost_mut(&mut self, message_id: MessageId) -> &mut RowGhost {
-        let i = match crate::core::outbox::find_sorted(&self.ghosts, &message_id.0, message_id.0 as usize, |g| g.message_id) {
+        let i = match crate::core::outbox::find_sorted(&self.ghosts, &message_id.0, message_id.0 as usize, |g| {
+            g.message_id
+        }) {
             Ok(i) => i,
             Err(i) => {
                 self.ghosts.insert(i, RowGhost { message_id: message_id.0, ..RowGhost::default() });
@@ -249,7 +251,10 @@ impl Auditor {
     fn check_confirmation(&mut self, before: &Row, after: &Row) {
         let confirmed = after.status == Status::Published && before.status != Status::Published;
         if confirmed && !self.ghost(after.message_id).is_some_and(|g| g.stored) {
-            self.violated(Property::S5, format!("{} became PUBLISHED but the broker never stored it", after.message_id));
+            self.violated(
+                Property::S5,
+                format!("{} became PUBLISHED but the broker never stored it", after.message_id),
+            );
         }
     }
 
@@ -257,7 +262,10 @@ impl Auditor {
     fn check_absorbing(&mut self, before: &Row, after: &Row, what: &dyn std::fmt::Display) {
         if before.status.is_terminal() && before != after {
             let now = if after.deleted { "now deleted".to_string() } else { format!("now {}", after.status) };
-            self.violated(Property::S4, format!("{what} changed {} which was {} ({now})", before.message_id, before.status));
+            self.violated(
+                Property::S4,
+                format!("{what} changed {} which was {} ({now})", before.message_id, before.status),
+            );
         }
     }
 
@@ -266,7 +274,10 @@ impl Auditor {
         if before.lease_token != after.lease_token {
             self.violated(
                 Property::S2,
-                format!("{what} changed the token of {} from {} to {}", before.message_id, before.lease_token, after.lease_token),
+                format!(
+                    "{what} changed the token of {} from {} to {}",
+                    before.message_id, before.lease_token, after.lease_token
+                ),
             );
         }
     }
@@ -282,7 +293,10 @@ impl Auditor {
         match result {
             EnqueueResult::Applied { .. } if !(inserted && transitioned) => self.violated(
                 Property::S10,
-                format!("enqueue of {} applied with row inserted = {inserted}, business moved = {transitioned}", req.message_id),
+                format!(
+                    "enqueue of {} applied with row inserted = {inserted}, business moved = {transitioned}",
+                    req.message_id
+                ),
             ),
             EnqueueResult::Stale { .. } if inserted || version_after != version_before => self.violated(
                 Property::S10,
@@ -380,7 +394,10 @@ impl Auditor {
             if !fresh {
                 self.violated(
                     Property::S2,
-                    format!("{what} gave {} the token {} it had before (was {})", old.message_id, new.lease_token, old.lease_token),
+                    format!(
+                        "{what} gave {} the token {} it had before (was {})",
+                        old.message_id, new.lease_token, old.lease_token
+                    ),
                 );
             }
             let ghost = self.ghost_mut(old.message_id);
@@ -395,7 +412,12 @@ impl Auditor {
 
     /// SPEC §3.3 with S1 (only the latest claim's writer may apply; a Stale write changes
     /// nothing), S4, S7 (AMBIGUOUS and retry set a later retry time) and S9.
-    pub fn write(&mut self, outbox: &mut Outbox, policy: &Policy, req: &WriteRequest) -> Result<WriteResult, CoreError> {
+    pub fn write(
+        &mut self,
+        outbox: &mut Outbox,
+        policy: &Policy,
+        req: &WriteRequest,
+    ) -> Result<WriteResult, CoreError> {
         let id = req.lease.message_id;
         let before = outbox.row(id).cloned();
         let result = outbox.write(policy, req)?;
@@ -455,7 +477,11 @@ impl Auditor {
 
     /// A maintenance job's release with S1 (it may end only the latest claim's lease: one that
     /// applies after the row was claimed again ends a lease it never read), S4 and S2.
-    pub fn release(&mut self, outbox: &mut Outbox, req: &crate::core::ReleaseRequest) -> Result<WriteResult, CoreError> {
+    pub fn release(
+        &mut self,
+        outbox: &mut Outbox,
+        req: &crate::core::ReleaseRequest,
+    ) -> Result<WriteResult, CoreError> {
         let id = req.lease.message_id;
         let before = outbox.row(id).cloned();
         let result = outbox.release(req)?;
@@ -464,10 +490,16 @@ impl Auditor {
         };
         let what = format!("release ({} fence) to {}", req.fence.name(), req.to);
         let latest = self.ghost(id).map(|g| g.claims).unwrap_or(0);
-        if matches!(result, WriteResult::Applied { .. }) && req.lease.claim_seq != latest && old.status == Status::InFlight {
+        if matches!(result, WriteResult::Applied { .. })
+            && req.lease.claim_seq != latest
+            && old.status == Status::InFlight
+        {
             self.violated(
                 Property::S1,
-                format!("{what} applied to {id} read at claim {} of the row while claim {latest} is the latest", req.lease.claim_seq),
+                format!(
+                    "{what} applied to {id} read at claim {} of the row while claim {latest} is the latest",
+                    req.lease.claim_seq
+                ),
             );
         }
         self.check_absorbing(&old, &new, &what);

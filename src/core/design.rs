@@ -8,8 +8,8 @@
 //! only what differs — which is how each mutant is written: one key.
 
 use super::policy::{
-    AmbiguousShape, AttemptsAt, Backoff, BudgetPredicate, ClaimFence, ClaimOrder, ClockSource, IdempotencyKeyPolicy, Policy,
-    RejectionWrite, TokenKind, WriteFence,
+    AmbiguousShape, AttemptsAt, Backoff, BudgetPredicate, ClaimFence, ClaimOrder, ClockSource, IdempotencyKeyPolicy,
+    Policy, RejectionWrite, TokenKind, WriteFence,
 };
 use super::time::Duration;
 use serde::{Deserialize, Serialize};
@@ -70,7 +70,9 @@ impl StatusNames {
     /// Each status as the queue names it, with the model's name beside it.
     pub fn names(&self) -> [(String, super::row::Status); 6] {
         use super::row::Status;
-        let name = |given: &Option<String>, status: Status| (given.clone().unwrap_or_else(|| status.as_str().to_string()), status);
+        let name = |given: &Option<String>, status: Status| {
+            (given.clone().unwrap_or_else(|| status.as_str().to_string()), status)
+        };
         [
             name(&self.pending, Status::Pending),
             name(&self.in_flight, Status::InFlight),
@@ -297,7 +299,11 @@ impl DesignFile {
             set(&mut p.retry_clock, r.clock);
             set(&mut p.ambiguous_shape, r.ambiguous_write);
             set(&mut p.retry_in_lease, r.in_lease_column);
-            let kind = r.backoff.unwrap_or(if p.backoff.base == p.backoff.cap { BackoffKind::Fixed } else { BackoffKind::Exponential });
+            let kind = r.backoff.unwrap_or(if p.backoff.base == p.backoff.cap {
+                BackoffKind::Fixed
+            } else {
+                BackoffKind::Exponential
+            });
             match kind {
                 BackoffKind::Fixed => {
                     if r.base_ms.is_some() || r.cap_ms.is_some() {
@@ -321,7 +327,10 @@ impl DesignFile {
                 return Err("retry.base_ms = 0: a retry must wait at least 1 ms".into());
             }
             if p.backoff.cap < p.backoff.base {
-                return Err(format!("retry.cap_ms = {} is below base_ms = {}: the cap must be at least the base", p.backoff.cap.0, p.backoff.base.0));
+                return Err(format!(
+                    "retry.cap_ms = {} is below base_ms = {}: the cap must be at least the base",
+                    p.backoff.cap.0, p.backoff.base.0
+                ));
             }
         }
         if let Some(e) = &self.exhaustion {
@@ -362,7 +371,14 @@ impl DesignFile {
             .filter(|key| {
                 !matches!(
                     *key,
-                    "description" | "based_on" | "retry.base_ms" | "retry.cap_ms" | "retry.delay_ms" | "maintenance.fence" | "write.completion" | "retry.in_lease_column"
+                    "description"
+                        | "based_on"
+                        | "retry.base_ms"
+                        | "retry.cap_ms"
+                        | "retry.delay_ms"
+                        | "maintenance.fence"
+                        | "write.completion"
+                        | "retry.in_lease_column"
                 )
             })
             .filter(|key| !key.starts_with("statuses."))
@@ -381,7 +397,9 @@ impl DesignFile {
     /// without one, from the file alone, which must then give every key.
     pub fn resolve(&self, builtin: &dyn Fn(&str) -> Option<Policy>) -> Result<Policy, String> {
         let base = match &self.based_on {
-            Some(name) => builtin(name).ok_or_else(|| format!("based_on = {name:?}: no such built-in design (outbox-check variants lists them)"))?,
+            Some(name) => builtin(name).ok_or_else(|| {
+                format!("based_on = {name:?}: no such built-in design (outbox-check variants lists them)")
+            })?,
             None => {
                 let missing = self.missing_keys();
                 if !missing.is_empty() {
@@ -398,7 +416,10 @@ impl DesignFile {
                 let needed: &[(&str, bool)] = if fixed {
                     &[("retry.delay_ms", retry.is_some_and(|r| r.delay_ms.is_some()))]
                 } else {
-                    &[("retry.base_ms", retry.is_some_and(|r| r.base_ms.is_some())), ("retry.cap_ms", retry.is_some_and(|r| r.cap_ms.is_some()))]
+                    &[
+                        ("retry.base_ms", retry.is_some_and(|r| r.base_ms.is_some())),
+                        ("retry.cap_ms", retry.is_some_and(|r| r.cap_ms.is_some())),
+                    ]
                 };
                 if let Some((key, _)) = needed.iter().find(|(_, given)| !given) {
                     return Err(format!("{key} not given: a file without based_on must give every key"));
@@ -569,7 +590,12 @@ pub(crate) fn key_at(text: &str, at: usize) -> Option<String> {
     let line = text[start..].lines().next()?.trim();
     let (key, _) = line.split_once('=')?;
     let key = key.trim().trim_matches('"');
-    let section = text[..start].lines().rev().map(str::trim).find(|l| l.starts_with('[')).map(|l| l.trim_matches(|c| c == '[' || c == ']').trim());
+    let section = text[..start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim());
     Some(match section {
         Some(section) => format!("{section}.{key}"),
         None => key.to_string(),
@@ -595,20 +621,32 @@ mod tests {
     fn a_bad_value_names_its_key_and_what_is_allowed() {
         let e = DesignFile::parse("name = \"q\"\n[attempts]\ncounted_at = \"never\"\n").unwrap_err();
         assert_eq!((e.line, e.column), (3, 14));
-        assert!(e.message.contains("attempts.counted_at") && e.message.contains("never") && e.message.contains("failure-write"), "{e}");
+        assert!(
+            e.message.contains("attempts.counted_at")
+                && e.message.contains("never")
+                && e.message.contains("failure-write"),
+            "{e}"
+        );
         let e = DesignFile::parse("name = \"q\"\n[claim]\nlive = true\n").unwrap_err();
         assert!(e.message.contains("live") && e.message.contains("takes_live_leases"), "{e}");
     }
 
     #[test]
     fn backoff_keys_must_go_together() {
-        let file = |retry: &str| DesignFile::parse(&format!("name = \"q\"\n[retry]\n{retry}\n")).unwrap().apply(Policy::reference());
-        assert_eq!(file("backoff = \"fixed\"\ndelay_ms = 500").unwrap().backoff, Backoff { base: Duration(500), cap: Duration(500) });
+        let file = |retry: &str| {
+            DesignFile::parse(&format!("name = \"q\"\n[retry]\n{retry}\n")).unwrap().apply(Policy::reference())
+        };
+        assert_eq!(
+            file("backoff = \"fixed\"\ndelay_ms = 500").unwrap().backoff,
+            Backoff { base: Duration(500), cap: Duration(500) }
+        );
         assert!(file("backoff = \"fixed\"\ncap_ms = 5").unwrap_err().contains("delay_ms"));
         assert!(file("backoff = \"fixed\"").unwrap_err().contains("needs delay_ms"));
         assert!(file("base_ms = 10\ncap_ms = 5").unwrap_err().contains("cap_ms = 5"));
         assert!(file("base_ms = 0").unwrap_err().contains("at least 1 ms"));
-        assert_eq!(file("base_ms = 10\ncap_ms = 80").unwrap().backoff, Backoff { base: Duration(10), cap: Duration(80) });
+        assert_eq!(
+            file("base_ms = 10\ncap_ms = 80").unwrap().backoff,
+            Backoff { base: Duration(10), cap: Duration(80) }
+        );
     }
 }
-

@@ -79,11 +79,19 @@ pub struct ClaimRequest {
 pub enum WriteKind {
     Published,
     /// Outcome unknown (timeout, lost ack).
-    Ambiguous { code: FailureCode },
+    Ambiguous {
+        code: FailureCode,
+    },
     /// Definite, retryable failure: back to PENDING with a retry time.
-    Retry { code: FailureCode },
-    Failed { code: FailureCode },
-    Exhausted { code: FailureCode },
+    Retry {
+        code: FailureCode,
+    },
+    Failed {
+        code: FailureCode,
+    },
+    Exhausted {
+        code: FailureCode,
+    },
 }
 
 impl WriteKind {
@@ -91,9 +99,10 @@ impl WriteKind {
     pub fn code(self) -> Option<FailureCode> {
         match self {
             WriteKind::Published => None,
-            WriteKind::Ambiguous { code } | WriteKind::Retry { code } | WriteKind::Failed { code } | WriteKind::Exhausted { code } => {
-                Some(code)
-            }
+            WriteKind::Ambiguous { code }
+            | WriteKind::Retry { code }
+            | WriteKind::Failed { code }
+            | WriteKind::Exhausted { code } => Some(code),
         }
     }
 
@@ -239,7 +248,9 @@ pub enum WriteResult {
 pub enum RequeueResult {
     Applied,
     /// Only FAILED and EXHAUSTED rows are requeued.
-    NotRequeueable { status: Status },
+    NotRequeueable {
+        status: Status,
+    },
 }
 
 /// Where `key` is in `items` (sorted by `key_of`, keys unique), as `binary_search` answers.
@@ -295,7 +306,9 @@ impl Outbox {
     }
 
     fn aggregate_slot(&self, tenant_id: TenantId, aggregate_id: AggregateId) -> Result<usize, usize> {
-        find_sorted(&self.aggregates, &(tenant_id, aggregate_id), aggregate_id.0 as usize, |a| (a.tenant_id, a.aggregate_id))
+        find_sorted(&self.aggregates, &(tenant_id, aggregate_id), aggregate_id.0 as usize, |a| {
+            (a.tenant_id, a.aggregate_id)
+        })
     }
 
     pub fn aggregate_version(&self, tenant_id: TenantId, aggregate_id: AggregateId) -> u32 {
@@ -328,10 +341,9 @@ impl Outbox {
         let version = current + 1;
         match found {
             Ok(i) => self.aggregates[i].version = version,
-            Err(i) => self.aggregates.insert(
-                i,
-                Aggregate { tenant_id: req.tenant_id, aggregate_id: req.aggregate_id, version },
-            ),
+            Err(i) => self
+                .aggregates
+                .insert(i, Aggregate { tenant_id: req.tenant_id, aggregate_id: req.aggregate_id, version }),
         }
         self.rows.insert(
             row_at,
@@ -419,8 +431,9 @@ impl Outbox {
     /// The claim's selection: the claimable rows among `indices`, in the claim's order, at most
     /// a batch. The one place that rule lives.
     fn pick(&self, policy: &Policy, req: &ClaimRequest, indices: impl Iterator<Item = usize>) -> Vec<usize> {
-        let mut picked: Vec<usize> =
-            indices.filter(|&i| Self::is_claimable(policy, &self.rows[i], req.tenant_id, req.now, req.max_attempts)).collect();
+        let mut picked: Vec<usize> = indices
+            .filter(|&i| Self::is_claimable(policy, &self.rows[i], req.tenant_id, req.now, req.max_attempts))
+            .collect();
         picked.sort_by_key(|&i| Self::order_key(policy.claim_order, &self.rows[i]));
         picked.dedup();
         picked.truncate(req.batch as usize);
@@ -454,7 +467,9 @@ impl Outbox {
             return Ok(Err((ids[req.batch as usize], ClaimRefusal::OverBatch)));
         }
         for pair in rows.windows(2) {
-            if Self::order_key(policy.claim_order, &self.rows[pair[0]]) > Self::order_key(policy.claim_order, &self.rows[pair[1]]) {
+            if Self::order_key(policy.claim_order, &self.rows[pair[0]])
+                > Self::order_key(policy.claim_order, &self.rows[pair[1]])
+            {
                 return Ok(Err((self.rows[pair[1]].message_id, ClaimRefusal::OutOfOrder)));
             }
         }
@@ -462,7 +477,13 @@ impl Outbox {
     }
 
     /// Why the claim predicate refuses `row`, or `None` if it is claimable.
-    pub fn refusal(policy: &Policy, row: &Row, tenant_id: TenantId, now: Instant, max_attempts: u32) -> Option<ClaimRefusal> {
+    pub fn refusal(
+        policy: &Policy,
+        row: &Row,
+        tenant_id: TenantId,
+        now: Instant,
+        max_attempts: u32,
+    ) -> Option<ClaimRefusal> {
         if Self::is_claimable(policy, row, tenant_id, now, max_attempts) {
             return None;
         }
@@ -571,8 +592,11 @@ impl Outbox {
                 if spent {
                     row.status = Status::Exhausted;
                 } else {
-                    row.status =
-                        if matches!(req.kind, WriteKind::Ambiguous { .. }) { Status::Ambiguous } else { Status::Pending };
+                    row.status = if matches!(req.kind, WriteKind::Ambiguous { .. }) {
+                        Status::Ambiguous
+                    } else {
+                        Status::Pending
+                    };
                     if policy.retry_clock && !keeps_owner {
                         let at = req.now.plus(policy.backoff.delay(row.attempts));
                         if policy.retry_in_lease {
@@ -605,7 +629,9 @@ impl Outbox {
         }
         let matches = match req.fence {
             ReleaseFence::Token => row.status == Status::InFlight && row.lease_token == req.lease.token,
-            ReleaseFence::Expired => row.status == Status::InFlight && row.lease_expires_at.is_some_and(|at| at <= req.now),
+            ReleaseFence::Expired => {
+                row.status == Status::InFlight && row.lease_expires_at.is_some_and(|at| at <= req.now)
+            }
             ReleaseFence::Id => true,
         };
         if !matches {
@@ -630,7 +656,9 @@ impl Outbox {
 
     /// The reaper's predicate: IN_FLIGHT, lease expired, budget spent.
     pub fn is_reapable(row: &Row, now: Instant, max_attempts: u32) -> bool {
-        row.status == Status::InFlight && row.lease_expires_at.is_some_and(|at| at <= now) && row.attempts >= max_attempts
+        row.status == Status::InFlight
+            && row.lease_expires_at.is_some_and(|at| at <= now)
+            && row.attempts >= max_attempts
     }
 
     /// SPEC §3.4: an IN_FLIGHT row whose lease expired with its budget spent can never be claimed

@@ -332,7 +332,9 @@ impl Mutant {
             Mutant::ExhaustOffByOne => "the budget check lets one more attempt through (attempts <= max)",
             Mutant::ClaimTerminal => "claim accepts PUBLISHED, FAILED or EXHAUSTED rows",
             Mutant::PublishBeforeAck => "the row is marked PUBLISHED before the broker acknowledged",
-            Mutant::RetryAfterDbLoss => "after losing the DB connection post-publish, the relay republishes at once and records PUBLISHED",
+            Mutant::RetryAfterDbLoss => {
+                "after losing the DB connection post-publish, the relay republishes at once and records PUBLISHED"
+            }
             Mutant::FreshIdempotencyKey => "each attempt sends a new idempotency key instead of message_id",
             Mutant::WriteIgnoresTenant => "terminal writes do not check the tenant",
             Mutant::TokenResetOnRequeue => "requeue resets lease_token to 0",
@@ -414,7 +416,9 @@ impl Policy {
     /// (a fault: the span grows by the pause), and an operator's requeue starts a new budget.
     pub fn publication_span(&self, lease: Duration, max_attempts: u32, poll: Duration) -> Result<Span, &'static str> {
         if self.relay.idempotency_key == IdempotencyKeyPolicy::PerAttempt {
-            return Err("a new idempotency key every attempt: no broker can tell two publications of a message apart (S8)");
+            return Err(
+                "a new idempotency key every attempt: no broker can tell two publications of a message apart (S8)",
+            );
         }
         if self.relay.republish_after_db_loss {
             return Err("it republishes after a lost database connection without a new claim, so the budget does not bound publications (S3)");
@@ -428,9 +432,8 @@ impl Policy {
             BudgetPredicate::Absent => return Err("no budget: a message may be claimed, and published, without end"),
         };
         let waits = self.retry_clock || self.retry_in_lease;
-        let gaps: u64 = (1..publications)
-            .map(|k| lease.0 + if waits { self.backoff.delay(k).0 } else { 0 } + poll.0)
-            .sum();
+        let gaps: u64 =
+            (1..publications).map(|k| lease.0 + if waits { self.backoff.delay(k).0 } else { 0 } + poll.0).sum();
         Ok(Span { publications, longest: Duration(lease.0 + gaps) })
     }
 
@@ -588,7 +591,9 @@ impl Serialize for CustomDesign {
 impl<'de> Deserialize<'de> for &'static CustomDesign {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let name = String::deserialize(deserializer)?;
-        CustomDesign::named(&name).ok_or_else(|| serde::de::Error::custom(format!("unknown design '{name}' (a design file must be given with --design)")))
+        CustomDesign::named(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!("unknown design '{name}' (a design file must be given with --design)"))
+        })
     }
 }
 
@@ -599,14 +604,20 @@ impl CustomDesign {
     /// another file's design under the same name with other switches, is refused.
     pub fn register(design: CustomDesign) -> Result<&'static CustomDesign, String> {
         if Design::parse(&design.name).is_some() {
-            return Err(format!("name = {:?} is a built-in design's; a file's design needs a name of its own", design.name));
+            return Err(format!(
+                "name = {:?} is a built-in design's; a file's design needs a name of its own",
+                design.name
+            ));
         }
         let mut all = CUSTOM.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(known) = all.iter().find(|d| d.name == design.name) {
             if known.policy == design.policy {
                 return Ok(known);
             }
-            return Err(format!("name = {:?} is also the name of the design in {}, with other switches", design.name, known.origin));
+            return Err(format!(
+                "name = {:?} is also the name of the design in {}, with other switches",
+                design.name, known.origin
+            ));
         }
         let leaked: &'static CustomDesign = Box::leak(Box::new(design));
         all.push(leaked);
@@ -701,7 +712,9 @@ impl Design {
 /// every one).
 fn builtin(design: Design) -> Policy {
     let text = design.builtin_file().expect("a built-in design");
-    let file = super::design::DesignFile::parse(text).unwrap_or_else(|e| panic!("models/designs: {}: {e}", design.name()));
+    let file =
+        super::design::DesignFile::parse(text).unwrap_or_else(|e| panic!("models/designs: {}: {e}", design.name()));
     assert_eq!(file.name, design.name(), "a built-in file names its design");
-    file.resolve(&|name| Design::parse(name).map(Design::policy)).unwrap_or_else(|e| panic!("models/designs: {}: {e}", design.name()))
+    file.resolve(&|name| Design::parse(name).map(Design::policy))
+        .unwrap_or_else(|e| panic!("models/designs: {}: {e}", design.name()))
 }

@@ -55,14 +55,8 @@ pub enum Status {
 }
 
 impl Status {
-    pub const ALL: [Status; 6] = [
-        Status::Pending,
-        Status::InFlight,
-        Status::Published,
-        Status::Ambiguous,
-        Status::Failed,
-        Status::Exhausted,
-    ];
+    pub const ALL: [Status; 6] =
+        [Status::Pending, Status::InFlight, Status::Published, Status::Ambiguous, Status::Failed, Status::Exhausted];
 
     /// Terminal rows never change again, except through an operator requeue.
     pub fn is_terminal(self) -> bool {
@@ -218,7 +212,9 @@ impl Lease {
 
 impl std::hash::Hash for Lease {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        state.write_u64(u64::from(self.message_id.0) | u64::from(self.tenant_id.0) << 32 | u64::from(self.owner.0) << 48);
+        state.write_u64(
+            u64::from(self.message_id.0) | u64::from(self.tenant_id.0) << 32 | u64::from(self.owner.0) << 48,
+        );
         state.write_u64(self.token.0);
         state.write_u64(u64::from(self.attempts) | u64::from(self.claim_seq) << 32);
     }

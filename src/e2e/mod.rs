@@ -16,7 +16,9 @@ pub mod nats;
 pub mod rabbitmq;
 pub mod relay;
 
-use crate::core::{AggregateId, Design, Duration, EnqueueRequest, Instant, MessageId, Policy, RelayId, Status, TenantId};
+use crate::core::{
+    AggregateId, Design, Duration, EnqueueRequest, Instant, MessageId, Policy, RelayId, Status, TenantId,
+};
 use crate::store::bind::{aggregate_name, message_name, owner_name, tenant_name};
 use crate::store::{PgStore, Store};
 use crate::trace::PublishAnswer;
@@ -184,7 +186,12 @@ impl Faults {
                 "backend" => f.backend = true,
                 "cut" => f.cut = true,
                 "outage" => f.outage = true,
-                other => return Err(format!("unknown e2e fault '{other}' (all, none, or a list of {})", Faults::NAMES.join(", "))),
+                other => {
+                    return Err(format!(
+                        "unknown e2e fault '{other}' (all, none, or a list of {})",
+                        Faults::NAMES.join(", ")
+                    ))
+                }
             }
         }
         Ok(f)
@@ -247,9 +254,18 @@ impl Scheduled {
     /// In words, for the report.
     pub fn words(&self) -> String {
         match self {
-            Scheduled::Kill { at_ms, relay } => format!("t={} {} killed (SIGKILL) and started again", secs(*at_ms), owner_name(RelayId(*relay))),
-            Scheduled::Pause { at_ms, relay, for_ms } => format!("t={} {} paused {} (SIGSTOP, SIGCONT)", secs(*at_ms), owner_name(RelayId(*relay)), secs(*for_ms)),
-            Scheduled::Outage { at_ms, for_ms } => format!("t={} broker killed (SIGKILL), started again {} later", secs(*at_ms), secs(*for_ms)),
+            Scheduled::Kill { at_ms, relay } => {
+                format!("t={} {} killed (SIGKILL) and started again", secs(*at_ms), owner_name(RelayId(*relay)))
+            }
+            Scheduled::Pause { at_ms, relay, for_ms } => format!(
+                "t={} {} paused {} (SIGSTOP, SIGCONT)",
+                secs(*at_ms),
+                owner_name(RelayId(*relay)),
+                secs(*for_ms)
+            ),
+            Scheduled::Outage { at_ms, for_ms } => {
+                format!("t={} broker killed (SIGKILL), started again {} later", secs(*at_ms), secs(*for_ms))
+            }
         }
     }
 }
@@ -395,7 +411,10 @@ impl Report {
     /// Every check passed: the oracle accepts the history, every message ended terminal, every
     /// PUBLISHED one was delivered, and no message took effect twice.
     pub fn passed(&self) -> bool {
-        self.oracle.is_none() && self.not_terminal.is_empty() && self.published_not_delivered.is_empty() && self.duplicate_effects() == 0
+        self.oracle.is_none()
+            && self.not_terminal.is_empty()
+            && self.published_not_delivered.is_empty()
+            && self.duplicate_effects() == 0
     }
 
     pub fn duplicate_effects(&self) -> usize {
@@ -455,7 +474,11 @@ fn remove_stale_runs(base: &Path) {
     let Ok(entries) = std::fs::read_dir(base) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix("outbox-check-e2e-").and_then(|rest| rest.split('-').next()).and_then(|p| p.parse::<i32>().ok()) else {
+        let Some(pid) = name
+            .strip_prefix("outbox-check-e2e-")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
             continue;
         };
         // SAFETY: kill with signal 0 only asks whether the process exists.
@@ -478,7 +501,10 @@ struct RelayProcess {
 pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String> {
     let policy = {
         let mut p = options.design.policy();
-        p.backoff = crate::core::policy::Backoff { base: Duration(options.backoff_base_ms), cap: Duration(options.backoff_cap_ms) };
+        p.backoff = crate::core::policy::Backoff {
+            base: Duration(options.backoff_base_ms),
+            cap: Duration(options.backoff_cap_ms),
+        };
         p
     };
     if crate::store::sql::Table::of(&policy) != crate::store::sql::Table::MessagingOutbox
@@ -491,7 +517,8 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         ));
     }
     // The database first: a server that is not there is found before anything starts.
-    let mut store = PgStore::connect(&options.database_url, false, policy).map_err(|e| format!("PostgreSQL at {}: {e}", options.database_url))?;
+    let mut store = PgStore::connect(&options.database_url, false, policy)
+        .map_err(|e| format!("PostgreSQL at {}: {e}", options.database_url))?;
     let base = std::env::temp_dir();
     remove_stale_runs(&base);
     let run = Run::new(base.join(format!("outbox-check-e2e-{}-{}", std::process::id(), options.seed)))?;
@@ -501,7 +528,11 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     let queue = format!("outbox-check-e2e-{}-{}", std::process::id(), options.seed);
     let mut broker = start_broker(options, &run, &runtime, &queue)?;
 
-    store.scratch().client().batch_execute("CREATE SEQUENCE outbox_check_order").map_err(|e| format!("PostgreSQL: {e}"))?;
+    store
+        .scratch()
+        .client()
+        .batch_execute("CREATE SEQUENCE outbox_check_order")
+        .map_err(|e| format!("PostgreSQL: {e}"))?;
     let schema = store.scratch().schema().to_string();
     let started = std::time::Instant::now();
     let epoch_ms = unix_ms();
@@ -518,27 +549,30 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         }
     };
     let mut enqueued = 0u32;
-    let enqueue = |store: &mut PgStore, history: &mut Vec<(i64, u64, serde_json::Value)>, n: u32| -> Result<(), String> {
-        let req = EnqueueRequest {
-            tenant_id: TenantId(0),
-            aggregate_id: AggregateId(n),
-            expected_version: 0,
-            message_id: MessageId(n),
-            now: Instant(now_ms(epoch_ms)),
+    let enqueue =
+        |store: &mut PgStore, history: &mut Vec<(i64, u64, serde_json::Value)>, n: u32| -> Result<(), String> {
+            let req = EnqueueRequest {
+                tenant_id: TenantId(0),
+                aggregate_id: AggregateId(n),
+                expected_version: 0,
+                message_id: MessageId(n),
+                now: Instant(now_ms(epoch_ms)),
+            };
+            // Stamped inside its transaction, which no claim overlaps: its place in commit order.
+            let (_, stamp) = store
+                .enqueue_stamped(&req, "SELECT nextval('outbox_check_order')")
+                .map_err(|e| format!("PostgreSQL: {e}"))?;
+            let event = crate::trace::Event::Enqueue {
+                tenant: tenant_name(TenantId(0)),
+                aggregate: aggregate_name(AggregateId(n)),
+                expected_version: 0,
+                message: message_name(MessageId(n)),
+                now: req.now.0,
+                result: "applied".into(),
+            };
+            history.push((2 * stamp, 0, serde_json::to_value(&event).expect("JSON of plain values")));
+            Ok(())
         };
-        // Stamped inside its transaction, which no claim overlaps: its place in commit order.
-        let (_, stamp) = store.enqueue_stamped(&req, "SELECT nextval('outbox_check_order')").map_err(|e| format!("PostgreSQL: {e}"))?;
-        let event = crate::trace::Event::Enqueue {
-            tenant: tenant_name(TenantId(0)),
-            aggregate: aggregate_name(AggregateId(n)),
-            expected_version: 0,
-            message: message_name(MessageId(n)),
-            now: req.now.0,
-            result: "applied".into(),
-        };
-        history.push((2 * stamp, 0, serde_json::to_value(&event).expect("JSON of plain values")));
-        Ok(())
-    };
     while enqueued < upfront {
         enqueue(&mut store, &mut history, enqueued)?;
         enqueued += 1;
@@ -548,7 +582,8 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     let deliveries: Arc<Mutex<Vec<Delivery>>> = Arc::default();
     let consuming = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let consumer = {
-        let (kind, url, queue, deliveries, consuming) = (options.broker, broker.url(&options.rabbitmq_url), queue.clone(), deliveries.clone(), consuming.clone());
+        let (kind, url, queue, deliveries, consuming) =
+            (options.broker, broker.url(&options.rabbitmq_url), queue.clone(), deliveries.clone(), consuming.clone());
         std::thread::spawn(move || match kind {
             Broker::Nats => consume(&url, epoch_ms, &deliveries, &consuming),
             Broker::Rabbitmq => consume_rabbit(&url, &queue, epoch_ms, &deliveries, &consuming),
@@ -581,9 +616,11 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     };
     let spawn = |setup: &RelaySetup| -> Result<Child, String> {
         let file = run.dir.join(format!("relay-{}-{}.json", setup.relay, setup.incarnation));
-        std::fs::write(&file, serde_json::to_string(setup).expect("JSON of plain values")).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+        std::fs::write(&file, serde_json::to_string(setup).expect("JSON of plain values"))
+            .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
         let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
-        let err = std::fs::File::create(run.dir.join(format!("relay-{}-{}.err", setup.relay, setup.incarnation))).map_err(|e| e.to_string())?;
+        let err = std::fs::File::create(run.dir.join(format!("relay-{}-{}.err", setup.relay, setup.incarnation)))
+            .map_err(|e| e.to_string())?;
         let mut command = Command::new(exe);
         command.arg("e2e-relay").arg(&file).stdin(Stdio::null()).stdout(Stdio::null()).stderr(err);
         die_with_parent(&mut command);
@@ -602,7 +639,10 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     let mut next_fault = 0;
     let mut outage_until: Option<std::time::Instant> = None;
     let mut reaper = if policy.relay.reaper {
-        Some(crate::store::postgres::Scratch::attach(&options.database_url, false, &schema).map_err(|e| e.to_string())?)
+        Some(
+            crate::store::postgres::Scratch::attach(&options.database_url, false, &schema)
+                .map_err(|e| e.to_string())?,
+        )
     } else {
         None
     };
@@ -668,9 +708,17 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         if now.duration_since(checked) >= std::time::Duration::from_millis(200) {
             checked = now;
             let rows = store.rows().map_err(|e| format!("PostgreSQL: {e}"))?;
-            let remaining = rows.iter().filter(|r| !r.status.is_terminal()).count() + (options.messages - enqueued) as usize;
-            let faults_over = next_fault == plan.len() && outage_until.is_none() && relays.iter().all(|p| p.paused_until.is_none());
-            progress(&format!("{} of {} messages open, {} deliveries, {:.1} s", remaining, options.messages, deliveries.lock().unwrap_or_else(|p| p.into_inner()).len(), started.elapsed().as_secs_f64()));
+            let remaining =
+                rows.iter().filter(|r| !r.status.is_terminal()).count() + (options.messages - enqueued) as usize;
+            let faults_over =
+                next_fault == plan.len() && outage_until.is_none() && relays.iter().all(|p| p.paused_until.is_none());
+            progress(&format!(
+                "{} of {} messages open, {} deliveries, {:.1} s",
+                remaining,
+                options.messages,
+                deliveries.lock().unwrap_or_else(|p| p.into_inner()).len(),
+                started.elapsed().as_secs_f64()
+            ));
             if (remaining == 0 && faults_over && enqueued == options.messages) || started.elapsed() > deadline {
                 break;
             }
@@ -695,9 +743,19 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     let header = crate::trace::Header {
         backoff_base: Some(policy.backoff.base.0),
         backoff_cap: Some(policy.backoff.cap.0),
-        source: Some(format!("outbox-check e2e --seed {}: {} relay processes on PostgreSQL and {}", options.seed, options.relays, options.broker.name())),
+        source: Some(format!(
+            "outbox-check e2e --seed {}: {} relay processes on PostgreSQL and {}",
+            options.seed,
+            options.relays,
+            options.broker.name()
+        )),
         concurrency: Some(crate::trace::Concurrency::SkipLocked),
-        relays: Some((0..options.relays).map(|r| owner_name(RelayId(r))).chain(policy.relay.reaper.then(|| "reaper".to_string())).collect()),
+        relays: Some(
+            (0..options.relays)
+                .map(|r| owner_name(RelayId(r)))
+                .chain(policy.relay.reaper.then(|| "reaper".to_string()))
+                .collect(),
+        ),
         ..crate::trace::Header::new(options.design.name(), options.max_attempts)
     };
     let mut text = serde_json::to_string(&header).expect("JSON of plain values");
@@ -742,7 +800,9 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         }),
         delivered_not_published: rows
             .iter()
-            .filter(|r| r.status != Status::Published && deliveries.iter().any(|d| d.message == message_name(r.message_id)))
+            .filter(|r| {
+                r.status != Status::Published && deliveries.iter().any(|d| d.message == message_name(r.message_id))
+            })
             .map(|r| format!("{} ({})", message_name(r.message_id), r.status))
             .collect(),
         not_terminal: rows.iter().filter(|r| !r.status.is_terminal()).map(|r| message_name(r.message_id)).collect(),
@@ -773,7 +833,12 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
 
 /// Starts the run's broker: a nats-server of its own with the stream, or the run's queue on the
 /// machine's RabbitMQ (deleted on interrupt too). Called inside the runtime's context.
-fn start_broker(options: &Options, run: &Run, runtime: &tokio::runtime::Runtime, queue: &str) -> Result<BrokerRun, String> {
+fn start_broker(
+    options: &Options,
+    run: &Run,
+    runtime: &tokio::runtime::Runtime,
+    queue: &str,
+) -> Result<BrokerRun, String> {
     Ok(match options.broker {
         Broker::Nats => {
             let server = nats::NatsServer::start(&options.nats_server, &run.dir)?;
@@ -782,7 +847,8 @@ fn start_broker(options: &Options, run: &Run, runtime: &tokio::runtime::Runtime,
             }
             let client = runtime.block_on(nats::connect(&server.url()))?;
             let js = nats::jetstream(client, std::time::Duration::from_secs(5));
-            runtime.block_on(nats::create_stream(&js, std::time::Duration::from_millis(options.duplicate_window_ms)))?;
+            runtime
+                .block_on(nats::create_stream(&js, std::time::Duration::from_millis(options.duplicate_window_ms)))?;
             BrokerRun::Nats(server)
         }
         Broker::Rabbitmq => {
@@ -832,7 +898,14 @@ fn drain(broker: &BrokerRun, runtime: &tokio::runtime::Runtime, deliveries: &Mut
         BrokerRun::Nats(server) => {
             let last = runtime.block_on(last_sequence(&server.url())).unwrap_or(0);
             while draining.elapsed() < std::time::Duration::from_secs(5)
-                && deliveries.lock().unwrap_or_else(|p| p.into_inner()).iter().filter_map(|d| d.sequence).max().unwrap_or(0) < last
+                && deliveries
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .iter()
+                    .filter_map(|d| d.sequence)
+                    .max()
+                    .unwrap_or(0)
+                    < last
             {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
@@ -844,7 +917,9 @@ fn drain(broker: &BrokerRun, runtime: &tokio::runtime::Runtime, deliveries: &Mut
                 if count() != seen {
                     (seen, quiet) = (count(), std::time::Instant::now());
                 }
-                if runtime.block_on(rabbit.ready(queue)) == Some(0) && quiet.elapsed() > std::time::Duration::from_millis(500) {
+                if runtime.block_on(rabbit.ready(queue)) == Some(0)
+                    && quiet.elapsed() > std::time::Duration::from_millis(500)
+                {
                     break;
                 }
             }
@@ -855,7 +930,11 @@ fn drain(broker: &BrokerRun, runtime: &tokio::runtime::Runtime, deliveries: &Mut
 /// Merges the relays' logs into `history` by commit stamp: each committed statement at its
 /// stamp, each pending one nobody resolved right after its relay's previous statement. Returns
 /// the publications and the faults the relays drew themselves.
-fn merge_logs(dir: &Path, relays: u16, history: &mut Vec<(i64, u64, serde_json::Value)>) -> (Vec<Publication>, Vec<String>) {
+fn merge_logs(
+    dir: &Path,
+    relays: u16,
+    history: &mut Vec<(i64, u64, serde_json::Value)>,
+) -> (Vec<Publication>, Vec<String>) {
     let mut publications = Vec::new();
     let mut relay_faults = Vec::new();
     for r in 0..relays {
@@ -876,7 +955,11 @@ fn merge_logs(dir: &Path, relays: u16, history: &mut Vec<(i64, u64, serde_json::
                     if let Some(id) = resolves {
                         pending.remove(&id);
                     }
-                    history.push((2 * stamp, u64::from(r), serde_json::to_value(&event).expect("JSON of plain values")));
+                    history.push((
+                        2 * stamp,
+                        u64::from(r),
+                        serde_json::to_value(&event).expect("JSON of plain values"),
+                    ));
                 }
                 LogLine::Publication(p) => publications.push(p),
                 LogLine::Fault { what, .. } => relay_faults.push(what),
@@ -891,11 +974,16 @@ fn merge_logs(dir: &Path, relays: u16, history: &mut Vec<(i64, u64, serde_json::
 }
 
 /// The reaper's statement, stamped; its event if it reaped anything.
-fn reap(db: &mut crate::store::postgres::Scratch, epoch_ms: u64, max_attempts: u32) -> Option<(i64, u64, serde_json::Value)> {
+fn reap(
+    db: &mut crate::store::postgres::Scratch,
+    epoch_ms: u64,
+    max_attempts: u32,
+) -> Option<(i64, u64, serde_json::Value)> {
     let at = now_ms(epoch_ms);
     let statement = crate::store::sql::reap(crate::store::sql::Dialect::Postgres);
     let mut tx = db.client().transaction().ok()?;
-    let reaped: Vec<String> = tx.query(&statement, &[&(at as i64), &(max_attempts as i32)]).ok()?.iter().map(|r| r.get(0)).collect();
+    let reaped: Vec<String> =
+        tx.query(&statement, &[&(at as i64), &(max_attempts as i32)]).ok()?.iter().map(|r| r.get(0)).collect();
     let stamp: i64 = tx.query_one("SELECT nextval('outbox_check_order')", &[]).ok()?.get(0);
     tx.commit().ok()?;
     (!reaped.is_empty()).then(|| {
@@ -915,7 +1003,8 @@ struct Findings {
 /// words, and every property (S1–S10) or conformance finding (C1–C8) named. Reading it back
 /// through the trace format's own parser checks that too.
 fn check_history(design: Design, text: &str) -> Result<Findings, String> {
-    let (header, events) = crate::trace::parse("e2e history", text).map_err(|e| format!("the run wrote a history the trace format refuses (a bug of e2e): {e}"))?;
+    let (header, events) = crate::trace::parse("e2e history", text)
+        .map_err(|e| format!("the run wrote a history the trace format refuses (a bug of e2e): {e}"))?;
     let mut oracle = crate::oracle::Oracle::for_header(design, &header).keep_going();
     let mut divergences = Vec::new();
     for (line, event) in &events {
@@ -924,7 +1013,8 @@ fn check_history(design: Design, text: &str) -> Result<Findings, String> {
         }
     }
     divergences.extend(oracle.finish_all().1);
-    let mut broken: Vec<String> = divergences.iter().filter(|d| d.otherwise.is_empty()).filter_map(|d| d.finding().map(str::to_string)).collect();
+    let mut broken: Vec<String> =
+        divergences.iter().filter(|d| d.otherwise.is_empty()).filter_map(|d| d.finding().map(str::to_string)).collect();
     broken.sort_by_key(|id| (id.starts_with('C'), id[1..].parse::<u32>().unwrap_or(0)));
     broken.dedup();
     let either = divergences
@@ -938,12 +1028,22 @@ fn check_history(design: Design, text: &str) -> Result<Findings, String> {
 /// Names every delivery beyond a message's first; lists the publications the broker caught as
 /// duplicates and the copies no logged publication explains. `window`: the broker's
 /// deduplication window (none: it keeps none).
-fn name_deliveries(deliveries: &[Delivery], publications: &[Publication], window: Option<u64>) -> (Vec<ExtraDelivery>, Vec<Deduplicated>, Vec<String>) {
+fn name_deliveries(
+    deliveries: &[Delivery],
+    publications: &[Publication],
+    window: Option<u64>,
+) -> (Vec<ExtraDelivery>, Vec<Deduplicated>, Vec<String>) {
     use std::collections::BTreeMap;
     let at = |ms: u64| secs(ms.saturating_sub(CLOCK_OFFSET));
     let sent = |id: &Option<String>| id.as_ref().and_then(|id| publications.iter().find(|p| &p.id == id));
     // A copy was stored when the broker says (NATS), else when its publication went out.
-    let stored = |d: &Delivery| if d.sequence.is_some() { d.stored_ms } else { sent(&d.publication).map_or(d.stored_ms, |p| p.at_ms) };
+    let stored = |d: &Delivery| {
+        if d.sequence.is_some() {
+            d.stored_ms
+        } else {
+            sent(&d.publication).map_or(d.stored_ms, |p| p.at_ms)
+        }
+    };
     let mut by_message: BTreeMap<&str, Vec<&Delivery>> = BTreeMap::new();
     for d in deliveries {
         by_message.entry(&d.message).or_default().push(d);
@@ -1023,15 +1123,27 @@ fn name_deliveries(deliveries: &[Delivery], publications: &[Publication], window
         }
         // A stored copy no logged publication accounts for (its relay died before logging it).
         for d in &list {
-            if d.publication.is_some() && sent(&d.publication).is_none() && !unlogged.iter().any(|u: &String| u.starts_with(&format!("{message}: {} ", d.copy))) {
-                unlogged.push(format!("{message}: {} stored at t={} by a publication its relay did not live to log", d.copy, at(stored(d))));
+            if d.publication.is_some()
+                && sent(&d.publication).is_none()
+                && !unlogged.iter().any(|u: &String| u.starts_with(&format!("{message}: {} ", d.copy)))
+            {
+                unlogged.push(format!(
+                    "{message}: {} stored at t={} by a publication its relay did not live to log",
+                    d.copy,
+                    at(stored(d))
+                ));
             }
         }
     }
     let mut deduplicated = Vec::new();
     for p in publications.iter().filter(|p| p.duplicate) {
         let first = deliveries.iter().filter(|d| d.message == p.message).map(stored).min();
-        deduplicated.push(Deduplicated { message: p.message.clone(), relay: p.relay.clone(), at_ms: p.at_ms, after_first_ms: first.map(|f| p.at_ms.saturating_sub(f)) });
+        deduplicated.push(Deduplicated {
+            message: p.message.clone(),
+            relay: p.relay.clone(),
+            at_ms: p.at_ms,
+            after_first_ms: first.map(|f| p.at_ms.saturating_sub(f)),
+        });
     }
     (extra, deduplicated, unlogged)
 }
@@ -1069,15 +1181,17 @@ fn consume(url: &str, epoch_ms: u64, deliveries: &Mutex<Vec<Delivery>>, consumin
                     .await
                     .map_err(|e| e.to_string())
             };
-            let consumer: async_nats::jetstream::consumer::Consumer<async_nats::jetstream::consumer::pull::Config> = match consumer.await {
-                Ok(c) => c,
-                Err(_) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
+            let consumer: async_nats::jetstream::consumer::Consumer<async_nats::jetstream::consumer::pull::Config> =
+                match consumer.await {
+                    Ok(c) => c,
+                    Err(_) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
             while consuming.load(std::sync::atomic::Ordering::Relaxed) {
-                let batch = consumer.fetch().max_messages(100).expires(std::time::Duration::from_millis(300)).messages().await;
+                let batch =
+                    consumer.fetch().max_messages(100).expires(std::time::Duration::from_millis(300)).messages().await;
                 let Ok(mut batch) = batch else { break };
                 let mut failed = false;
                 while let Some(message) = batch.next().await {
@@ -1086,8 +1200,14 @@ fn consume(url: &str, epoch_ms: u64, deliveries: &Mutex<Vec<Delivery>>, consumin
                         break;
                     };
                     let received_ms = now_ms(epoch_ms);
-                    let id = message.headers.as_ref().and_then(|h| h.get(nats::MSG_ID)).map(|v| v.as_str().to_string()).unwrap_or_default();
-                    let publication = message.headers.as_ref().and_then(|h| h.get(nats::PUBLICATION)).map(|v| v.as_str().to_string());
+                    let id = message
+                        .headers
+                        .as_ref()
+                        .and_then(|h| h.get(nats::MSG_ID))
+                        .map(|v| v.as_str().to_string())
+                        .unwrap_or_default();
+                    let publication =
+                        message.headers.as_ref().and_then(|h| h.get(nats::PUBLICATION)).map(|v| v.as_str().to_string());
                     if let Ok(info) = message.info() {
                         let stored_unix_ms = (info.published.unix_timestamp_nanos() / 1_000_000) as u64;
                         deliveries.lock().unwrap_or_else(|p| p.into_inner()).push(Delivery {
@@ -1112,14 +1232,28 @@ fn consume(url: &str, epoch_ms: u64, deliveries: &Mutex<Vec<Delivery>>, consumin
 
 /// The consumer on RabbitMQ: the run's queue, manual acks, every delivery recorded; a copy is
 /// known by the publication that sent it (a header), when it was stored by when it was sent.
-fn consume_rabbit(url: &str, queue: &str, epoch_ms: u64, deliveries: &Mutex<Vec<Delivery>>, consuming: &std::sync::atomic::AtomicBool) {
+fn consume_rabbit(
+    url: &str,
+    queue: &str,
+    epoch_ms: u64,
+    deliveries: &Mutex<Vec<Delivery>>,
+    consuming: &std::sync::atomic::AtomicBool,
+) {
     let runtime = nats::runtime();
     let go_on = || consuming.load(std::sync::atomic::Ordering::Relaxed);
     let each = |r: rabbitmq::Received| {
         let received_ms = now_ms(epoch_ms);
         let mut list = deliveries.lock().unwrap_or_else(|p| p.into_inner());
         let copy = r.publication.clone().unwrap_or_else(|| format!("unnamed copy {}", list.len()));
-        list.push(Delivery { message: r.message, copy, sequence: None, publication: r.publication, stored_ms: received_ms, received_ms, redelivered: r.redelivered });
+        list.push(Delivery {
+            message: r.message,
+            copy,
+            sequence: None,
+            publication: r.publication,
+            stored_ms: received_ms,
+            received_ms,
+            redelivered: r.redelivered,
+        });
     };
     while go_on() {
         if runtime.block_on(rabbitmq::consume(url, queue, &go_on, &each)).is_err() {
@@ -1180,7 +1314,11 @@ pub fn print(report: &Report) {
         _ => {}
     }
     match &report.oracle {
-        None => println!("History: {} events of {} — the oracle accepts it.", report.events, crate::report::count(report.relays, "relay")),
+        None => println!(
+            "History: {} events of {} — the oracle accepts it.",
+            report.events,
+            crate::report::count(report.relays, "relay")
+        ),
         Some(d) => println!(
             "History: {} events — the oracle finds {}{}; the first: {}",
             report.events,
@@ -1200,14 +1338,19 @@ pub fn print(report: &Report) {
         "Broker: {} PUBLISHED, {} delivered at least once{}; {} in all, {} beyond a message's first.",
         report.published,
         report.published - report.published_not_delivered.len(),
-        if report.published_not_delivered.is_empty() { " (S5 end to end holds)".to_string() } else { format!(" — S5 end to end VIOLATED: never delivered: {}", report.published_not_delivered.join(", ")) },
+        if report.published_not_delivered.is_empty() {
+            " (S5 end to end holds)".to_string()
+        } else {
+            format!(" — S5 end to end VIOLATED: never delivered: {}", report.published_not_delivered.join(", "))
+        },
         if report.deliveries == 1 { "1 delivery".to_string() } else { format!("{} deliveries", report.deliveries) },
         report.extra_deliveries.len()
     );
     for e in &report.extra_deliveries {
         println!("  {}", e.words);
     }
-    let others: Vec<String> = report.ended.iter().filter(|(s, _)| s.as_str() != "PUBLISHED").map(|(s, n)| format!("{n} {s}")).collect();
+    let others: Vec<String> =
+        report.ended.iter().filter(|(s, _)| s.as_str() != "PUBLISHED").map(|(s, n)| format!("{n} {s}")).collect();
     if !others.is_empty() {
         println!("  The other rows ended {}.", others.join(", "));
     }
@@ -1218,9 +1361,18 @@ pub fn print(report: &Report) {
         );
     }
     if !report.deduplicated_by_broker.is_empty() {
-        println!("  {} publications answered as duplicates by the broker (inside its window): {}", report.deduplicated_by_broker.len(),
-            report.deduplicated_by_broker.iter().take(5).map(|d| format!("{} by {} at t={}", d.message, d.relay, secs(d.at_ms.saturating_sub(CLOCK_OFFSET)))).collect::<Vec<_>>().join(", ")
-            + if report.deduplicated_by_broker.len() > 5 { ", …" } else { "" });
+        println!(
+            "  {} publications answered as duplicates by the broker (inside its window): {}",
+            report.deduplicated_by_broker.len(),
+            report
+                .deduplicated_by_broker
+                .iter()
+                .take(5)
+                .map(|d| format!("{} by {} at t={}", d.message, d.relay, secs(d.at_ms.saturating_sub(CLOCK_OFFSET))))
+                .collect::<Vec<_>>()
+                .join(", ")
+                + if report.deduplicated_by_broker.len() > 5 { ", …" } else { "" }
+        );
     }
     for u in &report.unlogged_copies {
         println!("  {u}");
@@ -1235,7 +1387,8 @@ pub fn print(report: &Report) {
         report.messages_per_second
     );
     let verdict = if report.passed() {
-        "PASSED: the oracle accepts the history, every message ended terminal and was delivered, none took effect twice".to_string()
+        "PASSED: the oracle accepts the history, every message ended terminal and was delivered, none took effect twice"
+            .to_string()
     } else {
         let mut failed = Vec::new();
         if !report.broken.is_empty() {
@@ -1248,7 +1401,10 @@ pub fn print(report: &Report) {
             failed.push("the history diverges from the design".to_string());
         }
         if report.duplicate_effects() > 0 {
-            failed.push(format!("{} a duplicate effect", crate::report::count(report.duplicate_effects() as u64, "message")));
+            failed.push(format!(
+                "{} a duplicate effect",
+                crate::report::count(report.duplicate_effects() as u64, "message")
+            ));
         }
         if !report.published_not_delivered.is_empty() {
             failed.push("S5 end to end".to_string());

@@ -73,10 +73,18 @@ impl NatsServer {
                 return Ok(());
             }
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                return Err(format!("{} exited at start ({status}); its log: {}", self.binary.display(), self.log.display()));
+                return Err(format!(
+                    "{} exited at start ({status}); its log: {}",
+                    self.binary.display(),
+                    self.log.display()
+                ));
             }
             if started.elapsed() > Duration::from_secs(10) {
-                return Err(format!("{} did not accept connections on port {} within 10 s", self.binary.display(), self.port));
+                return Err(format!(
+                    "{} did not accept connections on port {} within 10 s",
+                    self.binary.display(),
+                    self.port
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }

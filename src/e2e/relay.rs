@@ -68,11 +68,20 @@ impl Publisher {
         })
     }
 
-    async fn publish(&self, setup: &RelaySetup, message: &str, publication: &str, payload: Vec<u8>, cut: bool) -> Answer {
+    async fn publish(
+        &self,
+        setup: &RelaySetup,
+        message: &str,
+        publication: &str,
+        payload: Vec<u8>,
+        cut: bool,
+    ) -> Answer {
         let timeout = std::time::Duration::from_millis(setup.publish_timeout_ms);
         match self {
             Publisher::Nats { client, js } => nats::publish(client, js, message, publication, payload, cut).await,
-            Publisher::Rabbit(rabbit) => rabbit.publish(&setup.queue, message, publication, payload, cut, timeout).await,
+            Publisher::Rabbit(rabbit) => {
+                rabbit.publish(&setup.queue, message, publication, payload, cut, timeout).await
+            }
         }
     }
 }
@@ -91,7 +100,8 @@ const STAMP: &str = "SELECT nextval('outbox_check_order')";
 impl Db {
     fn connect(setup: &RelaySetup) -> Result<Db, String> {
         let mut store = PgStore::attach(&setup.database_url, &setup.schema, setup.policy).map_err(|e| e.to_string())?;
-        let pid: i32 = store.scratch().client().query_one("SELECT pg_backend_pid()", &[]).map_err(|e| e.to_string())?.get(0);
+        let pid: i32 =
+            store.scratch().client().query_one("SELECT pg_backend_pid()", &[]).map_err(|e| e.to_string())?.get(0);
         Ok(Db { setup: setup.clone(), store, pid })
     }
 
@@ -130,7 +140,10 @@ impl Db {
 /// The process's entry: reads its setup from `file`, runs until the run's stop file appears or
 /// the process that started it is gone.
 pub fn main(file: &std::path::Path) -> std::process::ExitCode {
-    let setup: RelaySetup = match std::fs::read_to_string(file).map_err(|e| e.to_string()).and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string())) {
+    let setup: RelaySetup = match std::fs::read_to_string(file)
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+    {
         Ok(setup) => setup,
         Err(e) => {
             eprintln!("outbox-check e2e-relay: cannot read {}: {e}", file.display());
@@ -149,10 +162,16 @@ pub fn main(file: &std::path::Path) -> std::process::ExitCode {
 fn run(setup: &RelaySetup) -> Result<(), String> {
     // SAFETY: getppid has no preconditions.
     let parent = unsafe { libc::getppid() };
-    let file = std::fs::OpenOptions::new().create(true).append(true).open(&setup.log).map_err(|e| format!("cannot open {}: {e}", setup.log.display()))?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&setup.log)
+        .map_err(|e| format!("cannot open {}: {e}", setup.log.display()))?;
     // Pending ids carry the incarnation: unique over the relay's restarts.
     let mut log = Log { file, last: 0, next_pending: u64::from(setup.incarnation) << 32 };
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(setup.seed ^ u64::from(setup.relay) << 32 ^ u64::from(setup.incarnation) << 48);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
+        setup.seed ^ u64::from(setup.relay) << 32 ^ u64::from(setup.incarnation) << 48,
+    );
     let runtime = nats::runtime();
     // The JetStream context spawns its acknowledgement task on the current runtime.
     let _entered = runtime.enter();
@@ -193,7 +212,11 @@ fn run(setup: &RelaySetup) -> Result<(), String> {
                     let pending = log.pending(unknown)?;
                     match db.claim(&request) {
                         Ok((stamp, leases)) => {
-                            log.committed(stamp, Some(pending), Event::claim_of(relay.clone(), tenant.clone(), &request, &leases, message_name))?;
+                            log.committed(
+                                stamp,
+                                Some(pending),
+                                Event::claim_of(relay.clone(), tenant.clone(), &request, &leases, message_name),
+                            )?;
                             claimed_any = !leases.is_empty();
                             cycle.claimed(&config, leases, Clocks::same(now()))
                         }
@@ -212,7 +235,10 @@ fn run(setup: &RelaySetup) -> Result<(), String> {
                     publications += 1;
                     let answer = runtime.block_on(publisher.publish(setup, &message, &id, payload, cut));
                     if cut {
-                        log.line(&LogLine::Fault { at_ms: at, what: format!("{relay}'s broker connection cut before the ack of {message}") })?;
+                        log.line(&LogLine::Fault {
+                            at_ms: at,
+                            what: format!("{relay}'s broker connection cut before the ack of {message}"),
+                        })?;
                         // The connection is gone: the relay starts a new one, as its client would.
                         publisher = runtime.block_on(Publisher::connect(setup))?;
                     }
@@ -255,17 +281,35 @@ fn run(setup: &RelaySetup) -> Result<(), String> {
                     // Between the publication and the terminal write, the backend may die.
                     if rng.gen_bool(setup.kill_backend) {
                         let _ = killer.client().query("SELECT pg_terminate_backend($1)", &[&db.pid]);
-                        log.line(&LogLine::Fault { at_ms: super::now_ms(setup.epoch_ms), what: format!("{relay}'s backend terminated between publish and write of {}", message_name(lease.message_id)) })?;
+                        log.line(&LogLine::Fault {
+                            at_ms: super::now_ms(setup.epoch_ms),
+                            what: format!(
+                                "{relay}'s backend terminated between publish and write of {}",
+                                message_name(lease.message_id)
+                            ),
+                        })?;
                     }
                     cycle.resume(&config, Input::Published { outcome }, Clocks::same(now()))
                 }
                 Effect::Write { mut request } => {
                     request.now = now();
-                    let event = |result| Event::write_of(relay.clone(), tenant.clone(), message_name(request.lease.message_id), &request, result);
+                    let event = |result| {
+                        Event::write_of(
+                            relay.clone(),
+                            tenant.clone(),
+                            message_name(request.lease.message_id),
+                            &request,
+                            result,
+                        )
+                    };
                     let pending = log.pending(event(WriteReport::Unknown))?;
                     match db.write(&request) {
                         Ok((stamp, result)) => {
-                            let report = if matches!(result, WriteResult::Applied { .. }) { WriteReport::Applied } else { WriteReport::Stale };
+                            let report = if matches!(result, WriteResult::Applied { .. }) {
+                                WriteReport::Applied
+                            } else {
+                                WriteReport::Stale
+                            };
                             log.committed(stamp, Some(pending), event(report))?;
                             cycle.resume(&config, Input::Written { result }, Clocks::same(now()))
                         }

@@ -9,7 +9,7 @@
 use super::sql::{self, Dialect, Table, ROW_COLUMNS};
 use crate::core::{
     random_token, AggregateId, ClaimRequest, EnqueueRequest, EnqueueResult, FailureCode, Instant, Lease, LeaseToken,
-    MessageId, Outbox, Policy, RelayId, Row, Status, StaleReason, TenantId, WriteRequest, WriteResult,
+    MessageId, Outbox, Policy, RelayId, Row, StaleReason, Status, TenantId, WriteRequest, WriteResult,
 };
 use crate::core::{Variant, WriteKind};
 
@@ -369,7 +369,9 @@ impl Common {
     fn reap_sql(&self) -> Result<String, StoreError> {
         match self.table {
             Table::MessagingOutbox => Ok(sql::reap(self.dialect)),
-            Table::OutboxEvents => Err(StoreError::Setup("seed-tenant has no reaper and outbox_events no EXHAUSTED state".into())),
+            Table::OutboxEvents => {
+                Err(StoreError::Setup("seed-tenant has no reaper and outbox_events no EXHAUSTED state".into()))
+            }
         }
     }
 
@@ -469,7 +471,8 @@ impl SqliteStore {
     pub fn in_memory(policy: Policy) -> Result<SqliteStore, StoreError> {
         let common = Common::new(policy, Dialect::Sqlite)?;
         let mut conn = rusqlite::Connection::open_in_memory()?;
-        super::migrate::migrate_sqlite(&mut conn, common.table.migrations()).map_err(|e| StoreError::Setup(e.to_string()))?;
+        super::migrate::migrate_sqlite(&mut conn, common.table.migrations())
+            .map_err(|e| StoreError::Setup(e.to_string()))?;
         Ok(SqliteStore { conn, common })
     }
 
@@ -594,7 +597,9 @@ impl Store for SqliteStore {
             None => {
                 let current: Option<String> = {
                     use rusqlite::OptionalExtension;
-                    self.conn.query_row(&self.common.status_sql(), [message_name(req.lease.message_id)], |r| r.get(0)).optional()?
+                    self.conn
+                        .query_row(&self.common.status_sql(), [message_name(req.lease.message_id)], |r| r.get(0))
+                        .optional()?
                 };
                 Ok(stale_or_swallowed(&self.common.policy, current.as_deref().and_then(Status::parse)))
             }
@@ -638,7 +643,8 @@ impl PgStore {
     /// design's table needs.
     pub fn connect(url: &str, disposable: bool, policy: Policy) -> Result<PgStore, StoreError> {
         let common = Common::new(policy, Dialect::Postgres)?;
-        let mut scratch = super::postgres::Scratch::connect(url, disposable).map_err(|e| StoreError::Setup(e.to_string()))?;
+        let mut scratch =
+            super::postgres::Scratch::connect(url, disposable).map_err(|e| StoreError::Setup(e.to_string()))?;
         scratch.migrate(common.table.migrations()).map_err(|e| StoreError::Setup(e.to_string()))?;
         Ok(PgStore { scratch, common })
     }
@@ -647,7 +653,8 @@ impl PgStore {
     /// relay processes of one end-to-end run, each with a connection of its own.
     pub fn attach(url: &str, schema: &str, policy: Policy) -> Result<PgStore, StoreError> {
         let common = Common::new(policy, Dialect::Postgres)?;
-        let scratch = super::postgres::Scratch::attach(url, false, schema).map_err(|e| StoreError::Setup(e.to_string()))?;
+        let scratch =
+            super::postgres::Scratch::attach(url, false, schema).map_err(|e| StoreError::Setup(e.to_string()))?;
         Ok(PgStore { scratch, common })
     }
 
@@ -731,7 +738,6 @@ impl Store for Reused {
 }
 
 impl PgStore {
-
     fn values(params: &[Param]) -> Vec<Box<dyn postgres::types::ToSql + Sync>> {
         params
             .iter()
@@ -834,7 +840,11 @@ impl PgStore {
 
     /// The claim's statements in `tx`: the select (FOR UPDATE SKIP LOCKED: the rows are this
     /// transaction's until it commits), then one update per row.
-    fn claim_in(common: &mut Common, tx: &mut postgres::Transaction<'_>, req: &ClaimRequest) -> Result<Vec<Lease>, StoreError> {
+    fn claim_in(
+        common: &mut Common,
+        tx: &mut postgres::Transaction<'_>,
+        req: &ClaimRequest,
+    ) -> Result<Vec<Lease>, StoreError> {
         let (select, update) = common.claim_sql();
         let params = Common::claim_select_params(req);
         let values = pg_fix_widths(&select, &params);
@@ -865,7 +875,11 @@ impl PgStore {
 
     /// The write's statement in `tx`; where it matched nothing, the row's status then, for
     /// the design's answer to a stale write.
-    fn write_in(common: &mut Common, tx: &mut postgres::Transaction<'_>, req: &WriteRequest) -> Result<WriteResult, StoreError> {
+    fn write_in(
+        common: &mut Common,
+        tx: &mut postgres::Transaction<'_>,
+        req: &WriteRequest,
+    ) -> Result<WriteResult, StoreError> {
         let statement = common.write_sql(req.kind)?;
         let params = common.write_params(req);
         let values = pg_fix_widths(&statement, &params);
@@ -874,7 +888,8 @@ impl PgStore {
         match status {
             Some(s) => Ok(WriteResult::Applied { status: Status::parse(&s).ok_or_else(|| StoreError::Corrupt(s))? }),
             None => {
-                let current: Option<String> = tx.query_opt(&common.status_sql(), &[&message_name(req.lease.message_id)])?.map(|r| r.get(0));
+                let current: Option<String> =
+                    tx.query_opt(&common.status_sql(), &[&message_name(req.lease.message_id)])?.map(|r| r.get(0));
                 Ok(stale_or_swallowed(&common.policy, current.as_deref().and_then(Status::parse)))
             }
         }
@@ -882,7 +897,11 @@ impl PgStore {
 
     /// The enqueue's statements in `tx`: the business change from the expected version, then
     /// the outbox row. Stale (the business row moved): nothing done, the caller rolls back.
-    fn enqueue_in(common: &mut Common, tx: &mut postgres::Transaction<'_>, req: &EnqueueRequest) -> Result<EnqueueResult, StoreError> {
+    fn enqueue_in(
+        common: &mut Common,
+        tx: &mut postgres::Transaction<'_>,
+        req: &EnqueueRequest,
+    ) -> Result<EnqueueResult, StoreError> {
         let (tenant, aggregate) = (tenant_name(req.tenant_id), aggregate_name(req.aggregate_id));
         let expected = i64::from(req.expected_version);
         // The business change: moves the aggregate only from the expected version.
@@ -899,7 +918,10 @@ impl PgStore {
         common.log.push(render(business, &params));
         if changed != 1 {
             let current: Option<i64> = tx
-                .query_opt("SELECT version FROM business_aggregates WHERE tenant_id = $1 AND aggregate_id = $2", &[&tenant, &aggregate])?
+                .query_opt(
+                    "SELECT version FROM business_aggregates WHERE tenant_id = $1 AND aggregate_id = $2",
+                    &[&tenant, &aggregate],
+                )?
                 .map(|r| r.get(0));
             return Ok(EnqueueResult::Stale { current_version: current.unwrap_or(0) as u32 });
         }
@@ -940,7 +962,8 @@ impl Store for PgStore {
         let statement = self.common.reap_sql()?;
         let params = [Param::Int(now.0 as i64), Param::Int(i64::from(max_attempts))];
         let values = pg_fix_widths(&statement, &params);
-        let ids: Vec<String> = self.scratch.client().query(&statement, &refs(&values))?.iter().map(|r| r.get(0)).collect();
+        let ids: Vec<String> =
+            self.scratch.client().query(&statement, &refs(&values))?.iter().map(|r| r.get(0)).collect();
         self.common.log.push(render(&statement, &params));
         let mut ids = ids.iter().map(|id| number(id, 'm').map(MessageId)).collect::<Result<Vec<_>, _>>()?;
         ids.sort();
@@ -948,13 +971,8 @@ impl Store for PgStore {
     }
 
     fn rows(&mut self) -> Result<Vec<Row>, StoreError> {
-        let raw: Vec<RawRow> = self
-            .scratch
-            .client()
-            .query(&self.common.rows_sql(), &[])?
-            .iter()
-            .map(read_pg_row)
-            .collect();
+        let raw: Vec<RawRow> =
+            self.scratch.client().query(&self.common.rows_sql(), &[])?.iter().map(read_pg_row).collect();
         raw.into_iter().map(RawRow::into_row).collect()
     }
 

@@ -49,8 +49,9 @@ pub fn applied_sqlite(conn: &rusqlite::Connection) -> Result<Vec<u32>, MigrateEr
              version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
     )
     .map_err(MigrateError::Bookkeeping)?;
-    let mut stmt =
-        conn.prepare("SELECT version FROM outbox_check_migrations ORDER BY version").map_err(MigrateError::Bookkeeping)?;
+    let mut stmt = conn
+        .prepare("SELECT version FROM outbox_check_migrations ORDER BY version")
+        .map_err(MigrateError::Bookkeeping)?;
     let versions = stmt
         .query_map([], |row| row.get::<_, u32>(0))
         .and_then(|rows| rows.collect::<Result<Vec<u32>, _>>())

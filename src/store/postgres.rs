@@ -12,7 +12,7 @@
 //! next run's first connection or by `outbox-check conform --clean-up`. A schema without the
 //! marker, or whose lock a live session holds, is never touched.
 
-use super::migrate::{Migration, MigrateError};
+use super::migrate::{MigrateError, Migration};
 use std::str::FromStr;
 
 /// The PostgreSQL migrations, in order.
@@ -77,8 +77,7 @@ pub fn check_url(url: &str, disposable: bool) -> Result<postgres::Config, PgErro
     for host in config.get_hosts() {
         match host {
             postgres::config::Host::Tcp(name) => {
-                let loopback = name == "localhost"
-                    || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+                let loopback = name == "localhost" || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
                 if !loopback && !disposable {
                     return Err(PgError::NotLoopback(name.clone()));
                 }
@@ -146,7 +145,8 @@ fn drop_orphans(client: &mut postgres::Client, keep: Option<&str>) -> Result<Vec
         if !is_scratch_name(&schema) || Some(schema.as_str()) == keep {
             continue;
         }
-        let free: bool = client.query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LOCK_CLASS, &lock_key(&schema)])?.get(0);
+        let free: bool =
+            client.query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LOCK_CLASS, &lock_key(&schema)])?.get(0);
         if free {
             client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))?;
             client.execute("SELECT pg_advisory_unlock($1, $2)", &[&LOCK_CLASS, &lock_key(&schema)])?;
@@ -177,9 +177,11 @@ impl Scratch {
         let mut client = config.connect(postgres::NoTls).map_err(|e| PgError::Connect(with_causes(&e)))?;
         drop_on_signal();
         let schema = loop {
-            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-            let seed =
-                (nanos as u64) ^ (u64::from(std::process::id()) << 32) ^ COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let nanos =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+            let seed = (nanos as u64)
+                ^ (u64::from(std::process::id()) << 32)
+                ^ COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let schema = format!("outbox_check_{:016x}", crate::core::random_token(seed));
             // The name goes into SQL unquoted: it must be exactly what was just generated.
             if !is_scratch_name(&schema) {
@@ -187,7 +189,8 @@ impl Scratch {
             }
             // The lock is this session's for as long as it lives: taken before the schema
             // exists, so no clean-up can mistake a schema being made for one left behind.
-            let locked: bool = client.query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LOCK_CLASS, &lock_key(&schema)])?.get(0);
+            let locked: bool =
+                client.query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LOCK_CLASS, &lock_key(&schema)])?.get(0);
             if locked {
                 break schema;
             }
@@ -212,7 +215,9 @@ impl Scratch {
     /// a lost connection). It does not drop the schema.
     pub fn attach(url: &str, disposable: bool, schema: &str) -> Result<Scratch, PgError> {
         if !is_scratch_name(schema) {
-            return Err(PgError::Sql(format!("refusing schema name {schema}: not one of outbox-check's scratch schemas")));
+            return Err(PgError::Sql(format!(
+                "refusing schema name {schema}: not one of outbox-check's scratch schemas"
+            )));
         }
         let config = check_url(url, disposable)?;
         let mut client = config.connect(postgres::NoTls).map_err(|e| PgError::Connect(with_causes(&e)))?;
@@ -238,15 +243,25 @@ impl Scratch {
                      version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
             )
             .map_err(book)?;
-        let done: Vec<i32> =
-            self.client.query("SELECT version FROM outbox_check_migrations", &[]).map_err(book)?.iter().map(|r| r.get(0)).collect();
+        let done: Vec<i32> = self
+            .client
+            .query("SELECT version FROM outbox_check_migrations", &[])
+            .map_err(book)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
         let mut applied = Vec::new();
         for m in MIGRATIONS.iter().filter(|m| m.version <= target && !done.contains(&(m.version as i32))) {
-            let failed = |e: postgres::Error| MigrateError::Postgres(format!("migration {} ({}) failed: {e}", m.version, m.name));
+            let failed = |e: postgres::Error| {
+                MigrateError::Postgres(format!("migration {} ({}) failed: {e}", m.version, m.name))
+            };
             let mut tx = self.client.transaction().map_err(failed)?;
             tx.batch_execute(m.sql).map_err(failed)?;
-            tx.execute("INSERT INTO outbox_check_migrations (version, name) VALUES ($1, $2)", &[&(m.version as i32), &m.name])
-                .map_err(failed)?;
+            tx.execute(
+                "INSERT INTO outbox_check_migrations (version, name) VALUES ($1, $2)",
+                &[&(m.version as i32), &m.name],
+            )
+            .map_err(failed)?;
             tx.commit().map_err(failed)?;
             applied.push(m.version);
         }

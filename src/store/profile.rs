@@ -11,11 +11,11 @@
 //! `unavailable`, `rejected`, `budget_spent`); statuses are the profile's own names.
 
 use super::bind::{Store, StoreError};
-use crate::core::{
-    ClaimRequest, Design, EnqueueRequest, EnqueueResult, FailureCode, Instant, Lease, LeaseToken, MessageId, Policy, RelayId, Row,
-    Status, TenantId, WriteKind, WriteRequest, WriteResult,
-};
 use crate::core::design::StatusNames;
+use crate::core::{
+    ClaimRequest, Design, EnqueueRequest, EnqueueResult, FailureCode, Instant, Lease, LeaseToken, MessageId, Policy,
+    RelayId, Row, Status, TenantId, WriteKind, WriteRequest, WriteResult,
+};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -127,22 +127,30 @@ impl Profile {
             }
         })?;
         // `observe` names statements that end a lease: a misspelt one would be silently unused.
-        const OBSERVED: [&str; 6] = ["mark_published", "mark_ambiguous", "mark_retry", "mark_failed", "mark_exhausted", "rescue"];
+        const OBSERVED: [&str; 6] =
+            ["mark_published", "mark_ambiguous", "mark_retry", "mark_failed", "mark_exhausted", "rescue"];
         if let Some(key) = file.observe.keys().find(|k| !OBSERVED.contains(&k.as_str())) {
-            return Err(format!("{shown}: observe.{key}: not a statement whose result is observed (one of {})", OBSERVED.join(", ")));
+            return Err(format!(
+                "{shown}: observe.{key}: not a statement whose result is observed (one of {})",
+                OBSERVED.join(", ")
+            ));
         }
         let dir = path.parent().unwrap_or(Path::new("."));
         let design = if file.design.ends_with(".toml") || file.design.contains('/') {
             crate::design::load(&dir.join(&file.design))?
         } else {
-            Design::parse(&file.design).ok_or_else(|| format!("{shown}: design = {:?}: neither a built-in design nor a design file (FILE.toml)", file.design))?
+            Design::parse(&file.design).ok_or_else(|| {
+                format!("{shown}: design = {:?}: neither a built-in design nor a design file (FILE.toml)", file.design)
+            })?
         };
         let schema_path = dir.join(&file.schema);
         let schema_sql = if schema_path.is_dir() {
             // A migrations directory: its .sql files in name order (V1__a.sql, V2__b.sql, or
             // 001_a.sql …), as a migration tool would apply them to a fresh database.
             let mut files: Vec<PathBuf> = std::fs::read_dir(&schema_path)
-                .map_err(|e| format!("{shown}: schema = {:?}: cannot read {}: {e}", file.schema, schema_path.display()))?
+                .map_err(|e| {
+                    format!("{shown}: schema = {:?}: cannot read {}: {e}", file.schema, schema_path.display())
+                })?
                 .filter_map(|entry| entry.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|x| x == "sql"))
                 .collect();
@@ -152,13 +160,16 @@ impl Profile {
             }
             let mut all = String::new();
             for f in &files {
-                let text = std::fs::read_to_string(f).map_err(|e| format!("{shown}: schema: cannot read {}: {e}", f.display()))?;
+                let text = std::fs::read_to_string(f)
+                    .map_err(|e| format!("{shown}: schema: cannot read {}: {e}", f.display()))?;
                 all.push_str(&text);
                 all.push_str(";\n");
             }
             all
         } else {
-            std::fs::read_to_string(&schema_path).map_err(|e| format!("{shown}: schema = {:?}: cannot read {}: {e}", file.schema, schema_path.display()))?
+            std::fs::read_to_string(&schema_path).map_err(|e| {
+                format!("{shown}: schema = {:?}: cannot read {}: {e}", file.schema, schema_path.display())
+            })?
         };
         let statuses = match (&file.statuses, design) {
             (Some(given), _) => given.clone(),
@@ -179,11 +190,16 @@ impl Profile {
     /// Stores on one PostgreSQL scratch schema for a whole sweep: the schema's DDL runs once in
     /// it, and every case starts from its tables emptied. Nothing outside the scratch schema is
     /// touched; it is dropped when the sweep ends.
-    pub fn postgres(&self, url: &str, disposable: bool) -> Result<impl Fn() -> Result<Box<dyn Store>, StoreError> + '_, StoreError> {
+    pub fn postgres(
+        &self,
+        url: &str,
+        disposable: bool,
+    ) -> Result<impl Fn() -> Result<Box<dyn Store>, StoreError> + '_, StoreError> {
         if let Some(outside) = leaves_the_schema(&self.schema_sql) {
             return Err(StoreError::Setup(format!("schema = {:?}: {outside}", self.file.schema)));
         }
-        let mut scratch = super::postgres::Scratch::connect(url, disposable).map_err(|e| StoreError::Setup(e.to_string()))?;
+        let mut scratch =
+            super::postgres::Scratch::connect(url, disposable).map_err(|e| StoreError::Setup(e.to_string()))?;
         scratch
             .client()
             .batch_execute(&self.schema_sql)
@@ -202,7 +218,9 @@ impl Profile {
                     .map(|r| r.get(0))
                     .collect();
                 if !tables.is_empty() {
-                    scratch.client().batch_execute(&format!("TRUNCATE {} RESTART IDENTITY CASCADE", tables.join(", ")))?;
+                    scratch
+                        .client()
+                        .batch_execute(&format!("TRUNCATE {} RESTART IDENTITY CASCADE", tables.join(", ")))?;
                 }
             }
             Ok(Box::new(ProfileStore::open(Db::Postgres(shared.clone()), self)?) as Box<dyn Store>)
@@ -252,8 +270,19 @@ pub const PARAMETERS: [(&str, &[&str]); 10] = [
     ("rescue", &["id", "tenant", "token", "now", "max_attempts"]),
 ];
 
-const WRITE_PARAMETERS: &[&str] =
-    &["id", "tenant", "owner", "token", "attempts", "now", "code", "retry_at", "backoff_base_ms", "backoff_cap_ms", "max_attempts"];
+const WRITE_PARAMETERS: &[&str] = &[
+    "id",
+    "tenant",
+    "owner",
+    "token",
+    "attempts",
+    "now",
+    "code",
+    "retry_at",
+    "backoff_base_ms",
+    "backoff_cap_ms",
+    "max_attempts",
+];
 
 /// The database a profile's statements run on.
 enum Db {
@@ -373,9 +402,16 @@ fn positional(sql: &str) -> (String, Vec<String>) {
     (out, names)
 }
 
-fn pg_value(key: &str, name: &str, ty: &postgres::types::Type, v: &V) -> Result<Box<dyn postgres::types::ToSql + Sync>, StoreError> {
+fn pg_value(
+    key: &str,
+    name: &str,
+    ty: &postgres::types::Type,
+    v: &V,
+) -> Result<Box<dyn postgres::types::ToSql + Sync>, StoreError> {
     use postgres::types::Type;
-    let bad = || StoreError::Setup(format!("statements.{key}: parameter :{name} is typed {ty} by the server; cast it (:{name}::bigint or :{name}::text)"));
+    let bad = || {
+        StoreError::Setup(format!("statements.{key}: parameter :{name} is typed {ty} by the server; cast it (:{name}::bigint or :{name}::text)"))
+    };
     Ok(match (ty, v) {
         (&Type::INT2, V::Int(i)) => Box::new(*i as i16),
         (&Type::INT4, V::Int(i)) => Box::new(*i as i32),
@@ -418,7 +454,11 @@ fn pg_cell(key: &str, row: &postgres::Row, i: usize) -> Result<V, StoreError> {
 struct Uuid(u128);
 
 impl postgres::types::ToSql for Uuid {
-    fn to_sql(&self, _: &postgres::types::Type, out: &mut bytes::BytesMut) -> Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+    fn to_sql(
+        &self,
+        _: &postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
         out.extend_from_slice(&self.0.to_be_bytes());
         Ok(postgres::types::IsNull::No)
     }
@@ -454,7 +494,9 @@ fn parse_uuid(text: &str) -> Option<u128> {
 /// tokens the uuid-shaped text the claim was given.
 fn token_of(key: &str, random: bool, v: Option<&V>) -> Result<u64, StoreError> {
     match v {
-        Some(V::Text(t)) if random => parse_uuid(t).map(|u| u as u64).ok_or_else(|| StoreError::Corrupt(format!("{key}: lease_token '{t}' is not the token a claim was given"))),
+        Some(V::Text(t)) if random => parse_uuid(t)
+            .map(|u| u as u64)
+            .ok_or_else(|| StoreError::Corrupt(format!("{key}: lease_token '{t}' is not the token a claim was given"))),
         other => Ok(as_int(key, "lease_token", other)?.unwrap_or(0) as u64),
     }
 }
@@ -478,7 +520,14 @@ impl ProfileStore {
     /// whether it applied as `observe.<key>` says; applied, the row's status as the rows SELECT
     /// reads it (gone: PUBLISHED where the statement `deletes`). The statement's own stamp is
     /// kept, not that of reading rows around it.
-    fn run_observed(&mut self, key: &'static str, sql: &str, params: &Params, id: MessageId, deletes: bool) -> Result<WriteResult, StoreError> {
+    fn run_observed(
+        &mut self,
+        key: &'static str,
+        sql: &str,
+        params: &Params,
+        id: MessageId,
+        deletes: bool,
+    ) -> Result<WriteResult, StoreError> {
         let observe = self.profile.file.observe.get(key).copied().unwrap_or_default();
         let version_before = if observe == Observe::RowVersion { Some(self.row_version(id)?) } else { None };
         let there_before = observe != Observe::RowGone || self.rows()?.iter().any(|r| r.message_id == id);
@@ -499,7 +548,9 @@ impl ProfileStore {
             Some(row) => row.status,
             // Completion by deletion: the row is gone, PUBLISHED as the model keeps it.
             None if deletes => Status::Published,
-            None => return Err(StoreError::Corrupt(format!("{key} applied, and the rows SELECT no longer shows {id}"))),
+            None => {
+                return Err(StoreError::Corrupt(format!("{key} applied, and the rows SELECT no longer shows {id}")))
+            }
         };
         Ok(WriteResult::Applied { status })
     }
@@ -537,15 +588,23 @@ impl ProfileStore {
         let names = self.columns_of("rows", &sql)?;
         for required in ["message_id", "status"] {
             if !names.iter().any(|n| n == required) {
-                return Err(StoreError::Setup(format!("statements.rows gives no {required} column (it gives {})", names.join(", "))));
+                return Err(StoreError::Setup(format!(
+                    "statements.rows gives no {required} column (it gives {})",
+                    names.join(", ")
+                )));
             }
         }
         if let Some(other) = names.iter().find(|n| !COLUMNS.contains(&n.as_str())) {
-            return Err(StoreError::Setup(format!("statements.rows: column {other:?} is none of the model's ({})", COLUMNS.join(", "))));
+            return Err(StoreError::Setup(format!(
+                "statements.rows: column {other:?} is none of the model's ({})",
+                COLUMNS.join(", ")
+            )));
         }
         if let Some((key, _)) = self.profile.file.observe.iter().find(|(_, o)| **o == Observe::RowVersion) {
             if !names.iter().any(|n| n == "row_version") {
-                return Err(StoreError::Setup(format!("observe.{key} = \"row-version\", and statements.rows gives no row_version column")));
+                return Err(StoreError::Setup(format!(
+                    "observe.{key} = \"row-version\", and statements.rows gives no row_version column"
+                )));
             }
         }
         Ok(names)
@@ -589,7 +648,9 @@ impl ProfileStore {
                 if !allowed.contains(&name) {
                     let known: Vec<String> = allowed.iter().map(|p| format!(":{p}")).collect();
                     let gets = if known.is_empty() { "none".to_string() } else { known.join(", ") };
-                    return Err(StoreError::Setup(format!("statements.{key}: parameter :{name} is not one this statement gets (it gets {gets})")));
+                    return Err(StoreError::Setup(format!(
+                        "statements.{key}: parameter :{name} is not one this statement gets (it gets {gets})"
+                    )));
                 }
             }
         }
@@ -770,7 +831,10 @@ fn as_int(key: &str, column: &str, v: Option<&V>) -> Result<Option<i64>, StoreEr
 pub fn leaves_the_schema(sql: &str) -> Option<String> {
     let lower = sql.to_ascii_lowercase();
     for (what, why) in [
-        ("search_path", "sets the search path: a profile runs only in outbox-check's scratch schema, with unqualified names"),
+        (
+            "search_path",
+            "sets the search path: a profile runs only in outbox-check's scratch schema, with unqualified names",
+        ),
         ("create schema", "creates a schema: a profile runs only in outbox-check's scratch schema"),
         ("drop schema", "drops a schema: a profile runs only in outbox-check's scratch schema"),
         ("alter schema", "alters a schema: a profile runs only in outbox-check's scratch schema"),
@@ -847,10 +911,13 @@ impl Store for ProfileStore {
         };
         let mut leases = Vec::new();
         for row in rows {
-            let id = as_int("claim", "message_id", row.get("message_id"))?.ok_or_else(|| StoreError::Setup("statements.claim returns no message_id column".into()))?;
+            let id = as_int("claim", "message_id", row.get("message_id"))?
+                .ok_or_else(|| StoreError::Setup("statements.claim returns no message_id column".into()))?;
             leases.push(Lease {
                 message_id: MessageId(id as u32),
-                tenant_id: TenantId(as_int("claim", "tenant_id", row.get("tenant_id"))?.unwrap_or(i64::from(req.tenant_id.0)) as u16),
+                tenant_id: TenantId(
+                    as_int("claim", "tenant_id", row.get("tenant_id"))?.unwrap_or(i64::from(req.tenant_id.0)) as u16,
+                ),
                 owner: req.owner,
                 token: LeaseToken(token_of("claim", random, row.get("lease_token"))?),
                 attempts: as_int("claim", "attempts", row.get("attempts"))?.unwrap_or(0) as u32,
@@ -916,18 +983,19 @@ impl Store for ProfileStore {
             let at = |c: &str| get(c).map(|v| v.map(|v| Instant(v as u64)));
             let status = match values.get("status") {
                 Some(V::Text(t)) => {
-                    statuses
-                        .names()
-                        .into_iter()
-                        .find_map(|(name, status)| (name == *t).then_some(status))
-                        .ok_or_else(|| StoreError::Corrupt(format!("rows: status {t:?} is none of the profile's statuses")))?
+                    statuses.names().into_iter().find_map(|(name, status)| (name == *t).then_some(status)).ok_or_else(
+                        || StoreError::Corrupt(format!("rows: status {t:?} is none of the profile's statuses")),
+                    )?
                 }
-                other => return Err(StoreError::Corrupt(format!("rows: status {}", other.map_or("missing".into(), render)))),
+                other => {
+                    return Err(StoreError::Corrupt(format!("rows: status {}", other.map_or("missing".into(), render))))
+                }
             };
             let code = match values.get("last_failure_code") {
-                Some(V::Text(t)) if !t.is_empty() => {
-                    Some(FailureCode::parse(t).ok_or_else(|| StoreError::Corrupt(format!("rows: last_failure_code {t:?}")))?)
-                }
+                Some(V::Text(t)) if !t.is_empty() => Some(
+                    FailureCode::parse(t)
+                        .ok_or_else(|| StoreError::Corrupt(format!("rows: last_failure_code {t:?}")))?,
+                ),
                 _ => None,
             };
             out.push(Row {
@@ -1052,7 +1120,9 @@ impl ConcurrentReport {
     /// The statements departed from the design: the oracle caught a step the design does not
     /// take, a message was left behind, or PUBLISHED without the broker storing it.
     pub fn diverged(&self) -> bool {
-        (self.oracle.is_some() && self.design_breaks.is_none()) || !self.not_terminal.is_empty() || !self.published_not_stored.is_empty()
+        (self.oracle.is_some() && self.design_breaks.is_none())
+            || !self.not_terminal.is_empty()
+            || !self.published_not_stored.is_empty()
     }
 
     /// The run broke a property the design itself breaks, the statements doing what it says.
@@ -1080,7 +1150,14 @@ impl Profile {
     /// acknowledgements, and backends terminated between a publication and its write — drawn
     /// from `seed`. Every statement is stamped in its transaction; the history, in stamp order,
     /// is checked by the oracle against the declared design.
-    pub fn concurrent(&self, url: &str, disposable: bool, relays: u16, messages: u32, seed: u64) -> Result<ConcurrentReport, StoreError> {
+    pub fn concurrent(
+        &self,
+        url: &str,
+        disposable: bool,
+        relays: u16,
+        messages: u32,
+        seed: u64,
+    ) -> Result<ConcurrentReport, StoreError> {
         use crate::relay::{Clocks, Cycle, Effect, Input, PublishOutcome, RelayConfig};
         use crate::trace::{Event as T, PublishAnswer, WriteReport};
         use rand::{Rng, SeedableRng};
@@ -1093,7 +1170,8 @@ impl Profile {
         // Short retries, so a run ends in seconds; the history's header says so.
         policy.backoff = crate::core::Backoff { base: crate::core::Duration(20), cap: crate::core::Duration(200) };
         let max_attempts = 3;
-        let mut setup = super::postgres::Scratch::connect(url, disposable).map_err(|e| StoreError::Setup(e.to_string()))?;
+        let mut setup =
+            super::postgres::Scratch::connect(url, disposable).map_err(|e| StoreError::Setup(e.to_string()))?;
         setup
             .client()
             .batch_execute(&self.schema_sql)
@@ -1109,16 +1187,25 @@ impl Profile {
         let relay_name = |r: RelayId| format!("r{}", r.0);
         let mut events: Vec<(i64, T)> = Vec::new();
         for n in 0..messages {
-            let req = EnqueueRequest { tenant_id: TenantId(0), aggregate_id: crate::core::AggregateId(n), expected_version: 0, message_id: MessageId(n), now: Instant(u64::from(n)) };
-            first.enqueue(&req)?;
-            events.push((i64::from(n) - i64::from(messages), T::Enqueue {
-                tenant: "t0".into(),
-                aggregate: format!("a{n}"),
+            let req = EnqueueRequest {
+                tenant_id: TenantId(0),
+                aggregate_id: crate::core::AggregateId(n),
                 expected_version: 0,
-                message: names(MessageId(n)),
-                now: u64::from(n),
-                result: "applied".into(),
-            }));
+                message_id: MessageId(n),
+                now: Instant(u64::from(n)),
+            };
+            first.enqueue(&req)?;
+            events.push((
+                i64::from(n) - i64::from(messages),
+                T::Enqueue {
+                    tenant: "t0".into(),
+                    aggregate: format!("a{n}"),
+                    expected_version: 0,
+                    message: names(MessageId(n)),
+                    now: u64::from(n),
+                    result: "applied".into(),
+                },
+            ));
         }
         let trace = Mutex::new(events);
         let stored = Mutex::new(BTreeMap::<u32, u32>::new());
@@ -1131,22 +1218,36 @@ impl Profile {
         std::thread::scope(|scope| {
             for r in 0..relays {
                 let tokens = &tokens;
-                let (trace, stored, kills, done, timed_out, failure, schema) = (&trace, &stored, &kills, &done, &timed_out, &failure, &schema);
+                let (trace, stored, kills, done, timed_out, failure, schema) =
+                    (&trace, &stored, &kills, &done, &timed_out, &failure, &schema);
                 scope.spawn(move || {
                     let run = || -> Result<(), StoreError> {
-                        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed.wrapping_mul(31).wrapping_add(u64::from(r)));
+                        let mut rng =
+                            rand_chacha::ChaCha8Rng::seed_from_u64(seed.wrapping_mul(31).wrapping_add(u64::from(r)));
                         let connect = || -> Result<(ProfileStore, i32), StoreError> {
-                            let mut scratch = super::postgres::Scratch::attach(url, disposable, schema).map_err(|e| StoreError::Setup(e.to_string()))?;
+                            let mut scratch = super::postgres::Scratch::attach(url, disposable, schema)
+                                .map_err(|e| StoreError::Setup(e.to_string()))?;
                             let pid: i32 = scratch.client().query_one("SELECT pg_backend_pid()", &[])?.get(0);
-                            let mut store = ProfileStore::open(Db::Postgres(std::rc::Rc::new(std::cell::RefCell::new(scratch))), self)?;
+                            let mut store = ProfileStore::open(
+                                Db::Postgres(std::rc::Rc::new(std::cell::RefCell::new(scratch))),
+                                self,
+                            )?;
                             store.stamp = true;
                             store.policy = policy;
                             store.shared_tokens = Some(tokens.clone());
                             Ok((store, pid))
                         };
                         let (mut store, mut pid) = connect()?;
-                        let mut killer = super::postgres::Scratch::attach(url, disposable, schema).map_err(|e| StoreError::Setup(e.to_string()))?;
-                        let config = RelayConfig { owner: RelayId(r), tenant_id: TenantId(0), batch: 5, lease: crate::core::Duration(1_000), max_attempts, policy };
+                        let mut killer = super::postgres::Scratch::attach(url, disposable, schema)
+                            .map_err(|e| StoreError::Setup(e.to_string()))?;
+                        let config = RelayConfig {
+                            owner: RelayId(r),
+                            tenant_id: TenantId(0),
+                            batch: 5,
+                            lease: crate::core::Duration(1_000),
+                            max_attempts,
+                            policy,
+                        };
                         let mut published_at = 0i64;
                         while !done.load(Ordering::Relaxed) {
                             if started.elapsed() > deadline {
@@ -1159,7 +1260,10 @@ impl Profile {
                                 if let Ok(reaped) = store.reap(at, max_attempts) {
                                     if !reaped.is_empty() {
                                         let messages = reaped.iter().map(|m| names(*m)).collect();
-                                        trace.lock().unwrap_or_else(|e| e.into_inner()).push((2 * store.last_stamp, T::Reap { now: at.0, messages }));
+                                        trace
+                                            .lock()
+                                            .unwrap_or_else(|e| e.into_inner())
+                                            .push((2 * store.last_stamp, T::Reap { now: at.0, messages }));
                                     }
                                 }
                             }
@@ -1168,8 +1272,21 @@ impl Profile {
                             if let (0, Some(fence)) = (r, policy.rescue.filter(|_| store.can_rescue())) {
                                 let at = Instant(now());
                                 if let Ok(Some((message, token))) = store.rescue_read(at) {
-                                    let lease = Lease { message_id: message, tenant_id: TenantId(0), owner: RelayId(u16::MAX), token, attempts: 0, claim_seq: 0 };
-                                    let request = crate::core::ReleaseRequest { lease, fence, to: Status::Pending, retry_at: None, now: Instant(now()) };
+                                    let lease = Lease {
+                                        message_id: message,
+                                        tenant_id: TenantId(0),
+                                        owner: RelayId(u16::MAX),
+                                        token,
+                                        attempts: 0,
+                                        claim_seq: 0,
+                                    };
+                                    let request = crate::core::ReleaseRequest {
+                                        lease,
+                                        fence,
+                                        to: Status::Pending,
+                                        retry_at: None,
+                                        now: Instant(now()),
+                                    };
                                     if let Ok(result) = store.rescue(&request, max_attempts) {
                                         // The statement decides where the row goes; applied, it says.
                                         let to = match result {
@@ -1177,7 +1294,10 @@ impl Profile {
                                             WriteResult::Stale { .. } => request.to,
                                         };
                                         let event = T::rescue_of(names(message), &request, to, result);
-                                        trace.lock().unwrap_or_else(|e| e.into_inner()).push((2 * store.last_stamp, event));
+                                        trace
+                                            .lock()
+                                            .unwrap_or_else(|e| e.into_inner())
+                                            .push((2 * store.last_stamp, event));
                                     }
                                 }
                             }
@@ -1191,7 +1311,13 @@ impl Profile {
                                             claimed_any = !leases.is_empty();
                                             trace.lock().unwrap_or_else(|e| e.into_inner()).push((
                                                 2 * store.last_stamp,
-                                                T::claim_of(relay_name(request.owner), "t0".into(), &request, &leases, names),
+                                                T::claim_of(
+                                                    relay_name(request.owner),
+                                                    "t0".into(),
+                                                    &request,
+                                                    &leases,
+                                                    names,
+                                                ),
                                             ));
                                             cycle.claimed(&config, leases, Clocks::same(Instant(now())))
                                         }
@@ -1208,10 +1334,21 @@ impl Profile {
                                         } else if roll < 0.15 {
                                             PublishOutcome::Timeout
                                         } else {
-                                            *stored.lock().unwrap_or_else(|e| e.into_inner()).entry(lease.message_id.0).or_default() += 1;
-                                            if roll < 0.20 { PublishOutcome::Timeout } else { PublishOutcome::Ack }
+                                            *stored
+                                                .lock()
+                                                .unwrap_or_else(|e| e.into_inner())
+                                                .entry(lease.message_id.0)
+                                                .or_default() += 1;
+                                            if roll < 0.20 {
+                                                PublishOutcome::Timeout
+                                            } else {
+                                                PublishOutcome::Ack
+                                            }
                                         };
-                                        published_at = killer.client().query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
+                                        published_at = killer
+                                            .client()
+                                            .query_one("SELECT nextval('outbox_check_order')", &[])?
+                                            .get(0);
                                         trace.lock().unwrap_or_else(|e| e.into_inner()).push((
                                             2 * published_at,
                                             T::Publish {
@@ -1228,22 +1365,52 @@ impl Profile {
                                             killer.client().query("SELECT pg_terminate_backend($1)", &[&pid])?;
                                             kills.fetch_add(1, Ordering::Relaxed);
                                         }
-                                        cycle.resume(&config, Input::Published { outcome }, Clocks::same(Instant(now())))
+                                        cycle.resume(
+                                            &config,
+                                            Input::Published { outcome },
+                                            Clocks::same(Instant(now())),
+                                        )
                                     }
                                     Effect::Write { mut request } => {
                                         request.now = Instant(now());
-                                        let event = |result| T::write_of(relay_name(request.lease.owner), "t0".into(), names(request.lease.message_id), &request, result);
+                                        let event = |result| {
+                                            T::write_of(
+                                                relay_name(request.lease.owner),
+                                                "t0".into(),
+                                                names(request.lease.message_id),
+                                                &request,
+                                                result,
+                                            )
+                                        };
                                         match store.write(&request) {
                                             Ok(result) => {
-                                                let report = if matches!(result, WriteResult::Applied { .. }) { WriteReport::Applied } else { WriteReport::Stale };
-                                                trace.lock().unwrap_or_else(|e| e.into_inner()).push((2 * store.last_stamp, event(report)));
-                                                cycle.resume(&config, Input::Written { result }, Clocks::same(Instant(now())))
+                                                let report = if matches!(result, WriteResult::Applied { .. }) {
+                                                    WriteReport::Applied
+                                                } else {
+                                                    WriteReport::Stale
+                                                };
+                                                trace
+                                                    .lock()
+                                                    .unwrap_or_else(|e| e.into_inner())
+                                                    .push((2 * store.last_stamp, event(report)));
+                                                cycle.resume(
+                                                    &config,
+                                                    Input::Written { result },
+                                                    Clocks::same(Instant(now())),
+                                                )
                                             }
                                             Err(StoreError::Postgres(_)) => {
                                                 // Whether it committed is unknown: logged so, after the publication.
-                                                trace.lock().unwrap_or_else(|e| e.into_inner()).push((2 * published_at + 1, event(WriteReport::Unknown)));
+                                                trace
+                                                    .lock()
+                                                    .unwrap_or_else(|e| e.into_inner())
+                                                    .push((2 * published_at + 1, event(WriteReport::Unknown)));
                                                 (store, pid) = connect()?;
-                                                cycle.resume(&config, Input::ConnectionLost, Clocks::same(Instant(now())))
+                                                cycle.resume(
+                                                    &config,
+                                                    Input::ConnectionLost,
+                                                    Clocks::same(Instant(now())),
+                                                )
                                             }
                                             Err(other) => return Err(other),
                                         }
@@ -1253,7 +1420,13 @@ impl Profile {
                             }
                             if !claimed_any {
                                 let can_reap = store.can_reap() || store.can_rescue();
-                                let open = store.rows()?.iter().filter(|row| !row.status.is_terminal() && !stranded(&policy, can_reap, row, max_attempts)).count();
+                                let open = store
+                                    .rows()?
+                                    .iter()
+                                    .filter(|row| {
+                                        !row.status.is_terminal() && !stranded(&policy, can_reap, row, max_attempts)
+                                    })
+                                    .count();
                                 if open == 0 {
                                     done.store(true, Ordering::Relaxed);
                                 }
@@ -1275,10 +1448,16 @@ impl Profile {
         let rows = first.rows()?;
         let stored = stored.into_inner().unwrap_or_else(|e| e.into_inner());
         let can_reap = first.can_reap() || first.can_rescue();
-        let not_terminal: Vec<u32> =
-            rows.iter().filter(|r| !r.status.is_terminal() && !stranded(&policy, can_reap, r, max_attempts)).map(|r| r.message_id.0).collect();
-        let left_by_design: Vec<u32> =
-            rows.iter().filter(|r| !r.status.is_terminal() && stranded(&policy, can_reap, r, max_attempts)).map(|r| r.message_id.0).collect();
+        let not_terminal: Vec<u32> = rows
+            .iter()
+            .filter(|r| !r.status.is_terminal() && !stranded(&policy, can_reap, r, max_attempts))
+            .map(|r| r.message_id.0)
+            .collect();
+        let left_by_design: Vec<u32> = rows
+            .iter()
+            .filter(|r| !r.status.is_terminal() && stranded(&policy, can_reap, r, max_attempts))
+            .map(|r| r.message_id.0)
+            .collect();
         // A message no longer in the table was deleted by its completion: PUBLISHED, as the model
         // keeps it, so the broker must have stored it too.
         let mut published_not_stored: Vec<u32> = rows
@@ -1294,7 +1473,10 @@ impl Profile {
         let header = crate::trace::Header {
             backoff_base: Some(policy.backoff.base.0),
             backoff_cap: Some(policy.backoff.cap.0),
-            source: Some(format!("outbox-check conform --profile {}: {relays} relays on PostgreSQL, seed {seed}", self.origin.display())),
+            source: Some(format!(
+                "outbox-check conform --profile {}: {relays} relays on PostgreSQL, seed {seed}",
+                self.origin.display()
+            )),
             concurrency: Some(crate::trace::Concurrency::SkipLocked),
             relays: Some((0..relays).map(|r| relay_name(RelayId(r))).collect()),
             ..crate::trace::Header::new(self.design.name(), max_attempts)
@@ -1312,7 +1494,11 @@ impl Profile {
         }
         // A safety finding with nothing the model "allows" instead is a step the design's core
         // took as the statements did: the design breaks the property, not the SQL.
-        let design_breaks = finding.as_ref().filter(|d| d.kind == "safety" && d.expected.is_empty()).and_then(|d| d.property).map(|p| p.id().to_string());
+        let design_breaks = finding
+            .as_ref()
+            .filter(|d| d.kind == "safety" && d.expected.is_empty())
+            .and_then(|d| d.property)
+            .map(|p| p.id().to_string());
         let verdict = finding.map(|d| d.to_string());
         let mut report = ConcurrentReport {
             history: None,
@@ -1330,9 +1516,12 @@ impl Profile {
             timed_out: timed_out.load(Ordering::Relaxed),
         };
         if report.diverged() || report.violated() {
-            let path = std::env::temp_dir().join(format!("outbox-check-concurrent-seed-{seed}-{}.jsonl", std::process::id()));
+            let path =
+                std::env::temp_dir().join(format!("outbox-check-concurrent-seed-{seed}-{}.jsonl", std::process::id()));
             let events: Vec<crate::trace::Event> = events.into_iter().map(|(_, e)| e).collect();
-            report.history = std::fs::write(&path, crate::trace::to_jsonl(&header, &events)).ok().map(|()| path.display().to_string());
+            report.history = std::fs::write(&path, crate::trace::to_jsonl(&header, &events))
+                .ok()
+                .map(|()| path.display().to_string());
         }
         Ok(report)
     }

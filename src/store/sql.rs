@@ -145,7 +145,8 @@ pub fn write(d: Dialect, policy: &Policy, kind: WriteKind) -> String {
     let now = d.p(5, "bigint");
     let code = d.p(6, "text");
     let max = d.p(7, "integer");
-    let keeps_owner = matches!(kind, WriteKind::Ambiguous { .. }) && policy.ambiguous_shape == AmbiguousShape::KeepsOwner;
+    let keeps_owner =
+        matches!(kind, WriteKind::Ambiguous { .. }) && policy.ambiguous_shape == AmbiguousShape::KeepsOwner;
     let mut set = vec!["lease_expires_at = NULL".to_string()];
     if !keeps_owner {
         set.push("lease_owner = NULL".into());
@@ -210,7 +211,16 @@ fn retry_due(d: Dialect, attempts: &str) -> String {
 /// PostgreSQL must type each one, SQLite counts them.
 /// `token_ty` is the token's SQL type (`bigint` in messaging_outbox, `text` in outbox_events).
 fn mention_write_params(d: Dialect, mut sql: String, token_ty: &str) -> String {
-    for (n, ty) in [(2, "text"), (3, "text"), (4, token_ty), (5, "bigint"), (6, "text"), (7, "integer"), (8, "bigint"), (9, "bigint")] {
+    for (n, ty) in [
+        (2, "text"),
+        (3, "text"),
+        (4, token_ty),
+        (5, "bigint"),
+        (6, "text"),
+        (7, "integer"),
+        (8, "bigint"),
+        (9, "bigint"),
+    ] {
         let p = d.p(n, ty);
         if !sql.contains(&p) {
             sql.push_str(&format!(" AND ({p} IS NULL OR TRUE)"));
@@ -233,7 +243,6 @@ pub fn reap(d: Dialect) -> String {
 /// Every column of a row, in [`crate::core::Row`]'s order.
 pub const ROW_COLUMNS: &str = "message_id, tenant_id, aggregate_id, aggregate_version, status, attempts, lease_owner, \
      lease_token, lease_expires_at, next_attempt_at, last_failure_code, created_at, published_at";
-
 
 // ---------------------------------------------------------------------------------------------
 // seed 003's outbox_events
