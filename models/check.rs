@@ -606,7 +606,7 @@ pub fn bfs_paths(
             break;
         }
         popped += 1;
-        if popped % 1024 == 0 && budget.is_some_and(|b| b.exceeded().is_some()) {
+        if popped.is_multiple_of(1024) && budget.is_some_and(|b| b.exceeded().is_some()) {
             break;
         }
         actions.clear();

@@ -35,6 +35,10 @@ pub struct Explorer {
 #[error("{0}")]
 pub struct BadPath(String);
 
+/// A path walked: whether it runs in the outage world, its actions, the states along it, and the
+/// actions enabled at its end.
+type Walked = (bool, Vec<Action>, Vec<outbox_check::world::World>, Vec<Action>);
+
 impl Explorer {
     pub fn new(config: WorldConfig) -> Explorer {
         let outage = crate::check::world_of(&config, outbox_check::core::Property::L2.id());
@@ -47,7 +51,7 @@ impl Explorer {
 
     /// The model actions a path names, in the world it names; the normalised states along it
     /// (the initial one first); and the actions enabled at its end.
-    fn walk(&self, path: &str) -> Result<(bool, Vec<Action>, Vec<outbox_check::world::World>, Vec<Action>), BadPath> {
+    fn walk(&self, path: &str) -> Result<Walked, BadPath> {
         let path = path.trim_matches('/');
         let (outage, indices) = match path.strip_prefix("outage") {
             Some(rest) => (true, rest.trim_start_matches('/')),

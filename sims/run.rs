@@ -869,9 +869,10 @@ async fn simulate(setup: Arc<Setup>) -> Shared {
     if !healed {
         heal(&shared, &nodes);
     }
-    let mut s = shared.lock();
-    s.ended_ms = s.now_ms();
-    drop(s);
+    {
+        let mut s = shared.lock();
+        s.ended_ms = s.now_ms();
+    }
     // The nodes' tasks hold the run's state and would outlive the run inside the runtime: kill
     // them and let the executor drop them, so a sweep's memory does not grow with its seeds.
     for node in [nodes.database, nodes.broker].iter().chain(&nodes.relays) {

@@ -734,12 +734,12 @@ pub fn parse(file: &str, text: &str) -> Result<(Header, Vec<(usize, Event)>), Pa
     parse_with(file, text, ReadOptions::default()).map(|(header, events, _)| (header, events))
 }
 
+/// A whole history as [`parse_with`] reads it: the header, each event with its line, and the
+/// fields it ignored.
+pub type Parsed = (Header, Vec<(usize, Event)>, Ignored);
+
 /// [`parse`] with options; also returns the fields it ignored.
-pub fn parse_with(
-    file: &str,
-    text: &str,
-    options: ReadOptions,
-) -> Result<(Header, Vec<(usize, Event)>, Ignored), ParseError> {
+pub fn parse_with(file: &str, text: &str, options: ReadOptions) -> Result<Parsed, ParseError> {
     let mut events = Vec::new();
     let (header, ignored) = stream_reader(
         file,

@@ -1226,7 +1226,8 @@ impl World {
     fn collapse_claim_numbers(&mut self) {
         // Per ghost: (row, latest claim, budget start, every lease in the current budget, some
         // lease stale).
-        let mut rows: SmallVec<[(MessageId, u32, u32, bool, bool); 8]> = self
+        type Claims = (MessageId, u32, u32, bool, bool);
+        let mut rows: SmallVec<[Claims; 8]> = self
             .auditor
             .ghosts()
             .iter()
@@ -1382,7 +1383,7 @@ impl World {
                     last_failure_code: None,
                     created_at: Instant(0),
                     published_at: None,
-                    ..row.clone()
+                    ..*row
                 };
                 dead.push(row.message_id);
             }
@@ -1625,7 +1626,7 @@ fn rank_in<T: Ord + Copy>(sorted: &[T], value: T) -> usize {
 /// A hasher with fixed seeds: the same hashes in every run and on every machine.
 pub fn stable_hasher() -> ahash::AHasher {
     use std::hash::BuildHasher;
-    ahash::RandomState::with_seeds(0x6f75_7462_6f78, 0x6368_6563_6b, 7, 11).build_hasher()
+    ahash::RandomState::with_seeds(0x6f75_7462_6f78, 0x0063_6865_636b, 7, 11).build_hasher()
 }
 
 /// A fixed 64-bit hash of a value.

@@ -219,7 +219,7 @@ fn legacy_v1_leases_without_owner_or_token_and_writes_by_message_id() {
     let mut outbox = table(1);
     let p = Variant::LegacyV1.policy();
     let lease = outbox.claim(&p, &claim(0, 1, 0)).unwrap()[0];
-    let row = outbox.row(MessageId(0)).unwrap().clone();
+    let row = *outbox.row(MessageId(0)).unwrap();
     assert_eq!(
         (row.status, row.lease_owner, row.lease_token, row.attempts),
         (Status::InFlight, None, LeaseToken(0), 0)

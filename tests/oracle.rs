@@ -198,9 +198,9 @@ fn the_oracle_accepts_every_reference_walk_and_rejects_legacy_ones() {
         let (header, events) = parse("walk", &text).expect("a written trace parses");
         let mut oracle = Oracle::new(&header).unwrap();
         for (line, event) in &events {
-            oracle.feed(*line, event)?;
+            oracle.feed(*line, event).map_err(Box::new)?;
         }
-        Ok::<_, outbox_check::oracle::Divergence>(())
+        Ok::<_, Box<outbox_check::oracle::Divergence>>(())
     };
     let mut reference = WorldConfig::small(Design::Variant(Variant::Reference), 3, 3);
     reference.relays[2].owner = RelayId(0);

@@ -81,9 +81,12 @@ fn a_profile_that_does_what_its_design_says_agrees() {
     assert!(json(&out)["schedules"].as_array().unwrap().iter().all(|s| s["design_breaks"] == false));
 }
 
+/// An edit of a profile's text, making one of the cases below.
+type Edit = fn(String) -> String;
+
 #[test]
 fn sql_that_does_not_do_what_its_design_says_is_caught_with_a_script_that_pastes() {
-    let cases: [(&str, fn(String) -> String, &str); 4] = [
+    let cases: [(&str, Edit, &str); 4] = [
         // The claim forgets the retry clock.
         ("no-retry-clock.toml", |t| t.replace("AND (run_at IS NULL OR run_at <= :now)", ""), "claim"),
         // Completion by id alone, declared as the reference design.
@@ -168,7 +171,7 @@ fn sql_that_does_not_do_what_its_design_says_is_caught_with_a_script_that_pastes
 
 #[test]
 fn a_bad_profile_is_one_line_and_exit_2() {
-    let cases: [(&str, fn(String) -> String, &[&str]); 14] = [
+    let cases: [(&str, Edit, &[&str]); 14] = [
         (
             "observe-typo.toml",
             |t| t.replace("[statuses]", "[observe]\nmark_publishd = \"returning\"\n\n[statuses]"),

@@ -549,7 +549,7 @@ fn print_matrix<S: SimLike>(rows: &[Row<'_, S>], args: &VerifyArgs, seconds: f64
     for id in &ids {
         print!("{id:>5}");
     }
-    println!("   {:<width$}{}", "SQL", "states");
+    println!("   {:<width$}states", "SQL");
     for (fleet, reports, sim, found) in rows {
         print!("{:<20}", fleet.name);
         for id in &ids {

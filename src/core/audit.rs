@@ -357,7 +357,7 @@ impl Auditor {
             let Some(old) = before.iter().find(|r| r.message_id == lease.message_id) else {
                 continue;
             };
-            let new = outbox.row(lease.message_id).cloned().unwrap_or_else(|| old.clone());
+            let new = outbox.row(lease.message_id).cloned().unwrap_or(*old);
             let what = ClaimWords(req.owner);
             self.check_absorbing(old, &new, &what);
             if old.tenant_id != req.tenant_id {
@@ -449,7 +449,7 @@ impl Auditor {
                 }
                 if matches!(req.kind, WriteKind::Ambiguous { .. } | WriteKind::Retry { .. })
                     && matches!(new.status, Status::Ambiguous | Status::Pending)
-                    && !new.retry_at().is_some_and(|at| at > req.now)
+                    && new.retry_at().is_none_or(|at| at <= req.now)
                 {
                     self.violated(
                         Property::S7,

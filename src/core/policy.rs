@@ -408,12 +408,14 @@ impl Policy {
     ///
     /// The assumption is SPEC §6's "no pause past a lease": every relay finishes each step of a
     /// lease (its publication included) before the lease expires. Then publication `k` happens
-    /// within lease `k`, `[c_k, c_k + lease]`, and claim `k + 1` comes at most `lease + delay(k)
-    /// + poll` after claim `k` — the failure write comes before the lease ends and sets the retry
+    /// within lease `k`, `[c_k, c_k + lease]`, and claim `k + 1` comes at most `lease + delay(k) +
+    /// poll` after claim `k` — the failure write comes before the lease ends and sets the retry
     /// time `delay(k)` later, or it is lost and the lease runs out first; a relay polls within
     /// `poll`. So the span is at most `lease + Σ_{k < n} (lease + delay(k) + poll)` for the `n`
-    /// publications the budget allows. A relay paused past its lease publishes later than this
-    /// (a fault: the span grows by the pause), and an operator's requeue starts a new budget.
+    /// publications the budget allows.
+    ///
+    /// A relay paused past its lease publishes later than this (a fault: the span grows by the
+    /// pause), and an operator's requeue starts a new budget.
     pub fn publication_span(&self, lease: Duration, max_attempts: u32, poll: Duration) -> Result<Span, &'static str> {
         if self.relay.idempotency_key == IdempotencyKeyPolicy::PerAttempt {
             return Err(

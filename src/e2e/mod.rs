@@ -457,7 +457,8 @@ impl Drop for Run {
 /// RabbitMQ (deleted when the run ends, or is interrupted).
 enum BrokerRun {
     Nats(nats::NatsServer),
-    Rabbit { rabbit: rabbitmq::Rabbit, queue: String, _interrupt: crate::cleanup::Registered },
+    // Boxed: the RabbitMQ connection is large beside NATS's server handle (clippy's large_enum_variant).
+    Rabbit { rabbit: Box<rabbitmq::Rabbit>, queue: String, _interrupt: crate::cleanup::Registered },
 }
 
 impl BrokerRun {
@@ -862,7 +863,7 @@ fn start_broker(
                     }
                 })
             });
-            BrokerRun::Rabbit { rabbit, queue: queue.to_string(), _interrupt: interrupt }
+            BrokerRun::Rabbit { rabbit: Box::new(rabbit), queue: queue.to_string(), _interrupt: interrupt }
         }
     })
 }
@@ -969,7 +970,7 @@ fn merge_logs(
             history.push((2 * after + 1, u64::from(r), event));
         }
     }
-    history.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    history.sort_by_key(|a| (a.0, a.1));
     (publications, relay_faults)
 }
 
