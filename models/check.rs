@@ -249,7 +249,7 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
     let started = Instant::now();
     let budget = Budget::new(started, options);
     let exact = OutboxModel::new(config.clone());
-    let reachability: BTreeSet<&'static str> = REACHABILITY.iter().map(|r| r.name).collect();
+    let reachability: BTreeSet<&'static str> = REACHABILITY.iter().map(|r| r.name()).collect();
     let everything: BTreeSet<&'static str> = SAFETY_NAMES.iter().copied().chain(reachability.iter().copied()).collect();
     let (mut paths, mut path_search_states) = bfs_paths(
         &exact,
@@ -261,7 +261,7 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
     let tracked = REACHABILITY
         .iter()
         .enumerate()
-        .filter(|(_, r)| paths.iter().all(|(n, _, _)| *n != r.name))
+        .filter(|(_, r)| paths.iter().all(|(n, _, _)| *n != r.name()))
         .fold(0u16, |mask, (i, _)| mask | 1 << i);
     // The safety properties the exact search has already broken: the complete check need not
     // look at them again, and erases what only they read (World::abstract_for_safety).
@@ -308,7 +308,7 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| found.reached & tracked & (1 << i) != 0)
-                .map(|(_, r)| r.name),
+                .map(|(_, r)| r.name()),
         )
         .collect();
     let missing: BTreeSet<&'static str> =
@@ -338,7 +338,7 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
     for (i, name) in SAFETY_NAMES.iter().enumerate() {
         let id = outbox_check::core::Property::SAFETY[i].id();
         let witness = crate::outbox::witness_of(id).expect("every safety property has a witness");
-        let exercised = path_of(witness.name).is_some();
+        let exercised = path_of(witness.name()).is_some();
         let replayed = path_of(name).map(|(_, actions, encoded)| (confirmed(id, actions), encoded.clone()));
         let (status, counterexample, explorer_path, note) = match replayed {
             Some((Ok(steps), encoded)) => (Verdict::Violated, Some(steps), Some(encoded), None),
@@ -374,8 +374,8 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
         });
     }
     for r in REACHABILITY.iter() {
-        let (id, name) = r.name.split_once(' ').unwrap_or((r.name, r.name));
-        let replayed = path_of(r.name).map(|(_, actions, encoded)| (confirmed(id, actions), encoded.clone()));
+        let (id, name) = r.name().split_once(' ').unwrap_or((r.name(), r.name()));
+        let replayed = path_of(r.name()).map(|(_, actions, encoded)| (confirmed(id, actions), encoded.clone()));
         let (status, counterexample, explorer_path, note) = match replayed {
             Some((Ok(steps), encoded)) => (Verdict::Reached, Some(steps), Some(encoded), None),
             Some((Err(bug), _)) => (Verdict::Unknown, None, None, Some(bug)),
@@ -528,10 +528,10 @@ pub fn merged(id: &str, reports: &[CheckReport]) -> Verdict {
 }
 
 /// Why a safety property's witness was not reached, in the configuration's terms.
-fn not_exercised_reason(config: &WorldConfig, witness: &crate::outbox::Reachability) -> String {
-    let hint = match witness.exercises {
+fn not_exercised_reason(config: &WorldConfig, witness: outbox_check::core::Situation) -> String {
+    let hint = match witness.exercises_id() {
         "S9" if config.tenants < 2 => " (one tenant: no row or write of another tenant exists; try --tenants 2)",
-        "S9" if !config.faults.misrouted_write => {
+        "S9" if !config.faults.has(outbox_check::world::Fault::MisroutedWrite) => {
             " (no claim meets another tenant's row, and mis-routed writes are off)"
         }
         "S10" if !config.enqueue_actions => {
@@ -539,7 +539,7 @@ fn not_exercised_reason(config: &WorldConfig, witness: &crate::outbox::Reachabil
         }
         _ => "",
     };
-    let (_, situation) = witness.name.split_once(' ').unwrap_or(("", witness.name));
+    let (_, situation) = witness.name().split_once(' ').unwrap_or(("", witness.name()));
     format!("not exercised: \"{situation}\" never happens in this configuration{hint}")
 }
 

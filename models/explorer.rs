@@ -193,8 +193,8 @@ impl Explorer {
         }
         // Reachability: the model's own condition at each state along the path.
         for r in REACHABILITY.iter() {
-            let (id, name) = r.name.split_once(' ').unwrap_or((r.name, r.name));
-            let first = states.iter().position(|s| (r.reached)(&s.step.seen));
+            let (id, name) = r.name().split_once(' ').unwrap_or((r.name(), r.name()));
+            let first = states.iter().position(|s| s.step.seen.has(*r));
             let (here, here_text) = match first {
                 Some(k) if k == actions.len() => ("reached", "reached by the last step".to_string()),
                 Some(k) => ("reached-earlier", format!("reached on this path, at step {k}")),

@@ -84,7 +84,7 @@ pub struct Explored {
 
 /// The reachability flags a step reached, as bits in [`REACHABILITY`]'s order.
 pub fn reached_bits(world: &World) -> u16 {
-    REACHABILITY.iter().enumerate().filter(|(_, r)| (r.reached)(&world.step.seen)).fold(0, |bits, (i, _)| bits | 1 << i)
+    REACHABILITY.iter().filter(|r| world.step.seen.has(**r)).fold(0, |bits, r| bits | r.bit())
 }
 
 /// The successor of `state` by `action`, as the search keeps it: normalised, its last step

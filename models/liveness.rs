@@ -25,7 +25,7 @@
 
 use outbox_check::core::{MessageId, Status};
 use outbox_check::relay::Effect;
-use outbox_check::world::{Abstraction, Action, BrokerFate, DbFate, World, WorldConfig};
+use outbox_check::world::{Abstraction, Action, Fault, World, WorldConfig};
 use std::collections::HashMap;
 
 /// The maintenance jobs, each weakly fair: enabled in a run's cycle, it runs there.
@@ -521,18 +521,11 @@ pub struct Lasso {
 /// environment, not a fault that stops.
 /// Whether a step is a fault (a fair run's cycle has none; L3's run begins after the last one).
 pub fn is_fault(action: Action, outage: bool) -> bool {
-    match action {
-        Action::Poll { db, .. } | Action::Write { db, .. } => db != DbFate::Ok,
-        Action::MisroutedWrite { .. } => true,
-        Action::Publish { fate, .. } => !(fate == BrokerFate::Ack || (outage && fate == BrokerFate::Unavailable)),
-        Action::Crash { .. } => true,
-        Action::Tick
-        | Action::Reap
-        | Action::Rescue
-        | Action::RescueRead
-        | Action::RescueWrite
-        | Action::Enqueue { .. }
-        | Action::Requeue { .. } => false,
+    match action.fault() {
+        // Under a permanent outage the broker's refusal is the world, not a fault that stops.
+        Some(Fault::BrokerUnavailable) => !outage,
+        Some(_) => true,
+        None => false,
     }
 }
 

@@ -20,8 +20,8 @@
 //! Liveness is checked separately (see [`crate::liveness`]), because stateright's `eventually`
 //! is sound only on acyclic paths and this graph has cycles (a quiet tick returns to its state).
 
-use outbox_check::core::Property as Spec;
-use outbox_check::world::{Abstraction, Action, Event, FleetFacts, Seen, World, WorldConfig};
+use outbox_check::core::{Property as Spec, Situation};
+use outbox_check::world::{Abstraction, Action, Event, FleetFacts, World, WorldConfig};
 use stateright::{Model, Property};
 
 /// The model: a world configuration; the state is the [`World`].
@@ -44,75 +44,73 @@ pub struct OutboxModel {
     pub stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// A `sometimes` property: a situation worth reaching and the safety property it exercises. The
-/// first six are SPEC §7's reachability list; the rest are the witnesses that the other safety
-/// properties could have failed in the run. A safety property whose witness was not reached
-/// was not exercised, and is never reported as holding.
-pub struct Reachability {
-    pub name: &'static str,
-    pub exercises: &'static str,
-    /// Whether the last step reached the situation.
-    pub reached: fn(&Seen) -> bool,
+/// The situations worth reaching, in the catalogue's order (`outbox_check::core::property`): SPEC
+/// §7's reachability list, then the witnesses that the other safety properties could have failed
+/// in the run. A safety property whose witness was not reached was not exercised, and is never
+/// reported as holding.
+pub const REACHABILITY: [Situation; 11] = Situation::ALL;
+
+/// The witness that `safety_id` could have failed: the situation exercising it.
+pub fn witness_of(safety_id: &str) -> Option<Situation> {
+    Spec::parse(safety_id).and_then(Situation::witness_of)
 }
 
-pub const REACHABILITY: [Reachability; 11] = [
-    Reachability { name: "R-S1 a stale write is attempted and refused", exercises: "S1", reached: |s| s.stale_refused },
-    Reachability {
-        name: "R-S8 a message is published twice and the consumer sees one effect",
-        exercises: "S8",
-        reached: |s| s.duplicate_deduplicated,
-    },
-    Reachability { name: "R-S6 a lease expires and is taken over", exercises: "S6", reached: |s| s.lease_taken_over },
-    Reachability {
-        name: "R-S3 the budget is exhausted (a message's last attempt is used)",
-        exercises: "S3",
-        reached: |s| s.exhausted,
-    },
-    Reachability {
-        name: "R-S7 an AMBIGUOUS message is later PUBLISHED",
-        exercises: "S7",
-        reached: |s| s.ambiguous_then_published,
-    },
-    Reachability {
-        name: "R-order a later event of an aggregate is published before an earlier one",
-        exercises: "ordering",
-        reached: |s| s.order_overtaken,
-    },
-    Reachability { name: "R-S2 a row is claimed again", exercises: "S2", reached: |s| s.claimed_again },
-    Reachability { name: "R-S4 a claim or a write meets a terminal row", exercises: "S4", reached: |s| s.terminal_met },
-    Reachability { name: "R-S5 a message is confirmed PUBLISHED", exercises: "S5", reached: |s| s.confirmed },
-    Reachability {
-        name: "R-S9 a claim or a write meets another tenant's row",
-        exercises: "S9",
-        reached: |s| s.tenants_crossed,
-    },
-    Reachability { name: "R-S10 a stale enqueue is attempted", exercises: "S10", reached: |s| s.stale_enqueue },
+/// The `always` property names, `"S1 no stale terminal write succeeds"` and so on (the catalogue's).
+pub const SAFETY_NAMES: [&str; 10] = Spec::SAFETY_NAMES;
+
+/// stateright's conditions are plain function pointers, so there is one per bit of the masks the
+/// world keeps (`StepFlags::violated` over the safety properties, `Seen` over the situations):
+/// `HOLDS[i]` reads safety property `i`, `REACHED[i]` situation `i`. The tables follow the width
+/// of a `u16`, not the catalogue, so a new property or situation needs no line here.
+type Condition = fn(&OutboxModel, &World) -> bool;
+
+fn holds<const I: usize>(_: &OutboxModel, s: &World) -> bool {
+    s.step.violated & (1 << I) == 0
+}
+
+fn reached<const I: usize>(_: &OutboxModel, s: &World) -> bool {
+    Situation::ALL.get(I).is_some_and(|situation| s.step.seen.has(*situation))
+}
+
+const HOLDS: [Condition; 16] = [
+    holds::<0>,
+    holds::<1>,
+    holds::<2>,
+    holds::<3>,
+    holds::<4>,
+    holds::<5>,
+    holds::<6>,
+    holds::<7>,
+    holds::<8>,
+    holds::<9>,
+    holds::<10>,
+    holds::<11>,
+    holds::<12>,
+    holds::<13>,
+    holds::<14>,
+    holds::<15>,
 ];
 
-/// The witness that `safety_id` could have failed: the reachability property exercising it.
-pub fn witness_of(safety_id: &str) -> Option<&'static Reachability> {
-    REACHABILITY.iter().find(|r| r.exercises == safety_id)
-}
-
-/// The `always` property names, `"S1 no stale terminal write succeeds"` and so on.
-pub const SAFETY_NAMES: [&str; 10] = [
-    "S1 no stale terminal write succeeds",
-    "S2 fresh token per claim",
-    "S3 attempts within budget",
-    "S4 terminal is absorbing",
-    "S5 no invented confirmation",
-    "S6 one live lease",
-    "S7 retry clock respected",
-    "S8 stable idempotency key",
-    "S9 tenant isolation",
-    "S10 atomic enqueue",
+const REACHED: [Condition; 16] = [
+    reached::<0>,
+    reached::<1>,
+    reached::<2>,
+    reached::<3>,
+    reached::<4>,
+    reached::<5>,
+    reached::<6>,
+    reached::<7>,
+    reached::<8>,
+    reached::<9>,
+    reached::<10>,
+    reached::<11>,
+    reached::<12>,
+    reached::<13>,
+    reached::<14>,
+    reached::<15>,
 ];
 
-macro_rules! safety {
-    ($($i:literal),*) => {
-        [$(Property::always(SAFETY_NAMES[$i], |_: &OutboxModel, s: &World| s.step.violated & (1 << $i) == 0)),*]
-    };
-}
+const _: () = assert!(Spec::SAFETY.len() <= HOLDS.len() && Situation::ALL.len() <= REACHED.len());
 
 impl OutboxModel {
     pub fn new(config: WorldConfig) -> OutboxModel {
@@ -174,19 +172,16 @@ impl Model for OutboxModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        let mut properties: Vec<Property<Self>> = safety!(0, 1, 2, 3, 4, 5, 6, 7, 8, 9).into_iter().collect();
-        // stateright's conditions are plain function pointers: one closure per flag.
-        macro_rules! sometimes {
-            ($($i:literal),*) => {
-                [$(Property::sometimes(REACHABILITY[$i].name, |_: &OutboxModel, s: &World| (REACHABILITY[$i].reached)(&s.step.seen))),*]
-            };
-        }
-        properties.extend(sometimes!(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10));
-        if let Some(Abstraction { tracked, .. }) = self.safety {
-            let untracked =
-                |name: &str| REACHABILITY.iter().position(|r| r.name == name).is_some_and(|i| tracked & (1 << i) == 0);
-            properties.retain(|p| !untracked(p.name));
-        }
+        let mut properties: Vec<Property<Self>> =
+            Spec::SAFETY.iter().zip(HOLDS).map(|(p, holds)| Property::always(p.name(), holds)).collect();
+        let tracked = self.safety.map_or(u16::MAX, |a| a.tracked);
+        properties.extend(
+            Situation::ALL
+                .iter()
+                .zip(REACHED)
+                .filter(|(s, _)| tracked & s.bit() != 0)
+                .map(|(s, reached)| Property::sometimes(s.name(), reached)),
+        );
         properties
     }
 }

@@ -67,12 +67,12 @@ pub fn confirm(
     message: Option<u32>,
 ) -> Result<Vec<ReplayStep>, NotReplayed> {
     let (steps, worlds) = run(config, actions)?;
-    if let Some(r) = REACHABILITY.iter().find(|r| r.name.split(' ').next() == Some(id)) {
+    if let Some(r) = REACHABILITY.iter().find(|r| r.name().split(' ').next() == Some(id)) {
         let last = worlds.last().expect("the initial world at least");
-        return if !steps.is_empty() && (r.reached)(&last.step.seen) {
+        return if !steps.is_empty() && last.step.seen.has(*r) {
             Ok(steps)
         } else {
-            Err(NotReplayed(format!("the last step does not reach \"{}\"", r.name)))
+            Err(NotReplayed(format!("the last step does not reach \"{}\"", r.name())))
         };
     }
     let property = Property::parse(id).ok_or_else(|| NotReplayed(format!("'{id}' is no property")))?;

@@ -389,7 +389,7 @@ pub fn write_index(dir: &Path, fleets: &[(&str, &[CheckReport], &[String])], mes
         out.push_str("\nNot exercised:\n\n");
         out.push_str(&notes);
     }
-    out.push_str("\nProperty names: S1 no stale terminal write succeeds, S2 fresh token per claim, S3 attempts within budget, S4 terminal is absorbing, S5 no invented confirmation, S6 one live lease, S7 retry clock respected, S8 stable idempotency key, S9 tenant isolation, S10 atomic enqueue, L1 every message eventually terminal, L2 EXHAUSTED within the budget under an outage, L3 delivered once faults stop.\n");
+    let _ = writeln!(out, "\nProperty names: {}.", Property::legend(", "));
     for (name, reports, _) in fleets {
         for report in reports.iter() {
             let command = check_command(&report.config);

@@ -8,14 +8,16 @@ pub mod audit;
 pub mod design;
 pub mod outbox;
 pub mod policy;
+pub mod property;
 pub mod row;
 pub mod time;
 
-pub use audit::{Auditor, IdempotencyKey, Property, RowGhost, Violation};
+pub use audit::{Auditor, IdempotencyKey, RowGhost, Violation};
 pub use outbox::{
     random_token, ClaimRefusal, ClaimRequest, CoreError, EnqueueRequest, EnqueueResult, Outbox, ReleaseFence,
     ReleaseRequest, RequeueResult, StaleReason, WriteKind, WriteRequest, WriteResult,
 };
 pub use policy::{Backoff, CustomDesign, Design, Mutant, Policy, Variant};
+pub use property::{Ghosts, Property, Situation};
 pub use row::{Aggregate, AggregateId, FailureCode, Lease, LeaseToken, MessageId, RelayId, Row, Status, TenantId};
 pub use time::{Duration, Instant};

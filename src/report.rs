@@ -397,3 +397,18 @@ li.divergence.conformance {{ border-color: #e69b2e; background: #fffaf0; }}
         none = if divergences.is_empty() { "<p>No divergence: every event is one the model allows.</p>" } else { "" },
     )
 }
+
+/// `text` broken at spaces into lines of at most `width` characters (a longer word stays whole).
+pub fn wrap(text: &str, width: usize) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split(' ') {
+        match lines.last_mut() {
+            Some(line) if line.chars().count() + 1 + word.chars().count() <= width => {
+                line.push(' ');
+                line.push_str(word);
+            }
+            _ => lines.push(word.to_string()),
+        }
+    }
+    lines.join("\n")
+}

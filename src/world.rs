@@ -10,124 +10,18 @@
 
 use crate::core::policy::TokenKind;
 use crate::core::{
-    AggregateId, Auditor, ClaimRequest, Design, Duration, EnqueueRequest, EnqueueResult, FailureCode, IdempotencyKey,
-    Instant, Lease, LeaseToken, MessageId, Outbox, Policy, Property, RelayId, RequeueResult, Status, TenantId,
-    Violation, WriteRequest, WriteResult,
+    AggregateId, Auditor, ClaimRequest, Design, Duration, EnqueueRequest, EnqueueResult, FailureCode, Ghosts,
+    IdempotencyKey, Instant, Lease, LeaseToken, MessageId, Outbox, Policy, Property, RelayId, RequeueResult, Situation,
+    Status, TenantId, Violation, WriteRequest, WriteResult,
 };
 use crate::relay::{Clocks, Cycle, Effect, Input, LeaseResult, PublishOutcome, RelayConfig, Step};
 use serde::{Deserialize, Serialize};
 use smallvec::{smallvec, SmallVec};
 use std::fmt;
 
-/// Which faults of SPEC §6 the environment may inject.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Faults {
-    /// A relay crashes and restarts, losing its in-memory leases.
-    pub crash: bool,
-    /// The DB connection dies before a statement runs.
-    pub db_lost_before: bool,
-    /// The DB connection dies after a statement committed, before the reply.
-    pub db_lost_after: bool,
-    /// The broker drops a message before storing it (the relay times out).
-    pub broker_drop: bool,
-    /// The broker stores a message but its acknowledgement is lost (the relay times out).
-    pub broker_lost_ack: bool,
-    /// The broker stores a message twice.
-    pub broker_duplicate: bool,
-    /// The broker rejects a message for good.
-    pub broker_reject: bool,
-    /// The broker refuses for now (an outage), a definite retryable failure.
-    pub broker_unavailable: bool,
-    /// Every other relay's clock runs one lease ahead of true time (matters to designs that take
-    /// `now` from the relay).
-    pub clock_skew: bool,
-    /// A terminal write goes out with another tenant's id (a mis-routed or confused caller, as
-    /// seed 003's test sends): what S9's "a write with another tenant is Stale" is about.
-    pub misrouted_write: bool,
-}
+pub mod fault;
 
-impl Faults {
-    pub const NAMES: [&'static str; 10] = [
-        "crash",
-        "db-lost-before",
-        "db-lost-after",
-        "broker-drop",
-        "broker-lost-ack",
-        "broker-duplicate",
-        "broker-reject",
-        "broker-unavailable",
-        "clock-skew",
-        "misrouted-write",
-    ];
-
-    pub fn all() -> Faults {
-        Faults {
-            crash: true,
-            db_lost_before: true,
-            db_lost_after: true,
-            broker_drop: true,
-            broker_lost_ack: true,
-            broker_duplicate: true,
-            broker_reject: true,
-            broker_unavailable: true,
-            clock_skew: true,
-            misrouted_write: true,
-        }
-    }
-
-    pub fn none() -> Faults {
-        Faults {
-            crash: false,
-            db_lost_before: false,
-            db_lost_after: false,
-            broker_drop: false,
-            broker_lost_ack: false,
-            broker_duplicate: false,
-            broker_reject: false,
-            broker_unavailable: false,
-            clock_skew: false,
-            misrouted_write: false,
-        }
-    }
-
-    fn flag(&mut self, name: &str) -> Option<&mut bool> {
-        Some(match name {
-            "crash" => &mut self.crash,
-            "db-lost-before" => &mut self.db_lost_before,
-            "db-lost-after" => &mut self.db_lost_after,
-            "broker-drop" => &mut self.broker_drop,
-            "broker-lost-ack" => &mut self.broker_lost_ack,
-            "broker-duplicate" => &mut self.broker_duplicate,
-            "broker-reject" => &mut self.broker_reject,
-            "broker-unavailable" => &mut self.broker_unavailable,
-            "clock-skew" => &mut self.clock_skew,
-            "misrouted-write" => &mut self.misrouted_write,
-            _ => return None,
-        })
-    }
-
-    /// Parses `all`, `none` or a comma-separated list of fault names.
-    pub fn parse(text: &str) -> Result<Faults, String> {
-        match text.trim() {
-            "all" => return Ok(Faults::all()),
-            "none" | "" => return Ok(Faults::none()),
-            _ => {}
-        }
-        let mut faults = Faults::none();
-        for name in text.split(',').map(str::trim) {
-            match faults.flag(name) {
-                Some(flag) => *flag = true,
-                None => return Err(format!("unknown fault '{name}'; valid: all, none, {}", Faults::NAMES.join(", "))),
-            }
-        }
-        Ok(faults)
-    }
-
-    pub fn names(&self) -> Vec<&'static str> {
-        let mut copy = *self;
-        Faults::NAMES.into_iter().filter(|n| copy.flag(n).is_some_and(|f| *f)).collect()
-    }
-}
+pub use fault::{Fault, Faults};
 
 /// One relay of the fleet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -207,7 +101,7 @@ impl WorldConfig {
                     design,
                     owner: RelayId(i as u16),
                     tenant_id: TenantId(i as u16 % tenants),
-                    skew: if faults.clock_skew && i % 2 == 1 { lease.0 as i64 } else { 0 },
+                    skew: if faults.has(Fault::ClockSkew) && i % 2 == 1 { lease.0 as i64 } else { 0 },
                 })
                 .collect(),
             messages,
@@ -279,6 +173,28 @@ pub enum BrokerFate {
 }
 
 impl BrokerFate {
+    /// Every fate, in the order the world offers them.
+    pub const ALL: [BrokerFate; 6] = [
+        BrokerFate::Ack,
+        BrokerFate::Duplicate,
+        BrokerFate::Drop,
+        BrokerFate::LostAck,
+        BrokerFate::Unavailable,
+        BrokerFate::Reject,
+    ];
+
+    /// The fault of the catalogue this fate is, if it is one.
+    pub fn fault(self) -> Option<Fault> {
+        match self {
+            BrokerFate::Ack => None,
+            BrokerFate::Duplicate => Some(Fault::BrokerDuplicate),
+            BrokerFate::Drop => Some(Fault::BrokerDrop),
+            BrokerFate::LostAck => Some(Fault::BrokerLostAck),
+            BrokerFate::Unavailable => Some(Fault::BrokerUnavailable),
+            BrokerFate::Reject => Some(Fault::BrokerReject),
+        }
+    }
+
     /// How many copies the broker stored: the one mapping of a fate to what the broker holds
     /// (the world's ghost, the trace writer and the reports read it here).
     pub fn stores(self) -> u8 {
@@ -324,6 +240,17 @@ pub enum DbFate {
 }
 
 impl DbFate {
+    pub const ALL: [DbFate; 3] = [DbFate::Ok, DbFate::LostBefore, DbFate::LostAfter];
+
+    /// The fault of the catalogue this is, if it is one.
+    pub fn fault(self) -> Option<Fault> {
+        match self {
+            DbFate::Ok => None,
+            DbFate::LostBefore => Some(Fault::DbLostBefore),
+            DbFate::LostAfter => Some(Fault::DbLostAfter),
+        }
+    }
+
     /// What the connection did, in words: nothing for a statement that went through.
     pub fn words(self) -> &'static str {
         match self {
@@ -365,6 +292,25 @@ pub enum Action {
     Requeue { message: u32 },
 }
 
+impl Action {
+    /// The fault of the catalogue this action injects, if it injects one.
+    pub fn fault(self) -> Option<Fault> {
+        match self {
+            Action::Poll { db, .. } | Action::Write { db, .. } => db.fault(),
+            Action::Publish { fate, .. } => fate.fault(),
+            Action::MisroutedWrite { .. } => Some(Fault::MisroutedWrite),
+            Action::Crash { .. } => Some(Fault::Crash),
+            Action::Reap
+            | Action::Rescue
+            | Action::RescueRead
+            | Action::RescueWrite
+            | Action::Tick
+            | Action::Enqueue { .. }
+            | Action::Requeue { .. } => None,
+        }
+    }
+}
+
 /// Situations worth reaching, so no safety check passes vacuously. Flags of the last step only:
 /// sticky flags would multiply the model's state space for nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -396,23 +342,34 @@ pub struct Seen {
 }
 
 impl Seen {
-    /// Keeps the flags whose bit (in `outbox_check_models::outbox::REACHABILITY`'s order) is set in `mask`.
+    /// The flag of a situation of the catalogue (`core::property`): the one place that maps one
+    /// to the other.
+    fn flag(&mut self, situation: Situation) -> &mut bool {
+        match situation {
+            Situation::StaleRefused => &mut self.stale_refused,
+            Situation::DuplicateDeduplicated => &mut self.duplicate_deduplicated,
+            Situation::LeaseTakenOver => &mut self.lease_taken_over,
+            Situation::Exhausted => &mut self.exhausted,
+            Situation::AmbiguousThenPublished => &mut self.ambiguous_then_published,
+            Situation::OrderOvertaken => &mut self.order_overtaken,
+            Situation::ClaimedAgain => &mut self.claimed_again,
+            Situation::TerminalMet => &mut self.terminal_met,
+            Situation::Confirmed => &mut self.confirmed,
+            Situation::TenantsCrossed => &mut self.tenants_crossed,
+            Situation::StaleEnqueue => &mut self.stale_enqueue,
+        }
+    }
+
+    /// Whether the last step reached `situation`.
+    pub fn has(&self, situation: Situation) -> bool {
+        let mut copy = *self;
+        *copy.flag(situation)
+    }
+
+    /// Keeps the flags whose situation's bit ([`Situation::bit`]) is set in `mask`.
     pub fn mask(&mut self, mask: u16) {
-        let flags = [
-            &mut self.stale_refused,
-            &mut self.duplicate_deduplicated,
-            &mut self.lease_taken_over,
-            &mut self.exhausted,
-            &mut self.ambiguous_then_published,
-            &mut self.order_overtaken,
-            &mut self.claimed_again,
-            &mut self.terminal_met,
-            &mut self.confirmed,
-            &mut self.tenants_crossed,
-            &mut self.stale_enqueue,
-        ];
-        for (i, flag) in flags.into_iter().enumerate() {
-            *flag &= mask & (1 << i) != 0;
+        for situation in Situation::ALL {
+            *self.flag(situation) &= mask & situation.bit() != 0;
         }
     }
 }
@@ -427,7 +384,7 @@ pub struct StepFlags {
 
 impl StepFlags {
     pub fn violated(&self, property: Property) -> bool {
-        Property::SAFETY.iter().position(|p| *p == property).is_some_and(|i| self.violated & (1 << i) != 0)
+        Property::SAFETY.contains(&property) && self.violated & property.bit() != 0
     }
 }
 
@@ -621,14 +578,11 @@ impl World {
 
     /// Every action enabled in this state, in a fixed order.
     pub fn actions(&self, config: &WorldConfig, actions: &mut Vec<Action>) {
-        let f = &config.faults;
+        // An outcome is offered when it is no fault, or a fault the configuration allows.
+        let allowed = |fault: Option<Fault>| fault.is_none_or(|f| config.faults.has(f));
         let db_fates = |out: &mut Vec<Action>, make: &dyn Fn(DbFate) -> Action| {
-            out.push(make(DbFate::Ok));
-            if f.db_lost_before {
-                out.push(make(DbFate::LostBefore));
-            }
-            if f.db_lost_after {
-                out.push(make(DbFate::LostAfter));
+            for db in DbFate::ALL.into_iter().filter(|db| allowed(db.fault())) {
+                out.push(make(db));
             }
         };
         for (i, relay) in self.relays.iter().enumerate() {
@@ -637,39 +591,28 @@ impl World {
                 // A claim whose connection dies before it runs changes nothing: the same as not
                 // polling, so it is no step of its own.
                 None => {
-                    actions.push(Action::Poll { relay: r, db: DbFate::Ok });
-                    if f.db_lost_after {
-                        actions.push(Action::Poll { relay: r, db: DbFate::LostAfter });
+                    for db in [DbFate::Ok, DbFate::LostAfter].into_iter().filter(|db| allowed(db.fault())) {
+                        actions.push(Action::Poll { relay: r, db });
                     }
                 }
                 Some((_, Effect::Publish { .. })) => {
                     if config.permanent_outage {
                         actions.push(Action::Publish { relay: r, fate: BrokerFate::Unavailable });
                     } else {
-                        let fates = [
-                            (true, BrokerFate::Ack),
-                            (f.broker_duplicate, BrokerFate::Duplicate),
-                            (f.broker_drop, BrokerFate::Drop),
-                            (f.broker_lost_ack, BrokerFate::LostAck),
-                            (f.broker_unavailable, BrokerFate::Unavailable),
-                            (f.broker_reject, BrokerFate::Reject),
-                        ];
-                        for (on, fate) in fates {
-                            if on {
-                                actions.push(Action::Publish { relay: r, fate });
-                            }
+                        for fate in BrokerFate::ALL.into_iter().filter(|fate| allowed(fate.fault())) {
+                            actions.push(Action::Publish { relay: r, fate });
                         }
                     }
                 }
                 Some((_, Effect::Write { .. })) => {
                     db_fates(actions, &|db| Action::Write { relay: r, db });
-                    if f.misrouted_write && config.tenants > 1 {
+                    if allowed(Some(Fault::MisroutedWrite)) && config.tenants > 1 {
                         actions.push(Action::MisroutedWrite { relay: r });
                     }
                 }
                 Some(_) => {}
             }
-            if f.crash && relay.is_some() {
+            if allowed(Some(Fault::Crash)) && relay.is_some() {
                 actions.push(Action::Crash { relay: r });
             }
         }
@@ -1133,7 +1076,7 @@ impl World {
     /// property that holds here holds in the exact world; in the fleets where they apply they
     /// also raise no false alarm. No rule of the core reads what they change, so the abstract
     /// world takes exactly the steps of the exact one. `abstraction.tracked` is the bit mask (in
-    /// `outbox_check_models::outbox::REACHABILITY`'s order) of the reachability flags still looked at: a
+    /// [`Situation::bit`]) of the reachability flags still looked at: a
     /// field one of them reads is left alone.
     ///
     /// - **Publications over-counted** (S3). A row's ghost publication count `p` becomes
@@ -1175,17 +1118,16 @@ impl World {
     ///   and the failure code goes as above, in fleets whose designs touch terminal rows too.
     /// - S5 settled and the "published twice" flag (R-S8) not tracked: `stored` becomes `false`.
     fn abstract_for_safety(&mut self, config: &WorldConfig, facts: &FleetFacts, abstraction: Abstraction) {
-        // Only these flags' bits are read here (see ABSTRACTION_READS).
-        const R_S8_DUPLICATE: usize = 1;
-        const R_S7_AMBIGUOUS: usize = 4;
+        // What each property and situation reads is declared in the catalogue (core::property);
+        // only the ghost fields of ABSTRACTION_READS are read by situations.
         let cap = config.max_attempts + 1;
-        let publications_settled = abstraction.settles(Property::S3);
-        let terminal_settled = abstraction.settles(Property::S4);
-        let forget_stored =
-            !abstraction.tracks(R_S8_DUPLICATE) && (facts.confirms_after_ack || abstraction.settles(Property::S5));
-        let drop_code = !abstraction.tracks(R_S7_AMBIGUOUS)
+        let publications_settled = abstraction.no_property_reads(Ghosts::PUBLICATIONS);
+        let terminal_settled = abstraction.no_property_reads(Ghosts::PUBLISHED_AT);
+        let forget_stored = abstraction.no_situation_reads(Ghosts::STORED)
+            && (facts.confirms_after_ack || abstraction.no_property_reads(Ghosts::STORED));
+        let drop_code = abstraction.no_situation_reads(Ghosts::FAILURE_CODE)
             && self.requeues_left == 0
-            && (facts.keeps_terminal || terminal_settled);
+            && (facts.keeps_terminal || abstraction.no_property_reads(Ghosts::FAILURE_CODE));
         self.collapse_claim_numbers();
         for m in 0..self.outbox.rows().len() {
             let row = &mut self.outbox.rows_mut()[m];
@@ -1502,7 +1444,7 @@ impl World {
 /// `Some`) may merge states that differ only in what it no longer reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Abstraction {
-    /// The reachability flags still tracked (bits in `outbox_check_models::outbox::REACHABILITY`'s order): a
+    /// The reachability flags still tracked (bits as [`Situation::bit`]): a
     /// field one of them reads is left alone.
     pub tracked: u16,
     /// The safety properties already settled (bits in [`Property::SAFETY`]'s order): an exact
@@ -1522,21 +1464,28 @@ impl Abstraction {
     pub const LIVENESS: Abstraction = Abstraction { tracked: 0, settled: (1 << Property::SAFETY.len()) - 1 };
 
     fn settles(self, property: Property) -> bool {
-        Property::SAFETY.iter().position(|p| *p == property).is_some_and(|i| self.settled & (1 << i) != 0)
+        Property::SAFETY.contains(&property) && self.settled & property.bit() != 0
     }
 
-    fn tracks(self, flag: usize) -> bool {
-        self.tracked & (1 << flag) != 0
+    /// No situation still tracked reads any of `ghosts`.
+    fn no_situation_reads(self, ghosts: Ghosts) -> bool {
+        self.tracked & Situation::reading(ghosts) == 0
+    }
+
+    /// No safety property still looked at (not settled) reads any of `ghosts`.
+    fn no_property_reads(self, ghosts: Ghosts) -> bool {
+        Property::SAFETY.iter().all(|p| self.settles(*p) || !p.entry().reads.overlaps(ghosts))
     }
 }
 
 /// A normalised `published_at` before the horizon: no write to come can read it as its `now`.
 pub const PUBLISHED_LONG_AGO: Instant = Instant(u64::MAX);
 
-/// The reachability flags (bits in `outbox_check_models::outbox::REACHABILITY`'s order) whose fields the
-/// safety abstractions leave alone while they are tracked: R-S8 reads the broker's storage, R-S7
-/// the failure code. Tracking any other flag normalises exactly as tracking none.
-pub const ABSTRACTION_READS: u16 = 1 << 1 | 1 << 4;
+/// The situations (bits as [`Situation::bit`]) whose ghost fields the safety abstractions leave
+/// alone while they are tracked, as the catalogue declares their reads: R-S8 reads the broker's
+/// storage, R-S7 the failure code. Tracking any other situation normalises exactly as tracking
+/// none.
+pub const ABSTRACTION_READS: u16 = Situation::reading(Ghosts::STORED.union(Ghosts::FAILURE_CODE));
 
 /// What normalisation needs to know of the fleet's designs: read once per model, not per state.
 #[derive(Clone, Debug)]

@@ -109,3 +109,45 @@ fn the_explorer_state_matches_its_schema() {
         }
     }
 }
+
+/// Every `faults` object of a JSON Schema under docs/json/ lists exactly the catalogue's faults,
+/// each required: the schemas follow the catalogue (outbox_check::world::fault).
+#[test]
+fn the_schemas_list_every_fault_of_the_catalogue() {
+    fn faults_objects<'a>(value: &'a serde_json::Value, found: &mut Vec<&'a serde_json::Value>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (key, inner) in map {
+                    if key == "faults" && inner.get("properties").is_some() {
+                        found.push(inner);
+                    }
+                    faults_objects(inner, found);
+                }
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|i| faults_objects(i, found)),
+            _ => {}
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut expected: Vec<String> =
+        outbox_check::world::fault::FAULTS.iter().map(|entry| entry.field.to_string()).collect();
+    expected.sort();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(root.join("docs/json")).unwrap() {
+        let path = entry.unwrap().path();
+        let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let mut found = Vec::new();
+        faults_objects(&schema, &mut found);
+        for faults in found {
+            let mut listed: Vec<String> = faults["properties"].as_object().unwrap().keys().cloned().collect();
+            listed.sort();
+            assert_eq!(listed, expected, "{}: the faults' properties", path.display());
+            let mut required: Vec<String> =
+                faults["required"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+            required.sort();
+            assert_eq!(required, expected, "{}: the faults' required list", path.display());
+            checked += 1;
+        }
+    }
+    assert!(checked >= 1, "no schema has a faults object");
+}

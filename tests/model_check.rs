@@ -218,7 +218,7 @@ fn every_counterexample_of_every_fleet_replays_in_the_plain_world() {
 fn every_shortest_path_at_two_messages_replays_in_the_plain_world() {
     use outbox_check_models::outbox::REACHABILITY;
     let names: BTreeSet<&'static str> =
-        SAFETY_NAMES.iter().copied().chain(REACHABILITY.iter().map(|r| r.name)).collect();
+        SAFETY_NAMES.iter().copied().chain(REACHABILITY.iter().map(|r| r.name())).collect();
     let mut replayed = 0;
     for designs in every_fleet() {
         let config = WorldConfig::fleet(&designs, 2, 1, 3, Faults::all());
@@ -540,7 +540,7 @@ fn engine_found(found: &outbox_check_models::graph::Explored, tracked: u16) -> B
         .enumerate()
         .filter(|(i, _)| found.violated & (1 << i) != 0)
         .map(|(_, n)| *n)
-        .chain(reach.map(|(_, r)| r.name))
+        .chain(reach.map(|(_, r)| r.name()))
         .collect()
 }
 

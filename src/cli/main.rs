@@ -503,10 +503,8 @@ struct FleetArgs {
     /// The attempt budget.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=6))]
     max_attempts: u32,
-    /// Faults: all, none, or a comma-separated list of crash, db-lost-before, db-lost-after,
-    /// broker-drop, broker-lost-ack, broker-duplicate, broker-reject, broker-unavailable,
-    /// clock-skew, misrouted-write.
-    #[arg(long, default_value = "all", value_parser = parse_faults)]
+    /// Faults: all, none, or a comma-separated list of the catalogue's (the help lists them).
+    #[arg(long, default_value = "all", value_parser = parse_faults, help = faults_help())]
     faults: Faults,
     /// Operator requeues of FAILED/EXHAUSTED rows the environment may make.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
@@ -555,6 +553,11 @@ impl FleetArgs {
         }
         Ok(config)
     }
+}
+
+/// `--faults`'s help, naming every fault of the catalogue.
+fn faults_help() -> String {
+    format!("Faults: all, none, or a comma-separated list of {}", Faults::NAMES.join(", "))
 }
 
 fn parse_faults(text: &str) -> Result<Faults, String> {

@@ -2,6 +2,7 @@
 //! compared with the expectations pinned in `reports/expectations.json`.
 
 use outbox_check::core::{Design, Property, Variant};
+use outbox_check::report::wrap;
 use outbox_check::world::{Faults, WorldConfig};
 use outbox_check_models::check::{check, merged, CheckOptions, CheckReport, Verdict};
 use serde::{Deserialize, Serialize};
@@ -559,9 +560,7 @@ fn print_matrix<S: SimLike>(rows: &[Row<'_, S>], args: &VerifyArgs, seconds: f64
         let states: usize = reports.iter().map(|r| r.unique_states).sum();
         println!("   {:<width$}{states}", sql_of(fleet, found));
     }
-    println!("\nS1 no stale terminal write succeeds, S2 fresh token per claim, S3 attempts within budget, S4 terminal is absorbing,");
-    println!("S5 no invented confirmation, S6 one live lease, S7 retry clock respected, S8 stable idempotency key, S9 tenant isolation,");
-    println!("S10 atomic enqueue; L1 every message eventually terminal, L2 EXHAUSTED within the budget under an outage, L3 delivered once faults stop.\n");
+    println!("\n{}\n", wrap(&format!("{}.", Property::legend("; ")), 120));
     println!("✓  holds: exercised (a situation where it could fail was reached) and true in every reachable state of the model (liveness under the fairness of docs/model-checking.md), and no simulated run broke it");
     println!("✗  violated, decided by model checking and replayed in the plain world — shortest counterexample: outbox-check check --variant V (or --fleet A,B) --out DIR, or verify --report DIR");
     println!("✗s violated in simulation only (a scenario beyond the model's bounds) — the failing seed is below");

@@ -11,91 +11,11 @@ use super::outbox::{
     ClaimRequest, CoreError, EnqueueRequest, EnqueueResult, Outbox, RequeueResult, WriteKind, WriteRequest, WriteResult,
 };
 use super::policy::{Policy, TokenKind};
+pub use super::property::Property;
 use super::row::{Lease, LeaseToken, MessageId, Row, Status};
 use super::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::fmt;
-
-/// A property of SPEC §7.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum Property {
-    S1,
-    S2,
-    S3,
-    S4,
-    S5,
-    S6,
-    S7,
-    S8,
-    S9,
-    S10,
-    L1,
-    L2,
-    L3,
-}
-
-impl Property {
-    pub const SAFETY: [Property; 10] = [
-        Property::S1,
-        Property::S2,
-        Property::S3,
-        Property::S4,
-        Property::S5,
-        Property::S6,
-        Property::S7,
-        Property::S8,
-        Property::S9,
-        Property::S10,
-    ];
-    pub const LIVENESS: [Property; 3] = [Property::L1, Property::L2, Property::L3];
-
-    pub fn id(self) -> &'static str {
-        match self {
-            Property::S1 => "S1",
-            Property::S2 => "S2",
-            Property::S3 => "S3",
-            Property::S4 => "S4",
-            Property::S5 => "S5",
-            Property::S6 => "S6",
-            Property::S7 => "S7",
-            Property::S8 => "S8",
-            Property::S9 => "S9",
-            Property::S10 => "S10",
-            Property::L1 => "L1",
-            Property::L2 => "L2",
-            Property::L3 => "L3",
-        }
-    }
-
-    /// The property as a sentence, as SPEC §7 names it.
-    pub fn sentence(self) -> &'static str {
-        match self {
-            Property::S1 => "no stale terminal write succeeds",
-            Property::S2 => "fresh token per claim",
-            Property::S3 => "attempts within budget",
-            Property::S4 => "terminal is absorbing",
-            Property::S5 => "no invented confirmation",
-            Property::S6 => "one live lease",
-            Property::S7 => "retry clock respected",
-            Property::S8 => "stable idempotency key",
-            Property::S9 => "tenant isolation",
-            Property::S10 => "atomic enqueue",
-            Property::L1 => "every message eventually reaches a terminal status",
-            Property::L2 => "under a permanent outage every message is EXHAUSTED after at most max publications",
-            Property::L3 => "once faults stop, every message still deliverable is eventually PUBLISHED",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Property> {
-        Property::SAFETY.into_iter().chain(Property::LIVENESS).find(|p| p.id().eq_ignore_ascii_case(text))
-    }
-}
-
-impl fmt::Display for Property {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.id(), self.sentence())
-    }
-}
 
 /// One broken property, with what broke it in words.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
