@@ -7,8 +7,8 @@
 //! SQL the store ran, ready to paste.
 
 use outbox_check::core::{
-    AggregateId, ClaimRequest, Duration, EnqueueRequest, FailureCode, Instant, Lease, MessageId, Policy, RelayId, Row,
-    Status, TenantId, WriteKind, WriteRequest, WriteResult,
+    AggregateId, ClaimRefusal, ClaimRequest, Duration, EnqueueRequest, FailureCode, Instant, Lease, MessageId, Outbox,
+    Policy, RelayId, Row, TenantId, WriteKind, WriteRequest, WriteResult,
 };
 use outbox_check::store::bind::{MemoryStore, Store, StoreError};
 use proptest::prelude::*;
@@ -629,7 +629,13 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
                 let before = model.rows().unwrap_or_default();
                 let (a, b) = (model.claim(request), store.claim(request));
                 if !same(&a, &b) {
-                    let d = diverged(claim_finding(&before, request, &a, &b), show(&a), show(&b), &interleaving, store);
+                    let d = diverged(
+                        claim_finding(&model_policy, &before, request, &a, &b),
+                        show(&a),
+                        show(&b),
+                        &interleaving,
+                        store,
+                    );
                     return result(operations, Some(d));
                 }
                 for (theirs, ours) in leases.iter().zip(a.iter().flatten()) {
@@ -770,6 +776,7 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
 /// its budget spent (S3), of another tenant (S9), or a row the design's claim takes and the
 /// statement left.
 fn claim_finding(
+    policy: &Policy,
     before: &[Row],
     request: &ClaimRequest,
     model: &Result<Vec<Lease>, StoreError>,
@@ -782,25 +789,32 @@ fn claim_finding(
     for lease in theirs.iter().filter(|l| !ours.iter().any(|o| o.message_id == l.message_id)) {
         let id = lease.message_id;
         let Some(row) = before.iter().find(|r| r.message_id == id) else { continue };
-        if let Some(at) = row.next_attempt_at.filter(|at| *at > now && row.status != Status::InFlight) {
-            return format!("your claim takes {id} at t={} before its retry time t={} (S7)", now.0, at.0);
-        }
-        if let (Status::InFlight, Some(until)) = (row.status, row.lease_expires_at.filter(|u| *u > now)) {
-            let owner = row.lease_owner.map_or("another relay".to_string(), |o| o.to_string());
-            return format!("your claim takes {id} at t={} while {owner}'s lease runs until t={} (S6)", now.0, until.0);
-        }
-        if row.attempts >= request.max_attempts {
-            return format!(
+        // Why the design's claim refused the row: the core's own ladder.
+        let Some(refusal) = Outbox::refusal(policy, row, request.tenant_id, now, request.max_attempts) else {
+            continue;
+        };
+        return match refusal {
+            ClaimRefusal::RetryClock => format!(
+                "your claim takes {id} at t={} before its retry time t={} (S7)",
+                now.0,
+                row.retry_at().map_or(0, |at| at.0)
+            ),
+            ClaimRefusal::LiveLease => {
+                let owner = row.lease_owner.map_or("another relay".to_string(), |o| o.to_string());
+                let until = row.lease_expires_at.map_or(0, |u| u.0);
+                format!("your claim takes {id} at t={} while {owner}'s lease runs until t={until} (S6)", now.0)
+            }
+            ClaimRefusal::BudgetSpent => format!(
                 "your claim takes {id} with its budget spent ({} attempts of {}) (S3)",
                 row.attempts, request.max_attempts
-            );
-        }
-        if row.status.is_terminal() {
-            return format!("your claim takes {id}, which is {}", row.status);
-        }
-        if row.tenant_id != request.tenant_id {
-            return format!("your claim for {} takes {id} of {} (S9)", request.tenant_id, row.tenant_id);
-        }
+            ),
+            ClaimRefusal::Terminal => format!("your claim takes {id}, which is {}", row.status),
+            ClaimRefusal::OtherTenant => {
+                format!("your claim for {} takes {id} of {} (S9)", request.tenant_id, row.tenant_id)
+            }
+            // Refusals of a whole claim, not of one row: none applies to a row alone.
+            ClaimRefusal::OutOfOrder | ClaimRefusal::OverBatch | ClaimRefusal::Twice => continue,
+        };
     }
     if let Some(left) = ours.iter().find(|o| !theirs.iter().any(|l| l.message_id == o.message_id)) {
         return format!("your claim leaves {}, which the design's claim takes", left.message_id);

@@ -431,19 +431,9 @@ struct Deferred {
 /// breaks S7.
 fn chosen_retry(outbox: &mut Outbox, id: MessageId, retry_at: Option<u64>, now: Instant) -> Result<(), String> {
     let Some(at) = retry_at else { return Ok(()) };
-    let Some(i) = outbox.index(id) else { return Ok(()) };
-    let row = &mut outbox.rows_mut()[i];
-    if !matches!(row.status, crate::core::Status::Pending | crate::core::Status::Ambiguous) {
-        return Ok(());
-    }
-    if at <= now.0 {
-        return Err(format!(
-            "the write left the row {} with the retry time t={at} it chose, not later than its now {now}",
-            row.status
-        ));
-    }
-    row.next_attempt_at = Some(Instant(at));
-    Ok(())
+    outbox.choose_retry(id, Instant(at), now).map_err(|status| {
+        format!("the write left the row {status} with the retry time t={at} it chose, not later than its now {now}")
+    })
 }
 
 /// Branches beyond this many are pruned (each unknown outcome can double them).

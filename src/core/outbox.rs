@@ -5,9 +5,7 @@
 //! iterates a hash map. Expected refusals are typed results ([`WriteResult::Stale`],
 //! [`EnqueueResult::Stale`]); invalid input is a [`CoreError`].
 
-use super::policy::{
-    AmbiguousShape, AttemptsAt, BudgetPredicate, ClaimFence, ClaimOrder, Policy, TokenKind, WriteFence,
-};
+use super::policy::{AmbiguousShape, AttemptsAt, ClaimFence, ClaimOrder, Policy, TokenKind, WriteFence};
 use super::row::{Aggregate, AggregateId, FailureCode, Lease, LeaseToken, MessageId, RelayId, Row, Status, TenantId};
 use super::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
@@ -301,6 +299,22 @@ impl Outbox {
     }
 
     /// The row's position in the table (sorted by message id).
+    /// A queue that chose its own retry time (a trace's `next_attempt_at`) in a write that left
+    /// `message_id` waiting (PENDING or AMBIGUOUS): that time replaces the design's backoff. One
+    /// not later than the write's `now` is refused with the row's status, and breaks S7.
+    pub fn choose_retry(&mut self, message_id: MessageId, at: Instant, now: Instant) -> Result<(), Status> {
+        let Some(i) = self.index(message_id) else { return Ok(()) };
+        let row = &mut self.rows[i];
+        if !matches!(row.status, Status::Pending | Status::Ambiguous) {
+            return Ok(());
+        }
+        if at <= now {
+            return Err(row.status);
+        }
+        row.next_attempt_at = Some(at);
+        Ok(())
+    }
+
     pub fn index(&self, message_id: MessageId) -> Option<usize> {
         find_sorted(&self.rows, &message_id, message_id.0 as usize, |r| r.message_id).ok()
     }
@@ -382,11 +396,7 @@ impl Outbox {
         // time there (a visibility timeout), the time a failed row becomes visible again.
         let lease_ok = policy.claim_live_leases || row.lease_expires_at.is_none_or(|at| at <= now);
         let clock_ok = !policy.retry_clock || row.next_attempt_at.is_none_or(|at| at <= now);
-        let budget_ok = match policy.budget {
-            BudgetPredicate::Strict => row.attempts < max_attempts,
-            BudgetPredicate::OneOver => row.attempts <= max_attempts,
-            BudgetPredicate::Absent => true,
-        };
+        let budget_ok = !policy.budget.spent(row.attempts, max_attempts);
         lease_ok && clock_ok && budget_ok
     }
 

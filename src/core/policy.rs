@@ -58,6 +58,18 @@ pub enum BudgetPredicate {
     Absent,
 }
 
+impl BudgetPredicate {
+    /// Whether a row with `attempts` has spent its budget of `max_attempts` by this predicate:
+    /// the claim takes no such row. The one place the predicate is evaluated.
+    pub fn spent(self, attempts: u32, max_attempts: u32) -> bool {
+        match self {
+            BudgetPredicate::Strict => attempts >= max_attempts,
+            BudgetPredicate::OneOver => attempts > max_attempts,
+            BudgetPredicate::Absent => false,
+        }
+    }
+}
+
 /// What the AMBIGUOUS write leaves behind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -1135,13 +1135,7 @@ impl ConcurrentReport {
 /// takes it, and no maintenance job of the profile's to move it on. (A rescuer only hands it
 /// back to the claim, which still refuses it.)
 fn stranded(policy: &Policy, can_reap: bool, row: &Row, max_attempts: u32) -> bool {
-    use crate::core::policy::BudgetPredicate;
-    let spent = match policy.budget {
-        BudgetPredicate::Strict => row.attempts >= max_attempts,
-        BudgetPredicate::OneOver => row.attempts > max_attempts,
-        BudgetPredicate::Absent => false,
-    };
-    spent && !(can_reap && row.status == Status::InFlight)
+    policy.budget.spent(row.attempts, max_attempts) && !(can_reap && row.status == Status::InFlight)
 }
 
 impl Profile {
