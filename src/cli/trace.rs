@@ -1,0 +1,215 @@
+//! `outbox-check trace`: a recorded history checked by the oracle, in words, JSON or HTML.
+
+use super::*;
+
+/// How `trace` reports and stops.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TraceMode {
+    pub(crate) strict: bool,
+    pub(crate) json: bool,
+    pub(crate) quiet: bool,
+    /// Every divergence, going on from what the implementation reported.
+    pub(crate) all: bool,
+    /// Conformance findings are listed but do not fail the run.
+    pub(crate) safety_only: bool,
+}
+
+impl TraceMode {
+    /// Whether a divergence fails the run (a conformance finding does not, with --safety-only).
+    fn fails(&self, d: &outbox_check::oracle::Divergence) -> bool {
+        d.kind == "safety" || !self.safety_only
+    }
+}
+
+pub(crate) fn trace(
+    files: &[std::path::PathBuf],
+    variant: Option<Design>,
+    mode: TraceMode,
+    html: Option<&std::path::Path>,
+) -> ExitCode {
+    use outbox_check::oracle::Oracle;
+    let stdin = |f: &std::path::Path| f.as_os_str() == "-";
+    if files.iter().filter(|f| stdin(f)).count() > 1 {
+        eprintln!("outbox-check: standard input ('-') can be read only once");
+        return ExitCode::from(2);
+    }
+    if html.is_some() && files.len() != 1 {
+        eprintln!("outbox-check: --html draws one history: give one file");
+        return ExitCode::from(2);
+    }
+    // Every file is readable before the first is checked: a typo in the last name is found
+    // before minutes spent on the others.
+    for file in files.iter().filter(|f| !stdin(f)) {
+        if let Err(error) = std::fs::File::open(file) {
+            eprintln!("outbox-check: cannot read {}: {error}", file.display());
+            return ExitCode::from(2);
+        }
+    }
+    if let Some(out) = html {
+        if let Err(problem) = writable_file(out) {
+            eprintln!("outbox-check: --html {}: {problem}", out.display());
+            return ExitCode::from(2);
+        }
+    }
+    let bar = spinner(mode.quiet, "checking");
+    let mut verdicts = Vec::new();
+    let mut failed = false;
+    for file in files {
+        let (name, reader): (String, Box<dyn std::io::BufRead>) = if stdin(file) {
+            ("(standard input)".to_string(), Box::new(std::io::BufReader::with_capacity(1 << 16, std::io::stdin())))
+        } else {
+            match std::fs::File::open(file) {
+                Ok(f) => (file.display().to_string(), Box::new(std::io::BufReader::with_capacity(1 << 16, f))),
+                Err(error) => {
+                    bar.finish_and_clear();
+                    eprintln!("outbox-check: cannot read {}: {error}", file.display());
+                    return ExitCode::from(2);
+                }
+            }
+        };
+        // Parse and check line by line: a long history is never held in memory whole (except
+        // to draw it, with --html).
+        let mut divergences: Vec<outbox_check::oracle::Divergence> = Vec::new();
+        let mut kept: Vec<(usize, outbox_check::trace::Event)> = Vec::new();
+        let mut header_seen = None;
+        let slot: std::cell::RefCell<Option<Oracle>> = std::cell::RefCell::new(None);
+        let keep_going = mode.all || mode.safety_only;
+        let checked = outbox_check::trace::stream_reader(
+            &name,
+            reader,
+            outbox_check::trace::ReadOptions {
+                strict: mode.strict,
+                statuses: match variant {
+                    Some(Design::Custom(c)) => c.statuses.as_ref(),
+                    _ => None,
+                },
+            },
+            |header| {
+                let oracle = match variant {
+                    Some(design) => Oracle::for_header(design, header),
+                    None => Oracle::new(header)?,
+                };
+                *slot.borrow_mut() = Some(if keep_going { oracle.keep_going() } else { oracle });
+                header_seen = Some(header.clone());
+                Ok(())
+            },
+            |line, event| {
+                if line % 65_536 == 0 {
+                    bar.set_message(format!("checking {name}: line {line}"));
+                }
+                let mut guard = slot.borrow_mut();
+                let Some(oracle) = guard.as_mut() else { return false };
+                let result = oracle.feed(line, &event);
+                if html.is_some() {
+                    kept.push((line, event));
+                }
+                match result {
+                    Ok(()) => true,
+                    Err(d) => {
+                        // Without --all: stop at the first divergence that fails the run.
+                        let fails = mode.fails(&d);
+                        divergences.push(d);
+                        mode.all || !fails
+                    }
+                }
+            },
+        );
+        let ignored = match checked {
+            Ok((_, ignored)) => ignored,
+            Err(error) => {
+                bar.finish_and_clear();
+                eprintln!("outbox-check: {error}");
+                return ExitCode::from(2);
+            }
+        };
+        if !ignored.is_empty() && !mode.json {
+            let fields: Vec<String> =
+                ignored.iter().map(|(path, line)| format!("{path} (first on line {line})")).collect();
+            bar.suspend(|| {
+                eprintln!("outbox-check: {name}: ignored fields the format does not know: {}", fields.join(", "))
+            });
+        }
+        let ignored: Vec<&String> = ignored.keys().collect();
+        let Some(oracle) = slot.into_inner() else {
+            bar.finish_and_clear();
+            eprintln!("outbox-check: {name}: no header");
+            return ExitCode::from(2);
+        };
+        // Without --all the check stopped at the first divergence that fails the run.
+        let stopped = !mode.all && divergences.iter().any(|d| mode.fails(d));
+        let (accepted, at_end) = oracle.finish_all();
+        if !stopped {
+            divergences.extend(at_end);
+        }
+        let fails = divergences.iter().any(|d| mode.fails(d));
+        failed |= fails;
+        if !mode.json {
+            bar.suspend(|| {
+                if divergences.is_empty() {
+                    println!("{name}: consistent with the model ({} events)", accepted.events);
+                } else {
+                    let safety = divergences.iter().filter(|d| d.kind == "safety").count();
+                    let what = match (safety, divergences.len() - safety) {
+                        (0, c) => format!("{c} conformance finding{}", plural(c)),
+                        (s, 0) => format!("{s} safety violation{}", plural(s)),
+                        (s, c) => format!("{s} safety violation{}, {c} conformance finding{}", plural(s), plural(c)),
+                    };
+                    let verdict = if fails { "DIVERGES" } else { "no safety property broken" };
+                    println!("{name}: {verdict} ({what})");
+                    for d in &divergences {
+                        println!("  {d}");
+                        for row in &d.rows {
+                            println!("    row before: {}", outbox_check::oracle::row_words(row));
+                        }
+                    }
+                    if stopped {
+                        println!("  (stopped at the first divergence: --all lists every one)");
+                    }
+                }
+                for r in &accepted.resolutions {
+                    println!("  unknown outcome resolved as: {r}");
+                }
+                for n in &accepted.not_judged {
+                    println!("  not judged: {n}");
+                }
+            });
+        }
+        if let (Some(out), Some(header)) = (html, &header_seen) {
+            let page = outbox_check::report::trace_html(&name, header, &kept, &divergences);
+            if let Err(error) = std::fs::write(out, page) {
+                bar.finish_and_clear();
+                eprintln!("outbox-check: cannot write {}: {error}", out.display());
+                return ExitCode::from(2);
+            }
+            if !mode.json {
+                bar.suspend(|| println!("  drawn: {}", out.display()));
+            }
+        }
+        let verdict = if divergences.is_empty() {
+            "consistent"
+        } else if fails {
+            "diverges"
+        } else {
+            "safe"
+        };
+        verdicts.push(serde_json::json!({
+            "file": name,
+            "verdict": verdict,
+            "divergence": divergences.first(),
+            "divergences": divergences,
+            "accepted": accepted,
+            "ignored_fields": ignored,
+        }));
+    }
+    bar.finish_and_clear();
+    if mode.json {
+        // docs/trace-verdict.schema.json describes this object.
+        let out = serde_json::json!({ "schema": outbox_check::oracle::VERDICT_SCHEMA, "files": verdicts });
+        println!("{}", serde_json::to_string_pretty(&out).expect("JSON"));
+    }
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
