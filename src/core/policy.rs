@@ -563,8 +563,8 @@ pub enum Design {
     Custom(&'static CustomDesign),
 }
 
-/// A design from a file (docs/design-file.md), registered once per process under its name so
-/// that a configuration naming it reads back.
+/// A design from a file (docs/design-file.md). The file layer (`crate::design`) registers it
+/// once per process under its name, so that a configuration naming it reads back.
 #[derive(Debug)]
 pub struct CustomDesign {
     pub name: String,
@@ -602,48 +602,6 @@ impl Serialize for CustomDesign {
         serializer.serialize_str(&self.name)
     }
 }
-impl<'de> Deserialize<'de> for &'static CustomDesign {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(deserializer)?;
-        CustomDesign::named(&name).ok_or_else(|| {
-            serde::de::Error::custom(format!("unknown design '{name}' (a design file must be given with --design)"))
-        })
-    }
-}
-
-static CUSTOM: std::sync::Mutex<Vec<&'static CustomDesign>> = std::sync::Mutex::new(Vec::new());
-
-impl CustomDesign {
-    /// Registers a design under its name for the rest of the process. A built-in's name, or
-    /// another file's design under the same name with other switches, is refused.
-    pub fn register(design: CustomDesign) -> Result<&'static CustomDesign, String> {
-        if Design::parse(&design.name).is_some() {
-            return Err(format!(
-                "name = {:?} is a built-in design's; a file's design needs a name of its own",
-                design.name
-            ));
-        }
-        let mut all = CUSTOM.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(known) = all.iter().find(|d| d.name == design.name) {
-            if known.policy == design.policy {
-                return Ok(known);
-            }
-            return Err(format!(
-                "name = {:?} is also the name of the design in {}, with other switches",
-                design.name, known.origin
-            ));
-        }
-        let leaked: &'static CustomDesign = Box::leak(Box::new(design));
-        all.push(leaked);
-        Ok(leaked)
-    }
-
-    /// A registered design by name.
-    pub fn named(name: &str) -> Option<&'static CustomDesign> {
-        CUSTOM.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|d| d.name == name).copied()
-    }
-}
-
 impl Design {
     pub fn policy(self) -> Policy {
         match self {
