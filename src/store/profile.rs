@@ -241,6 +241,8 @@ impl ProfileStore {
             policy: profile.design.policy(),
             random_issued: 0,
             shared_tokens: None,
+            held: false,
+            no_row_lock: false,
         };
         store.columns = store.row_columns()?;
         store.check_statements()?;
@@ -311,6 +313,12 @@ pub struct ProfileStore {
     random_issued: u64,
     /// The concurrent run's relays draw from one sequence, so no two claims share a token.
     shared_tokens: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+    /// An observed write of the concurrent run is under way: its statement and the reads that
+    /// observe it share one transaction, stamped once at its end.
+    held: bool,
+    /// The rows SELECT cannot be locked (`FOR UPDATE` refused on it): observed writes read the
+    /// row before their statement without locking it.
+    no_row_lock: bool,
 }
 
 /// A value bound to a parameter or read from a column.
@@ -529,6 +537,30 @@ impl ProfileStore {
         deletes: bool,
     ) -> Result<WriteResult, StoreError> {
         let observe = self.profile.file.observe.get(key).copied().unwrap_or_default();
+        // In the concurrent run another relay may change the row between the statement and
+        // the reads that observe it; one transaction, the row locked first where the outcome
+        // is read from the row before and after, keeps what is observed the statement's own.
+        let held = self.hold(observe != Observe::RowsAffected && observe != Observe::Returning, id)?;
+        let observed = self.observe_write(key, sql, params, id, deletes, observe);
+        if held {
+            let ended = self.end_hold(observed.is_ok());
+            let result = observed?;
+            ended?;
+            Ok(result)
+        } else {
+            observed
+        }
+    }
+
+    fn observe_write(
+        &mut self,
+        key: &'static str,
+        sql: &str,
+        params: &Params,
+        id: MessageId,
+        deletes: bool,
+        observe: Observe,
+    ) -> Result<WriteResult, StoreError> {
         let version_before = if observe == Observe::RowVersion { Some(self.row_version(id)?) } else { None };
         let there_before = observe != Observe::RowGone || self.rows()?.iter().any(|r| r.message_id == id);
         let (returned, changed) = self.run(key, sql, params)?;
@@ -553,6 +585,47 @@ impl ProfileStore {
             }
         };
         Ok(WriteResult::Applied { status })
+    }
+
+    /// Opens the transaction of an observed write in the concurrent run (PostgreSQL), locking
+    /// the row `id` through the rows SELECT where `lock`; false where there is none to open.
+    fn hold(&mut self, lock: bool, id: MessageId) -> Result<bool, StoreError> {
+        let Db::Postgres(scratch) = &self.db else { return Ok(false) };
+        if !self.stamp {
+            return Ok(false);
+        }
+        let scratch = scratch.clone();
+        scratch.borrow_mut().client().batch_execute("BEGIN")?;
+        self.held = true;
+        if lock && !self.no_row_lock {
+            let rows = self.profile.file.statements.rows.clone();
+            let sql = format!(
+                "SELECT * FROM ({}) AS outbox_check_row WHERE message_id = {} FOR UPDATE",
+                rows.trim().trim_end_matches(';'),
+                id.0
+            );
+            if scratch.borrow_mut().client().batch_execute(&sql).is_err() {
+                // Refused (an outer join, an aggregate): read unlocked from now on.
+                self.no_row_lock = true;
+                scratch.borrow_mut().client().batch_execute("ROLLBACK; BEGIN")?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Ends the transaction [`ProfileStore::hold`] opened: stamped and committed, or rolled back.
+    fn end_hold(&mut self, commit: bool) -> Result<(), StoreError> {
+        self.held = false;
+        let Db::Postgres(scratch) = &self.db else { return Ok(()) };
+        let mut scratch = scratch.borrow_mut();
+        let client = scratch.client();
+        if commit {
+            self.last_stamp = client.query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
+            client.batch_execute("COMMIT")?;
+        } else {
+            client.batch_execute("ROLLBACK")?;
+        }
+        Ok(())
     }
 
     /// The `row_version` the rows SELECT gives for `id` (`None` once the row is gone).
@@ -714,7 +787,7 @@ impl ProfileStore {
                     values.push(pg_value(key, name, ty, &value_of(name)?)?);
                 }
                 let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = values.iter().map(|b| b.as_ref()).collect();
-                if self.stamp {
+                if self.stamp && !self.held {
                     // One transaction: the statement, then the stamp, so for two statements on
                     // one row the stamps order as the row's locks were taken.
                     let mut tx = client.transaction()?;
