@@ -10,7 +10,7 @@ use outbox_check::core::{
     AggregateId, Auditor, ClaimRequest, EnqueueRequest, EnqueueResult, IdempotencyKey, Instant, Lease, MessageId,
     Outbox, Property, Status, Violation, WriteRequest, WriteResult,
 };
-use outbox_check::oracle::Oracle;
+use outbox_check::oracle;
 use outbox_check::relay::{Clocks, Cycle, Effect, Input, PublishOutcome};
 use outbox_check::trace::{self, Event, Outcome, PublishAnswer, WriteReport};
 use outbox_check::world::WorldConfig;
@@ -896,14 +896,14 @@ fn verdict(config: &SimConfig, seed: u64, profile: Profile, world: &WorldConfig,
         .map(|r| format!("{} {}", r.message_id, r.status.as_str()))
         .collect();
     if !unsettled.is_empty() || !all_enqueued {
-        liveness.push(Violation {
-            property: Property::L1,
-            detail: format!(
+        liveness.push(Violation::of_run(
+            Property::L1,
+            format!(
                 "{} ms after the faults stopped, not terminal: {}",
                 now.saturating_sub(config.fault_window_ms),
                 unsettled.join(", ")
             ),
-        });
+        ));
     }
     if profile.permanent_outage {
         let not_exhausted: Vec<String> = rows
@@ -912,10 +912,10 @@ fn verdict(config: &SimConfig, seed: u64, profile: Profile, world: &WorldConfig,
             .map(|r| format!("{} {}", r.message_id, r.status.as_str()))
             .collect();
         if !not_exhausted.is_empty() {
-            liveness.push(Violation {
-                property: Property::L2,
-                detail: format!("under a permanent broker outage, not EXHAUSTED: {}", not_exhausted.join(", ")),
-            });
+            liveness.push(Violation::of_run(
+                Property::L2,
+                format!("under a permanent broker outage, not EXHAUSTED: {}", not_exhausted.join(", ")),
+            ));
         }
     } else {
         let unpublished: Vec<String> = rows
@@ -924,10 +924,10 @@ fn verdict(config: &SimConfig, seed: u64, profile: Profile, world: &WorldConfig,
             .map(|r| format!("{} {}", r.message_id, r.status.as_str()))
             .collect();
         if !unpublished.is_empty() {
-            liveness.push(Violation {
-                property: Property::L3,
-                detail: format!("after the heal, neither PUBLISHED nor FAILED/EXHAUSTED: {}", unpublished.join(", ")),
-            });
+            liveness.push(Violation::of_run(
+                Property::L3,
+                format!("after the heal, neither PUBLISHED nor FAILED/EXHAUSTED: {}", unpublished.join(", ")),
+            ));
         }
     }
     for v in liveness {
@@ -949,18 +949,13 @@ fn verdict(config: &SimConfig, seed: u64, profile: Profile, world: &WorldConfig,
     let oracle = match config.single_design() {
         None => OracleVerdict::NotChecked,
         Some(design) => {
-            let mut oracle = Oracle::for_header(design, &header);
-            let mut verdict = OracleVerdict::Accepted;
-            for (i, event) in s.recorder.events.iter().enumerate() {
-                if let Err(d) = oracle.feed(i + 2, event) {
-                    verdict = OracleVerdict::Diverged { line: d.line, property: d.property, detail: d.to_string() };
-                    break;
+            let events = s.recorder.events.iter().enumerate().map(|(i, event)| (i + 2, event));
+            match oracle::check(design, &header, events, oracle::Mode::First).first() {
+                None => OracleVerdict::Accepted,
+                Some(d) => {
+                    OracleVerdict::Diverged { line: d.line, property: d.blame.property(), detail: d.to_string() }
                 }
             }
-            if let (OracleVerdict::Accepted, Err(d)) = (&verdict, oracle.finish()) {
-                verdict = OracleVerdict::Diverged { line: d.line, property: d.property, detail: d.to_string() };
-            }
-            verdict
         }
     };
     let stats = RunStats {

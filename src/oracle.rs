@@ -87,11 +87,87 @@ impl std::fmt::Display for Conformance {
     }
 }
 
-/// Who is to blame for a divergence.
-#[derive(Clone, Copy, Debug)]
-enum Blame {
+/// Who is to blame for a divergence: a safety property the implementation broke, or a
+/// conformance finding (it did what its declared design does not, safely).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blame {
     Safety(Property),
     Conformance(Conformance),
+}
+
+impl Blame {
+    /// The property's or the finding's id ("S4", "C2").
+    pub fn id(self) -> &'static str {
+        match self {
+            Blame::Safety(p) => p.id(),
+            Blame::Conformance(c) => c.id(),
+        }
+    }
+
+    pub fn is_safety(self) -> bool {
+        matches!(self, Blame::Safety(_))
+    }
+
+    /// The property broken, where one is.
+    pub fn property(self) -> Option<Property> {
+        match self {
+            Blame::Safety(p) => Some(p),
+            Blame::Conformance(_) => None,
+        }
+    }
+
+    /// `safety` or `conformance`, as the JSON verdict names the kind.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Blame::Safety(_) => "safety",
+            Blame::Conformance(_) => "conformance",
+        }
+    }
+}
+
+impl std::fmt::Display for Blame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Blame::Safety(p) => write!(f, "{p}"),
+            Blame::Conformance(c) => write!(f, "{c}"),
+        }
+    }
+}
+
+/// In the JSON verdict (docs/trace-verdict.schema.json): `kind`, `property` and `conformance`.
+impl Serialize for Blame {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(3))?;
+        map.serialize_entry("kind", self.kind())?;
+        map.serialize_entry("property", &self.property())?;
+        let conformance = match self {
+            Blame::Conformance(c) => Some(*c),
+            Blame::Safety(_) => None,
+        };
+        map.serialize_entry("conformance", &conformance)?;
+        map.end()
+    }
+}
+
+/// What another resolution of the unknown outcomes breaks: its blame, and that finding in words
+/// (the JSON verdict gives the words).
+#[derive(Clone, Debug)]
+pub struct Otherwise {
+    pub blame: Blame,
+    pub words: String,
+}
+
+impl Serialize for Otherwise {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.words)
+    }
+}
+
+impl std::fmt::Display for Otherwise {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.words)
+    }
 }
 
 /// The aggregate ids of rows a history without enqueues brought in with their first claim: one
@@ -107,13 +183,10 @@ pub struct Divergence {
     pub line: usize,
     /// The event, as the oracle read it.
     pub event: serde_json::Value,
-    /// `safety` (a property of SPEC §7 is broken) or `conformance` (the implementation did what
+    /// A property of SPEC §7 the implementation broke, or a conformance finding (it did what
     /// its declared design does not, safely).
-    pub kind: &'static str,
-    /// The property the implementation broke, where one is to blame.
-    pub property: Option<Property>,
-    /// Otherwise the conformance finding.
-    pub conformance: Option<Conformance>,
+    #[serde(flatten)]
+    pub blame: Blame,
     /// What the model allows, where that is more than "no violation" (empty then).
     pub expected: String,
     /// What the implementation did, in the history's own names.
@@ -127,7 +200,7 @@ pub struct Divergence {
     /// each other resolution breaks, one line each (empty when every resolution fails as this
     /// one does). The history then breaks one of these or this finding, not this one for sure.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub otherwise: Vec<String>,
+    pub otherwise: Vec<Otherwise>,
     /// The model's rows, until they are put in the history's names.
     #[serde(skip)]
     model_rows: Vec<Row>,
@@ -136,11 +209,9 @@ pub struct Divergence {
 impl std::fmt::Display for Divergence {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "line {}: ", self.line)?;
-        if let Some(p) = self.property {
-            write!(f, "{p}: ")?;
-        }
-        if let Some(c) = self.conformance {
-            write!(f, "{c} (no safety property broken): ")?;
+        match self.blame {
+            Blame::Safety(p) => write!(f, "{p}: ")?,
+            Blame::Conformance(c) => write!(f, "{c} (no safety property broken): ")?,
         }
         if self.expected.is_empty() {
             write!(f, "{}\n  event: {}", self.got, self.event)?;
@@ -163,27 +234,21 @@ impl std::fmt::Display for Divergence {
 
 impl Divergence {
     /// The property broken or the conformance finding, by id ("S4", "C2").
-    pub fn finding(&self) -> Option<&'static str> {
-        self.property.map(|p| p.id()).or(self.conformance.map(|c| c.id()))
+    pub fn finding(&self) -> &'static str {
+        self.blame.id()
     }
 
     /// This finding and, where unknown outcomes leave resolutions that fail differently, each
     /// other resolution's: the history breaks one of them.
-    pub fn possible_findings(&self) -> Vec<&str> {
-        self.finding().into_iter().chain(self.otherwise.iter().filter_map(|o| o.split_whitespace().next())).collect()
+    pub fn possible_findings(&self) -> Vec<&'static str> {
+        std::iter::once(self.blame.id()).chain(self.otherwise.iter().map(|o| o.blame.id())).collect()
     }
 
     fn new(line: usize, event: &Event, blame: Blame, expected: String, got: String, rows: &[Row]) -> Divergence {
-        let (kind, property, conformance) = match blame {
-            Blame::Safety(p) => ("safety", Some(p), None),
-            Blame::Conformance(c) => ("conformance", None, Some(c)),
-        };
         Divergence {
             line,
             event: event_json(event),
-            kind,
-            property,
-            conformance,
+            blame,
             expected,
             got,
             rows: Vec::new(),
@@ -202,6 +267,106 @@ pub struct Accepted {
     /// The properties the history gave no means to judge (a job queue that logs no enqueue
     /// or no publication), and why.
     pub not_judged: Vec<String>,
+}
+
+/// How far a check goes after a divergence.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Stop at the first divergence.
+    #[default]
+    First,
+    /// Go on past conformance findings; stop at the first safety violation (`--safety-only`).
+    SafetyOnly,
+    /// Go on after every divergence, from what the implementation reported (`--all`).
+    All,
+}
+
+impl Mode {
+    /// Whether a divergence fails the check (a conformance finding does not, in `SafetyOnly`).
+    pub fn fails(self, d: &Divergence) -> bool {
+        d.blame.is_safety() || self != Mode::SafetyOnly
+    }
+}
+
+/// The oracle's verdict on a history: the divergences found, in the order of the history, and
+/// what the accepted part rests on. Every caller reads this, never the words of a divergence.
+#[derive(Clone, Debug)]
+pub struct Verdict {
+    pub mode: Mode,
+    pub divergences: Vec<Divergence>,
+    /// How many events were checked, the resolutions kept and what was not judged.
+    pub accepted: Accepted,
+    /// The check stopped at a divergence that fails it (the history's rest was not checked).
+    pub stopped: bool,
+}
+
+impl Verdict {
+    /// Some divergence fails the check.
+    pub fn fails(&self) -> bool {
+        self.divergences.iter().any(|d| self.mode.fails(d))
+    }
+
+    pub fn first(&self) -> Option<&Divergence> {
+        self.divergences.first()
+    }
+
+    /// `consistent` (no divergence), `diverges` (one fails the check) or `safe` (conformance
+    /// findings only, in `SafetyOnly`).
+    pub fn word(&self) -> &'static str {
+        if self.divergences.is_empty() {
+            "consistent"
+        } else if self.fails() {
+            "diverges"
+        } else {
+            "safe"
+        }
+    }
+
+    /// The findings the history breaks whichever way its unknown outcomes resolved, by id, each
+    /// once: safety properties first, in catalogue order, then conformance findings.
+    pub fn broken(&self) -> Vec<&'static str> {
+        let mut broken: Vec<Blame> =
+            self.divergences.iter().filter(|d| d.otherwise.is_empty()).map(|d| d.blame).collect();
+        broken.sort_by_key(|b| match b {
+            Blame::Safety(p) => (0, p.bit()),
+            Blame::Conformance(c) => (1, *c as u16),
+        });
+        broken.dedup();
+        broken.into_iter().map(Blame::id).collect()
+    }
+
+    /// Where the unknown outcomes leave resolutions that fail differently: the findings one of
+    /// which the history breaks, and the line ("S1 or C2 (line 7)").
+    pub fn either(&self) -> Vec<String> {
+        self.divergences
+            .iter()
+            .filter(|d| !d.otherwise.is_empty())
+            .map(|d| format!("{} (line {})", d.possible_findings().join(" or "), d.line))
+            .collect()
+    }
+
+    /// The safety property the first divergence breaks where the model allows nothing else: the
+    /// declared design's core took that step as the implementation did, so the design breaks
+    /// the property by itself.
+    pub fn design_breaks(&self) -> Option<Property> {
+        self.first().filter(|d| d.expected.is_empty()).and_then(|d| d.blame.property())
+    }
+}
+
+/// Checks a history held in memory against `design` with everything else its header declares.
+pub fn check<'a>(
+    design: Design,
+    header: &Header,
+    events: impl IntoIterator<Item = (usize, &'a Event)>,
+    mode: Mode,
+) -> Verdict {
+    let mut oracle = Oracle::for_header(design, header).mode(mode);
+    for (line, event) in events {
+        if !oracle.check_event(line, event) {
+            break;
+        }
+    }
+    oracle.verdict()
 }
 
 /// A lease the implementation holds, under its own token string.
@@ -353,8 +518,8 @@ struct Branch {
 fn choose(failures: Vec<Divergence>) -> Option<Divergence> {
     let id = Divergence::finding;
     let pick =
-        failures.iter().position(|d| d.property.is_some()).or(if failures.is_empty() { None } else { Some(0) })?;
-    let mut others: Vec<String> = Vec::new();
+        failures.iter().position(|d| d.blame.is_safety()).or(if failures.is_empty() { None } else { Some(0) })?;
+    let mut others: Vec<Otherwise> = Vec::new();
     let mut seen = vec![id(&failures[pick])];
     for d in &failures {
         if !seen.contains(&id(d)) {
@@ -363,7 +528,8 @@ fn choose(failures: Vec<Divergence>) -> Option<Divergence> {
             other.otherwise.clear();
             let text = other.to_string();
             let first = text.lines().next().unwrap_or_default();
-            others.push(first.split_once(": ").map_or(first, |(_, rest)| rest).to_string());
+            let words = first.split_once(": ").map_or(first, |(_, rest)| rest).to_string();
+            others.push(Otherwise { blame: d.blame, words });
         }
     }
     let mut chosen = failures.into_iter().nth(pick)?;
@@ -485,6 +651,10 @@ pub struct Oracle {
     /// Keep going after a divergence, from what the implementation reported (`--all`,
     /// `--safety-only`).
     keep_going: bool,
+    /// How far [`Oracle::check_event`] goes, what it found so far, and whether it stopped.
+    mode: Mode,
+    found: Vec<Divergence>,
+    stopped: bool,
 }
 
 impl Oracle {
@@ -528,6 +698,38 @@ impl Oracle {
     pub fn keep_going(mut self) -> Oracle {
         self.keep_going = true;
         self
+    }
+
+    /// Checks with [`Oracle::check_event`] and [`Oracle::verdict`] in `mode`.
+    pub fn mode(mut self, mode: Mode) -> Oracle {
+        self.mode = mode;
+        self.keep_going = mode != Mode::First;
+        self
+    }
+
+    /// Checks the next event of the history; false once the check stops (its mode says how
+    /// far it goes after a divergence).
+    pub fn check_event(&mut self, line: usize, event: &Event) -> bool {
+        if self.stopped {
+            return false;
+        }
+        if let Err(d) = self.feed(line, event) {
+            let fails = self.mode.fails(&d);
+            self.found.push(d);
+            self.stopped = self.mode != Mode::All && fails;
+        }
+        !self.stopped
+    }
+
+    /// The verdict on the events checked: what [`Oracle::check_event`] found and, unless it
+    /// stopped, what the end of the history settles.
+    pub fn verdict(mut self) -> Verdict {
+        let (mode, stopped, mut divergences) = (self.mode, self.stopped, std::mem::take(&mut self.found));
+        let (accepted, at_end) = self.finish_all();
+        if !stopped {
+            divergences.extend(at_end);
+        }
+        Verdict { mode, divergences, accepted, stopped }
     }
 
     /// An oracle for `design` with a budget and the retry clock's base and cap.
@@ -576,6 +778,9 @@ impl Oracle {
             any_end: 0,
             any_open: SmallVec::new(),
             keep_going: false,
+            mode: Mode::First,
+            found: Vec::new(),
+            stopped: false,
         }
     }
 
@@ -1281,12 +1486,13 @@ impl Oracle {
                     // A superseded write, in the history's words: who wrote, and which claim
                     // had superseded the lease it wrote for.
                     // The design's claim kept a row's token (the model's own tokens, not yours).
-                    if let (Property::S2, Event::Claim { relay: name, .. }) = (v.property, event) {
-                        let row = said.split_whitespace().nth(4).unwrap_or_default().to_string();
+                    if let (Property::S2, Event::Claim { relay: name, .. }, Some(row)) = (v.property, event, v.message)
+                    {
+                        let row = self.name_of(0, row.0);
                         said = format!("the claim by {name} left {row} with the token it already had: this design's claim does not move the token");
                     }
                     if let (Property::S1, Some(&id), Some(doer)) = (v.property, messages.first(), doer(event)) {
-                        if said.contains("latest") {
+                        if v.superseded {
                             said = format!(
                                 "{doer} applied to {}, for a lease that was no longer the latest",
                                 self.name_of(0, id.0)

@@ -334,7 +334,7 @@ pub fn trace_html(
     svg.push_str("</svg>\n");
     let mut list = String::new();
     for d in divergences {
-        let named = d.property.map(|p| p.to_string()).or(d.conformance.map(|c| c.to_string())).unwrap_or_default();
+        let named = d.blame.to_string();
         let said = if d.expected.is_empty() {
             d.got.clone()
         } else {
@@ -343,10 +343,10 @@ pub fn trace_html(
         let _ = writeln!(
             list,
             r#"<li class="divergence {kind}" data-line="{line}"><b>line {line}</b> · <b>{named}</b>{safe}<br>{said}</li>"#,
-            kind = d.kind,
+            kind = d.blame.kind(),
             line = d.line,
             named = html_text(&named),
-            safe = if d.kind == "conformance" { " (no safety property broken)" } else { "" },
+            safe = if d.blame.is_safety() { "" } else { " (no safety property broken)" },
             said = html_text(&said)
         );
     }

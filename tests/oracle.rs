@@ -13,16 +13,16 @@ fn verdict(file: &str, text: &str) -> Result<Vec<String>, (Option<String>, usize
     let mut oracle = Oracle::new(&header).expect("a known variant");
     for (line, event) in &events {
         if let Err(d) = oracle.feed(*line, event) {
-            // Every divergence is named: a safety property or a conformance finding.
-            let named = d.property.map(|p| p.id().to_string()).or(d.conformance.map(|c| c.id().to_string()));
-            assert_eq!(d.kind, if d.property.is_some() { "safety" } else { "conformance" });
-            return Err((named, d.line));
+            // Every divergence is named: a safety property or a conformance finding, and its
+            // JSON says which.
+            let json = serde_json::to_value(&d).unwrap();
+            assert_eq!(json["kind"], if d.blame.property().is_some() { "safety" } else { "conformance" });
+            assert_eq!(json["property"].as_str().or(json["conformance"].as_str()), Some(d.finding()));
+            return Err((Some(d.finding().to_string()), d.line));
         }
     }
     // A skip-locked claim's skip is settled at the end: then the divergence is at its claim.
-    oracle.finish().map(|a| a.resolutions).map_err(|d| {
-        (d.property.map(|p| p.id().to_string()).or(d.conformance.map(|c| c.id().to_string())), usize::MAX - d.line)
-    })
+    oracle.finish().map(|a| a.resolutions).map_err(|d| (Some(d.finding().to_string()), usize::MAX - d.line))
 }
 
 #[test]
@@ -218,7 +218,7 @@ fn the_oracle_accepts_every_reference_walk_and_rejects_legacy_ones() {
         let (mut header, events) = walk(&legacy, seed);
         header.variant = Some("reference".into());
         if let Err(d) = check(&header, &events) {
-            assert!(d.property.is_some() || d.expected.contains("claim"), "seed {seed}: {d}");
+            assert!(d.blame.is_safety() || d.expected.contains("claim"), "seed {seed}: {d}");
             rejected += 1;
         }
     }
@@ -324,7 +324,7 @@ fn real_logs_with_extra_fields_integer_tokens_and_stdin_are_read() {
     let (header, _) = parse("s1", &stale_applied).unwrap();
     let mut oracle = Oracle::new(&header).unwrap();
     let diverged = events.iter().find_map(|(line, e)| oracle.feed(*line, e).err()).expect("S1");
-    assert_eq!(diverged.property.map(|p| p.id()), Some("S1"));
+    assert_eq!(diverged.blame.property().map(|p| p.id()), Some("S1"));
 }
 
 /// The schemas under docs/ describe what outbox-check reads and prints: every line of every

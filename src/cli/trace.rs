@@ -15,9 +15,14 @@ pub(crate) struct TraceMode {
 }
 
 impl TraceMode {
-    /// Whether a divergence fails the run (a conformance finding does not, with --safety-only).
-    fn fails(&self, d: &outbox_check::oracle::Divergence) -> bool {
-        d.kind == "safety" || !self.safety_only
+    /// How far the oracle goes after a divergence.
+    fn oracle(&self) -> outbox_check::oracle::Mode {
+        use outbox_check::oracle::Mode;
+        match (self.all, self.safety_only) {
+            (true, _) => Mode::All,
+            (false, true) => Mode::SafetyOnly,
+            (false, false) => Mode::First,
+        }
     }
 }
 
@@ -69,11 +74,9 @@ pub(crate) fn trace(
         };
         // Parse and check line by line: a long history is never held in memory whole (except
         // to draw it, with --html).
-        let mut divergences: Vec<outbox_check::oracle::Divergence> = Vec::new();
         let mut kept: Vec<(usize, outbox_check::trace::Event)> = Vec::new();
         let mut header_seen = None;
         let slot: std::cell::RefCell<Option<Oracle>> = std::cell::RefCell::new(None);
-        let keep_going = mode.all || mode.safety_only;
         let checked = outbox_check::trace::stream_reader(
             &name,
             reader,
@@ -89,7 +92,7 @@ pub(crate) fn trace(
                     Some(design) => Oracle::for_header(design, header),
                     None => Oracle::new(header)?,
                 };
-                *slot.borrow_mut() = Some(if keep_going { oracle.keep_going() } else { oracle });
+                *slot.borrow_mut() = Some(oracle.mode(mode.oracle()));
                 header_seen = Some(header.clone());
                 Ok(())
             },
@@ -99,19 +102,11 @@ pub(crate) fn trace(
                 }
                 let mut guard = slot.borrow_mut();
                 let Some(oracle) = guard.as_mut() else { return false };
-                let result = oracle.feed(line, &event);
+                let go_on = oracle.check_event(line, &event);
                 if html.is_some() {
                     kept.push((line, event));
                 }
-                match result {
-                    Ok(()) => true,
-                    Err(d) => {
-                        // Without --all: stop at the first divergence that fails the run.
-                        let fails = mode.fails(&d);
-                        divergences.push(d);
-                        mode.all || !fails
-                    }
-                }
+                go_on
             },
         );
         let ignored = match checked {
@@ -135,20 +130,16 @@ pub(crate) fn trace(
             eprintln!("outbox-check: {name}: no header");
             return ExitCode::from(2);
         };
-        // Without --all the check stopped at the first divergence that fails the run.
-        let stopped = !mode.all && divergences.iter().any(|d| mode.fails(d));
-        let (accepted, at_end) = oracle.finish_all();
-        if !stopped {
-            divergences.extend(at_end);
-        }
-        let fails = divergences.iter().any(|d| mode.fails(d));
+        let verdict = oracle.verdict();
+        let fails = verdict.fails();
         failed |= fails;
+        let (divergences, accepted, stopped) = (&verdict.divergences, &verdict.accepted, verdict.stopped);
         if !mode.json {
             bar.suspend(|| {
                 if divergences.is_empty() {
                     println!("{name}: consistent with the model ({} events)", accepted.events);
                 } else {
-                    let safety = divergences.iter().filter(|d| d.kind == "safety").count();
+                    let safety = divergences.iter().filter(|d| d.blame.is_safety()).count();
                     let what = match (safety, divergences.len() - safety) {
                         (0, c) => format!("{c} conformance finding{}", plural(c)),
                         (s, 0) => format!("{s} safety violation{}", plural(s)),
@@ -156,7 +147,7 @@ pub(crate) fn trace(
                     };
                     let verdict = if fails { "DIVERGES" } else { "no safety property broken" };
                     println!("{name}: {verdict} ({what})");
-                    for d in &divergences {
+                    for d in divergences {
                         println!("  {d}");
                         for row in &d.rows {
                             println!("    row before: {}", outbox_check::oracle::row_words(row));
@@ -175,7 +166,7 @@ pub(crate) fn trace(
             });
         }
         if let (Some(out), Some(header)) = (html, &header_seen) {
-            let page = outbox_check::report::trace_html(&name, header, &kept, &divergences);
+            let page = outbox_check::report::trace_html(&name, header, &kept, divergences);
             if let Err(error) = std::fs::write(out, page) {
                 bar.finish_and_clear();
                 eprintln!("outbox-check: cannot write {}: {error}", out.display());
@@ -185,17 +176,10 @@ pub(crate) fn trace(
                 bar.suspend(|| println!("  drawn: {}", out.display()));
             }
         }
-        let verdict = if divergences.is_empty() {
-            "consistent"
-        } else if fails {
-            "diverges"
-        } else {
-            "safe"
-        };
         verdicts.push(serde_json::json!({
             "file": name,
-            "verdict": verdict,
-            "divergence": divergences.first(),
+            "verdict": verdict.word(),
+            "divergence": verdict.first(),
             "divergences": divergences,
             "accepted": accepted,
             "ignored_fields": ignored,

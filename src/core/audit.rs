@@ -17,11 +17,25 @@ use super::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// One broken property, with what broke it in words.
+/// One broken property: the facts a caller acts on as fields, and what broke it in words.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Violation {
     pub property: Property,
+    /// The row it concerns (none for a property of the whole run, such as L1).
+    #[serde(skip)]
+    pub message: Option<MessageId>,
+    /// An S1 of a write or release that applied for a lease a later claim had superseded (not
+    /// one that reported a result the row does not show).
+    #[serde(skip)]
+    pub superseded: bool,
     pub detail: String,
+}
+
+impl Violation {
+    /// A violation of a property of the whole run, not of one row.
+    pub fn of_run(property: Property, detail: String) -> Violation {
+        Violation { property, message: None, superseded: false, detail }
+    }
 }
 
 impl fmt::Display for Violation {
@@ -153,8 +167,14 @@ impl Auditor {
         &mut self.ghosts[i]
     }
 
-    fn violated(&mut self, property: Property, detail: String) {
-        self.violations.push(Violation { property, detail });
+    fn violated(&mut self, property: Property, message: MessageId, detail: String) {
+        self.violations.push(Violation { property, message: Some(message), superseded: false, detail });
+    }
+
+    /// S1: a write or release for the lease of claim `seq` applied while a later claim is the
+    /// latest.
+    fn superseded(&mut self, message: MessageId, detail: String) {
+        self.violations.push(Violation { property: Property::S1, message: Some(message), superseded: true, detail });
     }
 
     /// S3's count on a row a step touched.
@@ -162,6 +182,7 @@ impl Auditor {
         if row.attempts > self.max_attempts {
             self.violated(
                 Property::S3,
+                row.message_id,
                 format!("{} has attempts = {} over the budget of {}", row.message_id, row.attempts, self.max_attempts),
             );
         }
@@ -173,6 +194,7 @@ impl Auditor {
         if confirmed && !self.ghost(after.message_id).is_some_and(|g| g.stored) {
             self.violated(
                 Property::S5,
+                after.message_id,
                 format!("{} became PUBLISHED but the broker never stored it", after.message_id),
             );
         }
@@ -184,6 +206,7 @@ impl Auditor {
             let now = if after.deleted { "now deleted".to_string() } else { format!("now {}", after.status) };
             self.violated(
                 Property::S4,
+                before.message_id,
                 format!("{what} changed {} which was {} ({now})", before.message_id, before.status),
             );
         }
@@ -194,6 +217,7 @@ impl Auditor {
         if before.lease_token != after.lease_token {
             self.violated(
                 Property::S2,
+                before.message_id,
                 format!(
                     "{what} changed the token of {} from {} to {}",
                     before.message_id, before.lease_token, after.lease_token
@@ -213,6 +237,7 @@ impl Auditor {
         match result {
             EnqueueResult::Applied { .. } if !(inserted && transitioned) => self.violated(
                 Property::S10,
+                req.message_id,
                 format!(
                     "enqueue of {} applied with row inserted = {inserted}, business moved = {transitioned}",
                     req.message_id
@@ -220,6 +245,7 @@ impl Auditor {
             ),
             EnqueueResult::Stale { .. } if inserted || version_after != version_before => self.violated(
                 Property::S10,
+                req.message_id,
                 format!("stale enqueue of {} still inserted a row or moved the business row", req.message_id),
             ),
             _ => {}
@@ -283,12 +309,14 @@ impl Auditor {
             if old.tenant_id != req.tenant_id {
                 self.violated(
                     Property::S9,
+                    old.message_id,
                     format!("{what} for {} returned {} of {}", req.tenant_id, old.message_id, old.tenant_id),
                 );
             }
             if old.status == Status::InFlight && old.lease_expires_at.is_some_and(|at| at > true_now) {
                 self.violated(
                     Property::S6,
+                    old.message_id,
                     format!(
                         "{what} took {} whose lease by {} runs until {} at true time {true_now}",
                         old.message_id,
@@ -300,6 +328,7 @@ impl Auditor {
             if let Some(at) = old.retry_at().filter(|&at| at > true_now) {
                 self.violated(
                     Property::S7,
+                    old.message_id,
                     format!("{what} took {} at true time {true_now}, before its retry time {at}", old.message_id),
                 );
             }
@@ -314,6 +343,7 @@ impl Auditor {
             if !fresh {
                 self.violated(
                     Property::S2,
+                    old.message_id,
                     format!(
                         "{what} gave {} the token {} it had before (was {})",
                         old.message_id, new.lease_token, old.lease_token
@@ -349,12 +379,12 @@ impl Auditor {
         let latest = self.ghost(id).map(|g| g.claims).unwrap_or(0);
         match result {
             WriteResult::Applied { .. } if old == new => {
-                self.violated(Property::S1, format!("{what} reported applied to {id} but changed nothing"));
+                self.violated(Property::S1, id, format!("{what} reported applied to {id} but changed nothing"));
             }
             WriteResult::Applied { .. } => {
                 if req.lease.claim_seq != latest {
-                    self.violated(
-                        Property::S1,
+                    self.superseded(
+                        id,
                         format!(
                             "{what} applied to {} from claim {} of the row while claim {latest} is the latest",
                             id, req.lease.claim_seq
@@ -364,6 +394,7 @@ impl Auditor {
                 if old.tenant_id != req.lease.tenant_id {
                     self.violated(
                         Property::S9,
+                        id,
                         format!("{what} for {} applied to {id} of {}", req.lease.tenant_id, old.tenant_id),
                     );
                 }
@@ -373,6 +404,7 @@ impl Auditor {
                 {
                     self.violated(
                         Property::S7,
+                        id,
                         format!(
                             "{what} left {id} {} with {}, not later than {}",
                             new.status,
@@ -384,7 +416,7 @@ impl Auditor {
             }
             WriteResult::Stale { reason } => {
                 if old != new {
-                    self.violated(Property::S1, format!("{what} said stale ({reason}) but changed {id}"));
+                    self.violated(Property::S1, id, format!("{what} said stale ({reason}) but changed {id}"));
                 }
             }
         }
@@ -414,8 +446,8 @@ impl Auditor {
             && req.lease.claim_seq != latest
             && old.status == Status::InFlight
         {
-            self.violated(
-                Property::S1,
+            self.superseded(
+                id,
                 format!(
                     "{what} applied to {id} read at claim {} of the row while claim {latest} is the latest",
                     req.lease.claim_seq
@@ -477,11 +509,16 @@ impl Auditor {
         if count > max {
             self.violated(
                 Property::S3,
+                message_id,
                 format!("{message_id} was published {count} times in one budget, over the budget of {max}"),
             );
         }
         if key != (IdempotencyKey::Message { message_id }) {
-            self.violated(Property::S8, format!("{message_id} was published with key {key}, not its message id"));
+            self.violated(
+                Property::S8,
+                message_id,
+                format!("{message_id} was published with key {key}, not its message id"),
+            );
         }
     }
 }

@@ -1006,24 +1006,13 @@ struct Findings {
 fn check_history(design: Design, text: &str) -> Result<Findings, String> {
     let (header, events) = crate::trace::parse("e2e history", text)
         .map_err(|e| format!("the run wrote a history the trace format refuses (a bug of e2e): {e}"))?;
-    let mut oracle = crate::oracle::Oracle::for_header(design, &header).keep_going();
-    let mut divergences = Vec::new();
-    for (line, event) in &events {
-        if let Err(d) = oracle.feed(*line, event) {
-            divergences.push(d);
-        }
-    }
-    divergences.extend(oracle.finish_all().1);
-    let mut broken: Vec<String> =
-        divergences.iter().filter(|d| d.otherwise.is_empty()).filter_map(|d| d.finding().map(str::to_string)).collect();
-    broken.sort_by_key(|id| (id.starts_with('C'), id[1..].parse::<u32>().unwrap_or(0)));
-    broken.dedup();
-    let either = divergences
-        .iter()
-        .filter(|d| !d.otherwise.is_empty())
-        .map(|d| format!("{} (line {})", d.possible_findings().join(" or "), d.line))
-        .collect();
-    Ok(Findings { oracle: divergences.first().map(|d| d.to_string()), broken, either })
+    let verdict =
+        crate::oracle::check(design, &header, events.iter().map(|(line, e)| (*line, e)), crate::oracle::Mode::All);
+    Ok(Findings {
+        oracle: verdict.first().map(|d| d.to_string()),
+        broken: verdict.broken().into_iter().map(str::to_string).collect(),
+        either: verdict.either(),
+    })
 }
 
 /// Names every delivery beyond a message's first; lists the publications the broker caught as

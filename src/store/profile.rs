@@ -1548,25 +1548,16 @@ impl Profile {
             relays: Some((0..relays).map(|r| relay_name(RelayId(r))).collect()),
             ..crate::trace::Header::new(self.design.name(), max_attempts)
         };
-        let mut oracle = crate::oracle::Oracle::for_header(self.design, &header);
-        let mut finding = None;
-        for (line, (_, event)) in events.iter().enumerate() {
-            if let Err(d) = oracle.feed(line + 2, event) {
-                finding = Some(d);
-                break;
-            }
-        }
-        if finding.is_none() {
-            finding = oracle.finish().err();
-        }
+        let checked = crate::oracle::check(
+            self.design,
+            &header,
+            events.iter().enumerate().map(|(line, (_, event))| (line + 2, event)),
+            crate::oracle::Mode::First,
+        );
         // A safety finding with nothing the model "allows" instead is a step the design's core
         // took as the statements did: the design breaks the property, not the SQL.
-        let design_breaks = finding
-            .as_ref()
-            .filter(|d| d.kind == "safety" && d.expected.is_empty())
-            .and_then(|d| d.property)
-            .map(|p| p.id().to_string());
-        let verdict = finding.map(|d| d.to_string());
+        let design_breaks = checked.design_breaks().map(|p| p.id().to_string());
+        let verdict = checked.first().map(|d| d.to_string());
         let mut report = ConcurrentReport {
             history: None,
             relays,
