@@ -551,7 +551,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     };
     let mut enqueued = 0u32;
     let enqueue =
-        |store: &mut PgStore, history: &mut Vec<(i64, u64, serde_json::Value)>, n: u32| -> Result<(), String> {
+        |store: &mut PgStore, history: &mut Vec<(i64, u64, serde_json::Value)>, n: u32| -> Result<bool, String> {
             let req = EnqueueRequest {
                 tenant_id: TenantId(0),
                 aggregate_id: AggregateId(n),
@@ -560,9 +560,13 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
                 now: Instant(now_ms(epoch_ms)),
             };
             // Stamped inside its transaction, which no claim overlaps: its place in commit order.
-            let (_, stamp) = store
+            // Not yet when a paused relay holds the table: the loop resumes what is due first.
+            let Some((_, stamp)) = store
                 .enqueue_stamped(&req, "SELECT nextval('outbox_check_order')")
-                .map_err(|e| format!("PostgreSQL: {e}"))?;
+                .map_err(|e| format!("PostgreSQL: {e}"))?
+            else {
+                return Ok(false);
+            };
             let event = crate::trace::Event::Enqueue {
                 tenant: tenant_name(TenantId(0)),
                 aggregate: aggregate_name(AggregateId(n)),
@@ -572,11 +576,12 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
                 result: "applied".into(),
             };
             history.push((2 * stamp, 0, serde_json::to_value(&event).expect("JSON of plain values")));
-            Ok(())
+            Ok(true)
         };
     while enqueued < upfront {
-        enqueue(&mut store, &mut history, enqueued)?;
-        enqueued += 1;
+        if enqueue(&mut store, &mut history, enqueued)? {
+            enqueued += 1;
+        }
     }
 
     // The consumer: every delivery, recorded and acknowledged.
@@ -698,7 +703,9 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
             outage_until = None;
         }
         while enqueued < options.messages && enqueue_at(enqueued) <= ms(now) {
-            enqueue(&mut store, &mut history, enqueued)?;
+            if !enqueue(&mut store, &mut history, enqueued)? {
+                break;
+            }
             enqueued += 1;
         }
         if let Some(reaper) = reaper.as_mut() {

@@ -801,16 +801,29 @@ impl PgStore {
     /// inside its transaction by `stamp`, a query returning one bigint: for a recorder that
     /// orders a history by stamps while relays work (a claim's snapshot can otherwise predate an
     /// enqueue stamped before it).
-    pub fn enqueue_stamped(&mut self, req: &EnqueueRequest, stamp: &str) -> Result<(EnqueueResult, i64), StoreError> {
+    ///
+    /// `None` when the table lock is not free within 200 ms (a relay the caller paused may hold a
+    /// claim open): the caller resumes what is due and tries again, instead of waiting on a lock
+    /// only it can free.
+    pub fn enqueue_stamped(
+        &mut self,
+        req: &EnqueueRequest,
+        stamp: &str,
+    ) -> Result<Option<(EnqueueResult, i64)>, StoreError> {
         let table = self.common.table.name();
         let mut tx = self.scratch.client().transaction()?;
-        tx.batch_execute(&format!("LOCK TABLE {table} IN EXCLUSIVE MODE"))?;
+        tx.batch_execute("SET LOCAL lock_timeout = '200ms'")?;
+        match tx.batch_execute(&format!("LOCK TABLE {table} IN EXCLUSIVE MODE")) {
+            Err(e) if e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) => return Ok(None),
+            other => other?,
+        }
+        tx.batch_execute("SET LOCAL lock_timeout = 0")?;
         let result = Self::enqueue_in(&mut self.common, &mut tx, req)?;
         let stamp: i64 = tx.query_one(stamp, &[])?.get(0);
         if matches!(result, EnqueueResult::Applied { .. }) {
             tx.commit()?;
         }
-        Ok((result, stamp))
+        Ok(Some((result, stamp)))
     }
 
     /// A claim stamped inside its transaction by `stamp` (a query returning one bigint): the
