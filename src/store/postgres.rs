@@ -121,7 +121,14 @@ fn drop_on_signal() {
             let schemas = live();
             for (config, schema) in schemas.iter() {
                 if let Ok(mut client) = config.connect(postgres::NoTls) {
-                    let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+                    // The run's own threads go on until the exit, so the drop can lose a deadlock
+                    // to one of their transactions (PostgreSQL aborts one side): try again.
+                    for _ in 0..20 {
+                        match client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")) {
+                            Err(e) if e.code().is_some() => std::thread::sleep(std::time::Duration::from_millis(50)),
+                            _ => break,
+                        }
+                    }
                 }
             }
             eprintln!("outbox-check: interrupted; dropped {} scratch schema(s)", schemas.len());
