@@ -208,20 +208,7 @@ pub struct Divergence {
 
 impl std::fmt::Display for Divergence {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "line {}: ", self.line)?;
-        match self.blame {
-            Blame::Safety(p) => write!(f, "{p}: ")?,
-            Blame::Conformance(c) => write!(f, "{c} (no safety property broken): ")?,
-        }
-        if self.expected.is_empty() {
-            write!(f, "{}\n  event: {}", self.got, self.event)?;
-        } else {
-            write!(
-                f,
-                "the model allows {}, the implementation reported {}\n  event: {}",
-                self.expected, self.got, self.event
-            )?;
-        }
+        write!(f, "line {}: {}\n  event: {}", self.line, self.headline(), self.event)?;
         for other in &self.otherwise {
             write!(f, "\n  or, where the unknown outcomes resolve otherwise: {other}")?;
         }
@@ -233,6 +220,19 @@ impl std::fmt::Display for Divergence {
 }
 
 impl Divergence {
+    /// The finding and what happened, without the line or the event: "S1 …: r0 applied …".
+    fn headline(&self) -> String {
+        let blame = match self.blame {
+            Blame::Safety(p) => format!("{p}"),
+            Blame::Conformance(c) => format!("{c} (no safety property broken)"),
+        };
+        if self.expected.is_empty() {
+            format!("{blame}: {}", self.got)
+        } else {
+            format!("{blame}: the model allows {}, the implementation reported {}", self.expected, self.got)
+        }
+    }
+
     /// The property broken or the conformance finding, by id ("S4", "C2").
     pub fn finding(&self) -> &'static str {
         self.blame.id()
@@ -524,11 +524,7 @@ fn choose(failures: Vec<Divergence>) -> Option<Divergence> {
     for d in &failures {
         if !seen.contains(&id(d)) {
             seen.push(id(d));
-            let mut other = d.clone();
-            other.otherwise.clear();
-            let text = other.to_string();
-            let first = text.lines().next().unwrap_or_default();
-            let words = first.split_once(": ").map_or(first, |(_, rest)| rest).to_string();
+            let words = d.headline().lines().next().unwrap_or_default().to_string();
             others.push(Otherwise { blame: d.blame, words });
         }
     }
@@ -648,9 +644,6 @@ pub struct Oracle {
     /// open at, and the actors of those still open.
     any_end: usize,
     any_open: SmallVec<[u16; 2]>,
-    /// Keep going after a divergence, from what the implementation reported (`--all`,
-    /// `--safety-only`).
-    keep_going: bool,
     /// How far [`Oracle::check_event`] goes, what it found so far, and whether it stopped.
     mode: Mode,
     found: Vec<Divergence>,
@@ -692,18 +685,15 @@ impl Oracle {
         self
     }
 
-    /// Goes on after a divergence, from what the implementation reported: [`Oracle::feed`]
-    /// returns each divergence and the next event is checked against the table the history
-    /// says it left.
-    pub fn keep_going(mut self) -> Oracle {
-        self.keep_going = true;
-        self
+    /// Goes on after a divergence, from what the implementation reported (`--all`,
+    /// `--safety-only`): the next event is checked against the table the history says it left.
+    fn keep_going(&self) -> bool {
+        self.mode != Mode::First
     }
 
     /// Checks with [`Oracle::check_event`] and [`Oracle::verdict`] in `mode`.
     pub fn mode(mut self, mode: Mode) -> Oracle {
         self.mode = mode;
-        self.keep_going = mode != Mode::First;
         self
     }
 
@@ -777,7 +767,6 @@ impl Oracle {
             locks: Vec::new(),
             any_end: 0,
             any_open: SmallVec::new(),
-            keep_going: false,
             mode: Mode::First,
             found: Vec::new(),
             stopped: false,
@@ -901,7 +890,7 @@ impl Oracle {
         let locked = locked_by(event, &plan);
         let mut token_divergence = None;
         if let Err(d) = self.check_tokens(line, event, &plan) {
-            if !self.keep_going {
+            if !self.keep_going() {
                 return Err(d);
             }
             token_divergence = Some(d);
@@ -921,11 +910,11 @@ impl Oracle {
         let mut any_ok = false;
         branches.retain_mut(|b| {
             let skipped = self.judge_skips(b, begin, settled, &locked);
-            if skipped.is_err() && !self.keep_going {
+            if skipped.is_err() && !self.keep_going() {
                 failures.extend(skipped.err().map(|d| self.in_your_names(d, b)));
                 return false;
             }
-            let saved = self.keep_going.then(|| b.clone());
+            let saved = self.keep_going().then(|| b.clone());
             match self.step(b, line, event, &plan, begin) {
                 Ok(twin) => {
                     self.forget(b, &plan, event);
@@ -998,7 +987,7 @@ impl Oracle {
         };
         if let Some(mut d) = divergence {
             d.resolutions_dropped = self.dropped;
-            if !self.keep_going {
+            if !self.keep_going() {
                 return Err(d);
             }
             if !any_ok {
