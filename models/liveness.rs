@@ -639,7 +639,9 @@ fn deliverable(world: &World, config: &WorldConfig, m: MessageId) -> bool {
     // A lease that has already expired is the reaper's or the next claim's, whatever its holder
     // is about to do.
     let live = row.status == Status::InFlight && row.lease_expires_at.is_some_and(|at| at > world.now);
-    let budget_left = row.attempts < config.max_attempts;
+    // Some relay's claim may still take it: its design's budget predicate, not the strict one.
+    let budget_left =
+        (0..config.relays.len()).any(|r| !config.policy(r).budget.spent(row.attempts, config.max_attempts));
     let pending = world.relays.iter().flatten().find_map(|(_, effect)| match effect {
         Effect::Publish { lease, .. } if lease.message_id == m && lease.claim_seq == latest => Some(None),
         Effect::Write { request } if request.lease.message_id == m && request.lease.claim_seq == latest => {

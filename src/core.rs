@@ -17,7 +17,7 @@ pub use outbox::{
     random_token, ClaimRefusal, ClaimRequest, CoreError, EnqueueRequest, EnqueueResult, Outbox, ReleaseFence,
     ReleaseRequest, RequeueResult, StaleReason, WriteKind, WriteRequest, WriteResult,
 };
-pub use policy::{Backoff, CustomDesign, Design, Mutant, Policy, Variant};
+pub use policy::{used_up, Backoff, CustomDesign, Design, Mutant, Policy, Variant};
 pub use property::{Ghosts, Property, Situation};
 pub use row::{Aggregate, AggregateId, FailureCode, Lease, LeaseToken, MessageId, RelayId, Row, Status, TenantId};
 pub use time::{Duration, Instant};

@@ -10,7 +10,7 @@
 
 use crate::core::policy::TokenKind;
 use crate::core::{
-    AggregateId, Auditor, ClaimRequest, Design, Duration, EnqueueRequest, EnqueueResult, FailureCode, Ghosts,
+    used_up, AggregateId, Auditor, ClaimRequest, Design, Duration, EnqueueRequest, EnqueueResult, FailureCode, Ghosts,
     IdempotencyKey, Instant, Lease, LeaseToken, MessageId, Outbox, Policy, Property, RelayId, RequeueResult, Situation,
     Status, TenantId, Violation, WriteRequest, WriteResult,
 };
@@ -797,7 +797,7 @@ impl World {
             self.step.seen.lease_taken_over = leases.iter().any(|l| taken_over.contains(&l.message_id));
             self.step.seen.claimed_again = leases.iter().any(|l| claimed_before.contains(&l.message_id));
             // The claim handed out a row's last attempt: its budget is spent.
-            self.step.seen.exhausted = leases.iter().any(|l| l.attempts >= config.max_attempts);
+            self.step.seen.exhausted = leases.iter().any(|l| used_up(l.attempts, config.max_attempts));
         }
         report.event(|| Event::Claimed { relay: r as u16, request, leases: leases.clone(), db });
         let step = if db == DbFate::Ok {
@@ -854,7 +854,8 @@ impl World {
             result = Some(applied);
             // A failure write that counted the last attempt spends the budget too.
             let attempts_after = self.outbox.row(id).map_or(0, |row| row.attempts);
-            self.step.seen.exhausted = attempts_before < config.max_attempts && attempts_after >= config.max_attempts;
+            self.step.seen.exhausted =
+                !used_up(attempts_before, config.max_attempts) && used_up(attempts_after, config.max_attempts);
             match applied {
                 WriteResult::Stale { .. } => self.step.seen.stale_refused = true,
                 WriteResult::Applied { status: Status::Exhausted } => self.step.seen.exhausted = true,

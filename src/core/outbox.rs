@@ -668,7 +668,16 @@ impl Outbox {
     pub fn is_reapable(row: &Row, now: Instant, max_attempts: u32) -> bool {
         row.status == Status::InFlight
             && row.lease_expires_at.is_some_and(|at| at <= now)
-            && row.attempts >= max_attempts
+            && super::policy::used_up(row.attempts, max_attempts)
+    }
+
+    /// No step of the design can ever end `row`: no claim takes it again (its budget is spent by
+    /// the claim's predicate), and no reaper or rescuer moves it (it is not IN_FLIGHT, or the
+    /// design runs neither). Left for good, not lost by a fault (L1 names such rows).
+    pub fn stranded(policy: &Policy, row: &Row, max_attempts: u32, maintained: bool) -> bool {
+        !row.status.is_terminal()
+            && policy.budget.spent(row.attempts, max_attempts)
+            && !(maintained && row.status == Status::InFlight)
     }
 
     /// SPEC §3.4: an IN_FLIGHT row whose lease expired with its budget spent can never be claimed

@@ -58,6 +58,15 @@ pub enum BudgetPredicate {
     Absent,
 }
 
+/// Every attempt a budget of `max_attempts` allows has been made. Not the claim's refusal (that is
+/// the design's [`BudgetPredicate::spent`], which may be looser): it is what ends a row for good —
+/// the reaper exhausts an expired lease that used the budget up, the rescuer stops returning it to
+/// PENDING, a failure write past it exhausts the row, and a claim that hands out the last attempt
+/// exhausts the budget. The one place that comparison is made.
+pub fn used_up(attempts: u32, max_attempts: u32) -> bool {
+    attempts >= max_attempts
+}
+
 impl BudgetPredicate {
     /// Whether a row with `attempts` has spent its budget of `max_attempts` by this predicate:
     /// the claim takes no such row. The one place the predicate is evaluated.
@@ -461,7 +470,7 @@ impl Policy {
     /// the row moves to EXHAUSTED instead of being retried (only where the design has that
     /// status). The core's write and the relay's choice of write both ask here.
     pub fn failure_spends_budget(&self, attempts: u32, max_attempts: u32) -> bool {
-        self.exhausted_status && self.attempts_after_failure(attempts) >= max_attempts
+        self.exhausted_status && used_up(self.attempts_after_failure(attempts), max_attempts)
     }
 
     /// The reference design of SPEC §3–§4 (models/designs/reference.toml).
@@ -473,7 +482,7 @@ impl Policy {
     /// left, else to EXHAUSTED (FAILED in a design without it). The attempts stay.
     pub fn rescue_target(&self, attempts: u32, max_attempts: u32) -> super::row::Status {
         use super::row::Status;
-        match (attempts >= max_attempts, self.exhausted_status) {
+        match (used_up(attempts, max_attempts), self.exhausted_status) {
             (false, _) => Status::Pending,
             (true, true) => Status::Exhausted,
             (true, false) => Status::Failed,

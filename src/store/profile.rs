@@ -13,8 +13,8 @@
 use super::bind::{Store, StoreError};
 use crate::core::design::StatusNames;
 use crate::core::{
-    ClaimRequest, Design, EnqueueRequest, EnqueueResult, FailureCode, Instant, Lease, LeaseToken, MessageId, Policy,
-    RelayId, Row, Status, TenantId, WriteKind, WriteRequest, WriteResult,
+    ClaimRequest, Design, EnqueueRequest, EnqueueResult, FailureCode, Instant, Lease, LeaseToken, MessageId, Outbox,
+    Policy, RelayId, Row, Status, TenantId, WriteKind, WriteRequest, WriteResult,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -1207,10 +1207,6 @@ impl ConcurrentReport {
 /// A row no step of the design will move again: not terminal, its budget spent so no claim
 /// takes it, and no maintenance job of the profile's to move it on. (A rescuer only hands it
 /// back to the claim, which still refuses it.)
-fn stranded(policy: &Policy, can_reap: bool, row: &Row, max_attempts: u32) -> bool {
-    policy.budget.spent(row.attempts, max_attempts) && !(can_reap && row.status == Status::InFlight)
-}
-
 impl Profile {
     /// `relays` relays as threads over the profile's statements on PostgreSQL, each on its own
     /// connection into one scratch schema: a broker that drops, refuses and loses
@@ -1491,7 +1487,8 @@ impl Profile {
                                     .rows()?
                                     .iter()
                                     .filter(|row| {
-                                        !row.status.is_terminal() && !stranded(&policy, can_reap, row, max_attempts)
+                                        !row.status.is_terminal()
+                                            && !Outbox::stranded(&policy, row, max_attempts, can_reap)
                                     })
                                     .count();
                                 if open == 0 {
@@ -1517,12 +1514,12 @@ impl Profile {
         let can_reap = first.can_reap() || first.can_rescue();
         let not_terminal: Vec<u32> = rows
             .iter()
-            .filter(|r| !r.status.is_terminal() && !stranded(&policy, can_reap, r, max_attempts))
+            .filter(|r| !r.status.is_terminal() && !Outbox::stranded(&policy, r, max_attempts, can_reap))
             .map(|r| r.message_id.0)
             .collect();
         let left_by_design: Vec<u32> = rows
             .iter()
-            .filter(|r| !r.status.is_terminal() && stranded(&policy, can_reap, r, max_attempts))
+            .filter(|r| Outbox::stranded(&policy, r, max_attempts, can_reap))
             .map(|r| r.message_id.0)
             .collect();
         // A message no longer in the table was deleted by its completion: PUBLISHED, as the model
