@@ -672,7 +672,7 @@ pub fn explorer_path_of(config: &WorldConfig, real: &[Action]) -> Option<String>
 /// second tenant (so a write can be mis-routed to it), one operator requeue, every fault.
 /// `reference` keeps every safety property in this world (a test checks it), so a violation
 /// here is the mutant's doing.
-pub fn mutant_config(design: outbox_check::core::Design) -> WorldConfig {
+pub fn mutant_config(design: outbox_check::design::Design) -> WorldConfig {
     let mut config = WorldConfig::fleet(&[design, design, design], 1, 2, 3, outbox_check::world::Faults::all());
     for relay in &mut config.relays {
         relay.tenant_id = outbox_check::core::TenantId(0);

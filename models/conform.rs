@@ -854,9 +854,9 @@ fn model_policy_max(schedule: &Schedule) -> u32 {
 /// that some built-in design or mutant breaks (each the interleaving that breaks it there), and
 /// the design's own reachability examples (a takeover, a stale write refused, the budget spent,
 /// an ambiguous message later published …). Found by the model checker, safety only.
-pub fn schedules(declared: outbox_check::core::Design, progress: &dyn Fn(&str)) -> Vec<Schedule> {
+pub fn schedules(declared: outbox_check::design::Design, progress: &dyn Fn(&str)) -> Vec<Schedule> {
     use crate::check::{check, CheckOptions, Kind, Verdict};
-    use outbox_check::core::{Design, Mutant, Variant};
+    use outbox_check::design::{Design, Mutant, Variant};
     use outbox_check::world::{Faults, WorldConfig};
     let options = CheckOptions { threads: 2, liveness: false, ..CheckOptions::default() };
     let mut worlds: Vec<(String, WorldConfig)> = Vec::new();

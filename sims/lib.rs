@@ -29,7 +29,8 @@ pub mod profile;
 pub mod run;
 pub mod sweep;
 
-use outbox_check::core::{Design, Duration};
+use outbox_check::core::Duration;
+use outbox_check::design::Design;
 use outbox_check::world::{Faults, WorldConfig};
 use serde::Serialize;
 
@@ -107,7 +108,7 @@ impl SimConfig {
     /// The `outbox-check sim` flags that select this world.
     pub fn command_line(&self) -> String {
         let fleet = match self.single_design() {
-            Some(d @ outbox_check::core::Design::Custom(_)) => {
+            Some(d @ outbox_check::design::Design::Custom(_)) => {
                 format!("--design {} --relays {}", d.argument(), self.designs.len())
             }
             Some(d) => format!("--variant {} --relays {}", d.name(), self.designs.len()),

@@ -1,11 +1,12 @@
-//! The pure outbox core: rows, leases, tokens, the retry clock, variants and mutants.
+//! The pure outbox core: rows, leases, tokens, the retry clock, designs as switches, the auditor.
 //!
-//! It imports nothing of the project and must never read a clock, do I/O, draw a random number or
-//! let a hash map's order reach a result. Every engine — the model checker, the simulations, the
+//! It imports nothing of the project and must never read a clock, do I/O, draw a random number,
+//! hold process-wide state or let a hash map's order reach a result. Which designs exist is not
+//! its business (`crate::design` names them); it reads a [`Policy`]. Every engine — the model checker, the simulations, the
 //! SQL bindings, the trace oracle — calls it; none restates its rules.
 
 pub mod audit;
-pub mod design;
+pub mod design_file;
 pub mod outbox;
 pub mod policy;
 pub mod property;
@@ -17,7 +18,7 @@ pub use outbox::{
     random_token, ClaimRefusal, ClaimRequest, CoreError, EnqueueRequest, EnqueueResult, Outbox, ReleaseFence,
     ReleaseRequest, RequeueResult, StaleReason, WriteKind, WriteRequest, WriteResult,
 };
-pub use policy::{used_up, Backoff, CustomDesign, Design, Mutant, Policy, Variant};
+pub use policy::{used_up, Backoff, Policy};
 pub use property::{Ghosts, Property, Situation};
 pub use row::{Aggregate, AggregateId, FailureCode, Lease, LeaseToken, MessageId, RelayId, Row, Status, TenantId};
 pub use time::{Duration, Instant};

@@ -1,91 +1,107 @@
-//! Reading the user's design files (docs/design-file.md): one file, one design, registered
-//! under its name so fleets, reports and configurations name it.
+//! The designs a run can name: the built-ins ([`builtin`]: SPEC §5's variants and the catalogue's
+//! mutants, from models/designs/) and the user's own files ([`file`], registered under their
+//! name). A [`Design`] is a name for a [`Policy`]: the core reads only the policy.
 //!
-//! The registry lives here, above the core, so that the core holds no state of its own: a design
-//! read from a file lives for the rest of the process (a configuration names it by reference),
-//! and reading a configuration back looks its name up here.
+//! Above the core on purpose: the core holds no catalogue, no files and no process-wide state.
 
-use crate::core::design::DesignFile;
-use crate::core::{CustomDesign, Design};
-use serde::Deserialize;
-use std::path::Path;
+pub mod builtin;
+pub mod file;
 
-/// The design a file describes. A problem is one line naming the file, the key, the value and
-/// what is allowed (the CLI exits 2 with it).
-pub fn load(path: &Path) -> Result<Design, String> {
-    let shown = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read design file {shown}: {e}"))?;
-    from_text(&text, &shown.to_string())
+pub use builtin::{Mutant, Variant};
+pub use file::{from_text, load, named, register};
+
+use crate::core::design_file::StatusNames;
+use crate::core::Policy;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A design a relay can run: a variant of SPEC §5, a mutant of docs/designs.md, or a design
+/// read from the user's own file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Design {
+    Variant(Variant),
+    Mutant(Mutant),
+    Custom(&'static CustomDesign),
 }
 
-/// [`load`] of a file's text, `origin` naming it in messages.
-pub fn from_text(text: &str, origin: &str) -> Result<Design, String> {
-    let file = DesignFile::parse(text).map_err(|e| format!("{origin}:{e}"))?;
-    if let Some(statuses) = &file.statuses {
-        statuses.check().map_err(|e| format!("{origin}: {e}"))?;
+/// A design from a file (docs/design-file.md). The file layer (`crate::design`) registers it
+/// once per process under its name, so that a configuration naming it reads back.
+#[derive(Debug)]
+pub struct CustomDesign {
+    pub name: String,
+    pub description: String,
+    pub policy: Policy,
+    /// The queue's own status names, where the file gives them.
+    pub statuses: Option<StatusNames>,
+    /// Where it was read from, for messages.
+    pub origin: String,
+}
+
+impl PartialEq for CustomDesign {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
     }
-    let policy = file.resolve(&|name| Design::parse(name).map(Design::policy)).map_err(|e| format!("{origin}: {e}"))?;
-    // A file may describe a built-in under its own name (`variants reference --toml` is one):
-    // it is that design, as long as every switch agrees.
-    if let Some(builtin) = Design::parse(&file.name) {
-        if builtin.policy() == policy && file.statuses.is_none() {
-            return Ok(builtin);
+}
+impl Eq for CustomDesign {}
+impl std::hash::Hash for CustomDesign {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
+impl PartialOrd for CustomDesign {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for CustomDesign {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.name.cmp(&other.name)
+    }
+}
+impl Serialize for CustomDesign {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.name)
+    }
+}
+impl Design {
+    pub fn policy(self) -> Policy {
+        match self {
+            Design::Variant(v) => v.policy(),
+            Design::Mutant(m) => m.policy(),
+            Design::Custom(c) => c.policy,
         }
-        let differ: Vec<&str> = policy
-            .switches()
-            .into_iter()
-            .zip(builtin.policy().switches())
-            .filter(|(a, b)| a.1 != b.1)
-            .map(|(a, _)| a.0)
-            .collect();
-        let differ = if differ.is_empty() { "statuses".to_string() } else { differ.join(", ") };
-        return Err(format!(
-            "{origin}: name = {:?} is a built-in design's, and this file differs from it ({differ}): give your design a name of its own",
-            file.name
-        ));
     }
-    let description = file.description.clone().unwrap_or_else(|| format!("the design in {origin}"));
-    register(CustomDesign { name: file.name, description, policy, statuses: file.statuses, origin: origin.to_string() })
-        .map(Design::Custom)
-        .map_err(|e| format!("{origin}: {e}"))
-}
 
-static CUSTOM: std::sync::Mutex<Vec<&'static CustomDesign>> = std::sync::Mutex::new(Vec::new());
-
-/// Registers a design under its name for the rest of the process. A built-in's name, or
-/// another file's design under the same name with other switches, is refused.
-pub fn register(design: CustomDesign) -> Result<&'static CustomDesign, String> {
-    if Design::parse(&design.name).is_some() {
-        return Err(format!(
-            "name = {:?} is a built-in design's; a file's design needs a name of its own",
-            design.name
-        ));
-    }
-    let mut all = CUSTOM.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(known) = all.iter().find(|d| d.name == design.name) {
-        if known.policy == design.policy {
-            return Ok(known);
+    pub fn name(self) -> &'static str {
+        match self {
+            Design::Variant(v) => v.name(),
+            Design::Mutant(m) => m.name(),
+            Design::Custom(c) => &c.name,
         }
-        return Err(format!(
-            "name = {:?} is also the name of the design in {}, with other switches",
-            design.name, known.origin
-        ));
     }
-    let leaked: &'static CustomDesign = Box::leak(Box::new(design));
-    all.push(leaked);
-    Ok(leaked)
+
+    /// How a command line names the design: a built-in by name, a file's design by its file.
+    pub fn argument(self) -> &'static str {
+        match self {
+            Design::Custom(c) => &c.origin,
+            other => other.name(),
+        }
+    }
+
+    /// Parses a variant or mutant name.
+    pub fn parse(text: &str) -> Option<Design> {
+        Variant::parse(text).map(Design::Variant).or_else(|| Mutant::parse(text).map(Design::Mutant))
+    }
+
+    /// Every valid name, variants first, for error messages.
+    pub fn all_names() -> Vec<&'static str> {
+        Variant::ALL.iter().map(|v| v.name()).chain(Mutant::ALL.iter().map(|m| m.name())).collect()
+    }
 }
 
-/// A registered design by name.
-pub fn named(name: &str) -> Option<&'static CustomDesign> {
-    CUSTOM.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|d| d.name == name).copied()
-}
-
-impl<'de> Deserialize<'de> for &'static CustomDesign {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(deserializer)?;
-        named(&name).ok_or_else(|| {
-            serde::de::Error::custom(format!("unknown design '{name}' (a design file must be given with --design)"))
-        })
+impl fmt::Display for Design {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }

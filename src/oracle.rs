@@ -31,10 +31,11 @@
 #![allow(clippy::result_large_err)]
 
 use crate::core::{
-    AggregateId, Auditor, ClaimRefusal, ClaimRequest, Design, Duration, EnqueueRequest, EnqueueResult, FailureCode,
+    AggregateId, Auditor, ClaimRefusal, ClaimRequest, Duration, EnqueueRequest, EnqueueResult, FailureCode,
     IdempotencyKey, Instant, Lease, LeaseToken, MessageId, Outbox, Policy, Property, RelayId, ReleaseFence,
     ReleaseRequest, RequeueResult, Row, Status, TenantId, WriteKind, WriteRequest, WriteResult,
 };
+use crate::design::Design;
 use crate::trace::{Event, Header, Outcome, PublishAnswer, WriteReport};
 use serde::Serialize;
 use smallvec::{smallvec, SmallVec};

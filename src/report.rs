@@ -54,7 +54,7 @@ pub fn config_slug(config: &crate::world::WorldConfig) -> String {
 /// The `outbox-check check` command that reproduces a configuration's check.
 pub fn check_command(config: &crate::world::WorldConfig) -> String {
     let designs: Vec<&str> = config.relays.iter().map(|r| r.design.argument()).collect();
-    let files = config.relays.iter().any(|r| matches!(r.design, crate::core::Design::Custom(_)));
+    let files = config.relays.iter().any(|r| matches!(r.design, crate::design::Design::Custom(_)));
     let fleet = if designs.iter().all(|d| *d == designs[0]) {
         format!("--{} {} --relays {}", if files { "design" } else { "variant" }, designs[0], designs.len())
     } else {

@@ -721,7 +721,7 @@ pub struct ReadOptions {
     pub strict: bool,
     /// The status names of the design the history is checked against (its design file's
     /// `[statuses]`), for a version-2 header that names none.
-    pub statuses: Option<&'static crate::core::design::StatusNames>,
+    pub statuses: Option<&'static crate::core::design_file::StatusNames>,
 }
 
 /// Fields a reading ignored (real logs carry their own, such as a timestamp): each path

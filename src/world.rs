@@ -10,10 +10,11 @@
 
 use crate::core::policy::TokenKind;
 use crate::core::{
-    used_up, AggregateId, Auditor, ClaimRequest, Design, Duration, EnqueueRequest, EnqueueResult, FailureCode, Ghosts,
+    used_up, AggregateId, Auditor, ClaimRequest, Duration, EnqueueRequest, EnqueueResult, FailureCode, Ghosts,
     IdempotencyKey, Instant, Lease, LeaseToken, MessageId, Outbox, Policy, Property, RelayId, RequeueResult, Situation,
     Status, TenantId, Violation, WriteRequest, WriteResult,
 };
+use crate::design::Design;
 use crate::relay::{Clocks, Cycle, Effect, Input, LeaseResult, PublishOutcome, RelayConfig, Step};
 use serde::{Deserialize, Serialize};
 use smallvec::{smallvec, SmallVec};

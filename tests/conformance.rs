@@ -2,9 +2,10 @@
 //! `OUTBOX_CHECK_PG_URL` is set, does to a real table what the core does to its rows.
 
 use outbox_check::core::{
-    AggregateId, ClaimRequest, Design, Duration, EnqueueRequest, FailureCode, Instant, MessageId, Mutant, Policy,
-    RelayId, Status, TenantId, Variant, WriteKind, WriteRequest, WriteResult,
+    AggregateId, ClaimRequest, Duration, EnqueueRequest, FailureCode, Instant, MessageId, Policy, RelayId, Status,
+    TenantId, WriteKind, WriteRequest, WriteResult,
 };
+use outbox_check::design::{Design, Mutant, Variant};
 use outbox_check::store::{MemoryStore, PgStore, SqliteStore, Store, StoreError};
 use outbox_check_models::conform::{conform, execute, ops, Bounds};
 use proptest::strategy::{Strategy, ValueTree};

@@ -6,6 +6,7 @@
 //! auditor names on the shrunk sequence, and the test pins it.
 
 use outbox_check::core::*;
+use outbox_check::design::{Mutant, Variant};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 
@@ -128,7 +129,7 @@ proptest! {
 
     #[test]
     fn reference_keeps_every_safety_property(ops in prop::collection::vec(op(), 1..60)) {
-        let violations = run(&Policy::reference(), &ops);
+        let violations = run(&Variant::Reference.policy(), &ops);
         prop_assert!(violations.is_empty(), "{:?}", violations);
     }
 }
@@ -207,7 +208,7 @@ fn core_search_kills_the_core_mutants() {
 fn relay_mutants_leave_the_core_as_reference() {
     for mutant in [Mutant::PublishBeforeAck, Mutant::RetryAfterDbLoss, Mutant::FreshIdempotencyKey] {
         let policy = mutant.policy();
-        let reference = Policy::reference();
+        let reference = Variant::Reference.policy();
         assert_eq!(Policy { relay: reference.relay, ..policy }, reference, "{mutant}");
         assert_ne!(policy.relay, reference.relay, "{mutant}");
     }

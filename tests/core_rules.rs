@@ -1,6 +1,7 @@
 //! The rules of SPEC §3, one scenario each, on the core alone.
 
 use outbox_check::core::*;
+use outbox_check::design::{Design, Mutant, Variant};
 
 const MAX: u32 = 3;
 
@@ -59,7 +60,7 @@ fn enqueue_moves_the_aggregate_and_inserts_only_when_current() {
 #[test]
 fn claim_rejects_invalid_input() {
     let mut outbox = table(1);
-    let p = Policy::reference();
+    let p = Variant::Reference.policy();
     assert_eq!(outbox.claim(&p, &ClaimRequest { batch: 0, ..claim(0, 1, 0) }), Err(CoreError::InvalidBatch));
     assert_eq!(outbox.claim(&p, &ClaimRequest { lease: Duration(0), ..claim(0, 1, 0) }), Err(CoreError::InvalidLease));
     assert_eq!(outbox.claim(&p, &ClaimRequest { max_attempts: 0, ..claim(0, 1, 0) }), Err(CoreError::InvalidBudget));
@@ -69,7 +70,7 @@ fn claim_rejects_invalid_input() {
 #[test]
 fn claim_leases_in_due_order_and_counts_the_attempt() {
     let mut outbox = table(3);
-    let p = Policy::reference();
+    let p = Variant::Reference.policy();
     let leases = outbox.claim(&p, &claim(4, 2, 10)).unwrap();
     assert_eq!(leases.iter().map(|l| l.message_id.0).collect::<Vec<_>>(), [0, 1], "oldest first");
     let row = outbox.row(MessageId(0)).unwrap();
@@ -99,7 +100,7 @@ fn claim_leases_in_due_order_and_counts_the_attempt() {
 #[test]
 fn claim_skips_live_leases_retry_times_spent_budgets_and_other_tenants() {
     let mut outbox = table(1);
-    let p = Policy::reference();
+    let p = Variant::Reference.policy();
     let first = outbox.claim(&p, &claim(0, 1, 0)).unwrap()[0];
     assert!(outbox.claim(&p, &claim(1, 1, 9)).unwrap().is_empty(), "lease live until t=10");
     let other = ClaimRequest { tenant_id: TenantId(1), ..claim(1, 1, 10) };
@@ -123,7 +124,7 @@ fn claim_skips_live_leases_retry_times_spent_budgets_and_other_tenants() {
 #[test]
 fn terminal_writes_are_fenced_and_say_why_they_are_stale() {
     let mut outbox = table(1);
-    let p = Policy::reference();
+    let p = Variant::Reference.policy();
     let old = outbox.claim(&p, &claim(0, 1, 0)).unwrap()[0];
     let new = outbox.claim(&p, &claim(1, 1, 10)).unwrap()[0];
     let snapshot = outbox.clone();
@@ -155,7 +156,7 @@ fn terminal_writes_are_fenced_and_say_why_they_are_stale() {
 #[test]
 fn a_failure_write_past_the_budget_exhausts() {
     let mut outbox = table(1);
-    let p = Policy::reference();
+    let p = Variant::Reference.policy();
     for now in [0, 5_000, 10_000] {
         let lease = outbox.claim(&p, &claim(0, 1, now)).unwrap()[0];
         let result =
@@ -181,7 +182,7 @@ fn a_failure_write_past_the_budget_exhausts() {
 #[test]
 fn requeue_keeps_the_token_and_starts_a_new_budget() {
     let mut outbox = table(1);
-    let p = Policy::reference();
+    let p = Variant::Reference.policy();
     let lease = outbox.claim(&p, &claim(0, 1, 0)).unwrap()[0];
     assert_eq!(outbox.requeue(&p, MessageId(0)), Ok(RequeueResult::NotRequeueable { status: Status::InFlight }));
     outbox.write(&p, &write(lease, WriteKind::Failed { code: FailureCode::Rejected }, 1)).unwrap();
@@ -340,15 +341,16 @@ fn the_auditor_catches_a_release_that_ends_a_lease_claimed_after_it_read_the_row
 #[test]
 fn the_publication_span_follows_lease_backoff_and_budget() {
     use outbox_check::core::policy::Backoff;
-    use outbox_check::core::{Design, Duration, Mutant};
-    let mut reference = Policy::reference();
+    use outbox_check::core::Duration;
+    use outbox_check::design::{Design, Mutant};
+    let mut reference = Variant::Reference.policy();
     reference.backoff = Backoff { base: Duration(200), cap: Duration(300) };
     let span = reference.publication_span(Duration(1_000), 3, Duration(100)).unwrap();
     // 1,000 for the last lease, then two gaps: lease + delay(1) + poll, lease + delay(2) (capped) + poll.
     assert_eq!((span.publications, span.longest), (3, Duration(1_000 + (1_000 + 200 + 100) + (1_000 + 300 + 100))));
     assert_eq!(reference.publication_span(Duration(1_000), 1, Duration(100)).unwrap().longest, Duration(1_000));
     // docs/cli.md's example: lease 30 s, backoff 1–60 s, budget 5, a poll every second: 169 s.
-    let mut readme = Policy::reference();
+    let mut readme = Variant::Reference.policy();
     readme.backoff = Backoff { base: Duration(1_000), cap: Duration(60_000) };
     assert_eq!(readme.publication_span(Duration(30_000), 5, Duration(1_000)).unwrap().longest, Duration(169_000));
     // One attempt over the budget: one more publication, one more gap.

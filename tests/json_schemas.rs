@@ -82,7 +82,7 @@ fn the_committed_verdicts_match_the_verify_schema() {
 /// The explorer's API answers in its schema, before the background check and after.
 #[test]
 fn the_explorer_state_matches_its_schema() {
-    use outbox_check::core::{Design, Variant};
+    use outbox_check::design::{Design, Variant};
     use outbox_check::world::WorldConfig;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let schema: serde_json::Value =

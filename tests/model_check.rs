@@ -1,7 +1,7 @@
 //! The stateright model: pinned state counts, the verdicts it discovers for every variant and a
 //! mixed fleet, shortest counterexamples that replay, and reductions that change no verdict.
 
-use outbox_check::core::{Design, Mutant, Variant};
+use outbox_check::design::{Design, Mutant, Variant};
 use outbox_check::world::{Abstraction, Faults, WorldConfig};
 use outbox_check_models::check::{check, CheckOptions, CheckReport, Verdict};
 use outbox_check_models::outbox::{replay, OutboxModel, SAFETY_NAMES};

@@ -82,7 +82,7 @@ fn no_report_or_message_carries_debug_text() {
 /// Debug text either (the page shows these strings as they are).
 #[test]
 fn the_explorer_carries_no_debug_text() {
-    use outbox_check::core::{Design, Variant};
+    use outbox_check::design::{Design, Variant};
     use outbox_check::world::WorldConfig;
     let mut found = Vec::new();
     for variant in [Variant::LegacyV1, Variant::Reference] {

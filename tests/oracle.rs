@@ -177,7 +177,8 @@ fn mutated_traces_never_panic() {
 /// legacy-v1 fleet's walks are not, always at a line naming a property.
 #[test]
 fn the_oracle_accepts_every_reference_walk_and_rejects_legacy_ones() {
-    use outbox_check::core::{Design, RelayId, Variant};
+    use outbox_check::core::RelayId;
+    use outbox_check::design::{Design, Variant};
     use outbox_check::search::Walker;
     use outbox_check::world::{World, WorldConfig};
     let walk = |config: &WorldConfig, seed: u64| {
@@ -230,7 +231,7 @@ fn the_oracle_accepts_every_reference_walk_and_rejects_legacy_ones() {
 /// breaks a safety property under its own rules.
 #[test]
 fn counterexample_traces_pass_through_the_oracle() {
-    use outbox_check::core::Design;
+    use outbox_check::design::Design;
     use outbox_check::world::{Faults, WorldConfig};
     use outbox_check_models::check::{check, CheckOptions};
     let dir = std::env::temp_dir().join(format!("outbox-check-cx-{}", std::process::id()));

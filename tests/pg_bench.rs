@@ -2,7 +2,8 @@
 //! `OUTBOX_CHECK_PG_URL=... cargo test --release --test pg_bench -- --ignored --nocapture`
 //! Figures go to reports/bench.md beside pgbench's TPS on the same server.
 
-use outbox_check::core::{AggregateId, EnqueueRequest, Instant, MessageId, TenantId, Variant};
+use outbox_check::core::{AggregateId, EnqueueRequest, Instant, MessageId, TenantId};
+use outbox_check::design::Variant;
 use outbox_check::store::bind::{message_name, owner_name, tenant_name};
 use outbox_check::store::postgres::Scratch;
 use outbox_check::store::sql::{self, Dialect};

@@ -5,8 +5,9 @@
 use outbox_check::core::policy::TokenKind;
 use outbox_check::core::{
     AggregateId, ClaimRequest, Duration, EnqueueRequest, Instant, Lease, LeaseToken, MessageId, Policy, RelayId,
-    Status, TenantId, Variant, WriteKind, WriteRequest, WriteResult,
+    Status, TenantId, WriteKind, WriteRequest, WriteResult,
 };
+use outbox_check::design::Variant;
 use outbox_check::relay::{Clocks, Cycle, Effect, Input, PublishOutcome, RelayConfig};
 use outbox_check::store::bind::{message_name, owner_name, tenant_name};
 use outbox_check::store::postgres::Scratch;

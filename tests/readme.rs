@@ -182,7 +182,7 @@ fn the_readme_counterexample_is_what_check_prints() {
 /// mistake and the properties the code says it should break.
 #[test]
 fn the_design_catalogue_lists_every_variant_and_mutant() {
-    use outbox_check::core::{Mutant, Variant};
+    use outbox_check::design::{Mutant, Variant};
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let doc = std::fs::read_to_string(root.join("docs/designs.md")).unwrap();
     for v in Variant::ALL {

@@ -1,6 +1,7 @@
 //! The sans-IO relay cycle of SPEC §4: each broker/DB outcome and what the relay records.
 
 use outbox_check::core::*;
+use outbox_check::design::{Mutant, Variant};
 use outbox_check::relay::*;
 
 fn config(variant: Variant) -> RelayConfig {

@@ -1,7 +1,8 @@
 //! The madsim simulations: determinism, what each design is found to do, and that the checks
 //! are not vacuous (faults really happen, the oracle really reads the histories).
 
-use outbox_check::core::{Design, Property, Status, Variant};
+use outbox_check::core::{Property, Status};
+use outbox_check::design::{Design, Variant};
 use outbox_check_sims::profile::Profile;
 use outbox_check_sims::run::{run, run_with_profile, OracleVerdict, RunResult};
 use outbox_check_sims::sweep::{sweep, Seeds};

@@ -2,7 +2,8 @@
 //! consumer, crashes, lost connections, clock skew — for every variant and mutant. What a walk
 //! breaks is the auditor's finding, pinned here; `reference` must break nothing.
 
-use outbox_check::core::{Design, Mutant, Property, RelayId, TenantId, Variant};
+use outbox_check::core::{Property, RelayId, TenantId};
+use outbox_check::design::{Design, Mutant, Variant};
 use outbox_check::search::{search, Finding};
 use outbox_check::world::{Faults, RelaySpec, WorldConfig};
 

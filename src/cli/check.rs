@@ -203,3 +203,71 @@ pub(crate) fn print_check(report: &CheckReport, port: u16, written: &[std::path:
         );
     }
 }
+
+/// `outbox-check check`'s arguments (the help text is on the command in main.rs).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pub fleet: FleetArgs,
+    /// Checker threads.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub threads: u64,
+    /// Stop the whole check (every phase, liveness included) after this many seconds; what
+    /// is undecided then is reported as unknown and the check as incomplete (exit 1).
+    #[arg(long, value_parser = at_least_one)]
+    pub timeout: Option<u64>,
+    /// Stop the same way when the check holds more than this many GB of memory, instead of
+    /// being killed by the system [default: 80% of the machine's memory].
+    #[arg(long, value_name = "GB", value_parser = parse_gigabytes)]
+    pub max_memory: Option<f64>,
+    /// Skip L1–L3 (they keep the state graph's edges in memory, and search a second graph
+    /// with a permanent broker outage for L2).
+    #[arg(long)]
+    pub no_liveness: bool,
+    /// Search only part I of N (0 <= I < N) of the state space, for one job of a CI matrix
+    /// or an indexed job; `outbox-check merge` combines the N shards' --json into the
+    /// search's verdict. Safety and reachability only: liveness needs the whole graph.
+    #[arg(long, value_parser = parse_shard, value_name = "I/N")]
+    pub shard: Option<(u64, u64)>,
+    /// Write each counterexample under DIR/<fleet>/ (Markdown, JSON, trace, ITF). Without
+    /// it nothing is written.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
+    /// Write no files (the default; kept so scripts that pass it go on working).
+    #[arg(long, hide = true, conflicts_with = "out")]
+    pub no_write: bool,
+    /// The port printed in explorer links (1–65535).
+    #[arg(long, default_value_t = 3000, value_parser = port)]
+    pub explorer_port: u16,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Runs `outbox-check check`; returns the exit code.
+pub fn run(args: Args) -> ExitCode {
+    let Args { fleet, threads, timeout, max_memory, no_liveness, shard, out, no_write: _, explorer_port, json, quiet } =
+        args;
+    {
+        let shard = match shard.map(|(index, count)| (u32::try_from(index), u32::try_from(count))) {
+            None => None,
+            Some((Ok(index), Ok(count))) => Some(outbox_check_models::graph::Shard { index, count }),
+            Some(_) => {
+                eprintln!("outbox-check: --shard: at most {} shards", u32::MAX);
+                return ExitCode::from(2);
+            }
+        };
+        let options = CheckOptions {
+            threads: threads as usize,
+            timeout: timeout.map(std::time::Duration::from_secs),
+            max_memory: max_memory.map(|gb| (gb * 1e9) as u64).or_else(|| memory_total().map(|total| total / 10 * 8)),
+            liveness: !no_liveness && shard.is_none(),
+            shard,
+            ..CheckOptions::default()
+        };
+        check_command(&fleet, &options, out.as_deref(), explorer_port, json, quiet)
+    }
+}

@@ -1,6 +1,8 @@
 //! `outbox-check conform`: the SQL of a design against the core, by differential property tests.
 
-use outbox_check::core::Design;
+use super::*;
+
+use outbox_check::design::Design;
 use outbox_check::store::bind::reusing_postgres;
 use outbox_check::store::{SqliteStore, Store, StoreError};
 use outbox_check_models::conform::{conform, Bounds, Report};
@@ -29,7 +31,7 @@ pub struct ConformArgs {
 }
 
 /// Runs one conformance sweep; prints the summary, or the minimal divergence with its SQL.
-pub fn run(args: &ConformArgs) -> ExitCode {
+pub fn execute(args: &ConformArgs) -> ExitCode {
     if args.clean_up {
         return clean_up(args);
     }
@@ -298,9 +300,92 @@ fn print(args: &ConformArgs, report: &Report) {
 }
 
 /// The command that shows a declared design's own counterexamples.
-fn check_command(design: outbox_check::core::Design) -> String {
+fn check_command(design: outbox_check::design::Design) -> String {
     match design {
-        outbox_check::core::Design::Custom(_) => "outbox-check check --design on the profile's design file".to_string(),
+        outbox_check::design::Design::Custom(_) => {
+            "outbox-check check --design on the profile's design file".to_string()
+        }
         built_in => format!("outbox-check check --variant {built_in}"),
+    }
+}
+
+/// `outbox-check conform`'s arguments (the help text is on the command in main.rs).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The engine: sqlite (embedded, in memory) or postgres.
+    #[arg(long = "store", value_enum)]
+    pub engine: conform::Engine,
+    /// The design whose SQL runs on the store (on messaging_outbox; seed-tenant on seed 003's outbox_events).
+    #[arg(long, value_parser = parse_design, default_value = "reference")]
+    pub variant: Design,
+    /// The design whose core is the model (default: the same design; with --profile, the
+    /// design the profile declares).
+    #[arg(long, value_parser = parse_design)]
+    pub against: Option<Design>,
+    /// Your own SQL instead of ours: a SQL profile (docs/sql-profile.md) — your schema and
+    /// statements, run as written against the core of the design it declares.
+    #[arg(long, value_name = "FILE.toml", conflicts_with = "variant")]
+    pub profile: Option<std::path::PathBuf>,
+    /// Random sequences to run.
+    #[arg(long, default_value_t = 256, value_parser = at_least_one_u32)]
+    pub cases: u32,
+    /// The generator's seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// PostgreSQL URL (default: OUTBOX_CHECK_PG_URL).
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// Allow a host that is not loopback (the harness still works only in its own schema).
+    #[arg(long)]
+    pub i_understand_this_database_is_disposable: bool,
+    /// Only drop the scratch schemas that runs killed outright (SIGKILL) left on the server —
+    /// those marked as outbox-check's whose session is gone — then exit.
+    #[arg(long)]
+    pub clean_up: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Runs `outbox-check conform`; returns the exit code.
+pub fn run(args: Args) -> ExitCode {
+    let Args {
+        engine,
+        variant,
+        against,
+        profile,
+        cases,
+        seed,
+        database_url,
+        i_understand_this_database_is_disposable,
+        clean_up,
+        json,
+        quiet,
+    } = args;
+    {
+        let profile = match profile.map(|p| outbox_check::store::profile::Profile::load(&p)).transpose() {
+            Ok(profile) => profile,
+            Err(problem) => {
+                eprintln!("outbox-check: {problem}");
+                return ExitCode::from(2);
+            }
+        };
+        let variant = profile.as_ref().map_or(variant, |p| p.design);
+        execute(&ConformArgs {
+            profile,
+            engine,
+            design: variant,
+            against: against.unwrap_or(variant),
+            cases,
+            seed,
+            database_url,
+            disposable: i_understand_this_database_is_disposable,
+            clean_up,
+            json,
+            quiet,
+        })
     }
 }

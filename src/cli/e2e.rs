@@ -83,3 +83,123 @@ pub(crate) fn e2e(mut options: outbox_check::e2e::Options, json: bool, quiet: bo
         }
     }
 }
+
+/// `outbox-check e2e`'s arguments (the help text is on the command in main.rs).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The broker the relays publish to.
+    #[arg(long, value_enum, default_value = "nats")]
+    pub broker: outbox_check::e2e::Broker,
+    /// RabbitMQ's URL, with --broker rabbitmq (loopback only).
+    #[arg(long, value_name = "URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    pub rabbitmq_url: String,
+    /// The design the relays run: a built-in or a design file whose SQL outbox-check
+    /// generates (the messaging_outbox table, counter tokens).
+    #[arg(long, visible_alias = "design", value_parser = parse_design, default_value = "reference")]
+    pub variant: Design,
+    /// Relay processes.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=32))]
+    pub relays: u16,
+    /// Messages the application enqueues: all before the relays start, or with faults on, a
+    /// tenth at the start and the rest at a steady pace through the fault window.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub messages: u32,
+    /// The seed the faults are drawn from (the same seed, the same schedule).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// The lease, in ms.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub lease_ms: u64,
+    /// The retry clock's first delay, in ms.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub backoff_base_ms: u64,
+    /// The retry clock's longest delay, in ms (at least --backoff-base-ms).
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub backoff_cap_ms: u64,
+    /// How long an idle relay waits before it polls again, in ms.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub poll_ms: u64,
+    /// The attempt budget.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub max_attempts: u32,
+    /// Rows a claim takes at most.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub batch: u32,
+    /// The stream's deduplication window, in ms (NATS's default is two minutes).
+    #[arg(long, default_value_t = 120_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub duplicate_window_ms: u64,
+    /// Faults: all, none, or a comma-separated list of kill, pause, backend, cut, outage.
+    #[arg(long, default_value = "all", value_parser = outbox_check::e2e::Faults::parse)]
+    pub faults: outbox_check::e2e::Faults,
+    /// PostgreSQL URL (default: OUTBOX_CHECK_PG_URL); loopback only.
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// The nats-server program (default: nats-server on PATH, or /usr/sbin/nats-server).
+    #[arg(long, value_name = "PATH")]
+    pub nats_server: Option<std::path::PathBuf>,
+    /// Give up after this many seconds (the report says what was left open).
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub timeout: u64,
+    /// Write the run's history (the trace format) here.
+    #[arg(long, value_name = "FILE")]
+    pub history: Option<std::path::PathBuf>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress line.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Runs `outbox-check e2e`; returns the exit code.
+pub fn run(args: Args) -> ExitCode {
+    let Args {
+        broker,
+        rabbitmq_url,
+        variant,
+        relays,
+        messages,
+        seed,
+        lease_ms,
+        backoff_base_ms,
+        backoff_cap_ms,
+        poll_ms,
+        max_attempts,
+        batch,
+        duplicate_window_ms,
+        faults,
+        database_url,
+        nats_server,
+        timeout,
+        history,
+        json,
+        quiet,
+    } = args;
+    e2e(
+        outbox_check::e2e::Options {
+            broker,
+            rabbitmq_url,
+            design: variant,
+            relays,
+            messages,
+            seed,
+            lease_ms,
+            backoff_base_ms,
+            backoff_cap_ms,
+            poll_ms,
+            max_attempts,
+            batch,
+            duplicate_window_ms,
+            faults,
+            fault_span_ms: 3_000,
+            database_url: database_url
+                .or_else(|| std::env::var("OUTBOX_CHECK_PG_URL").ok().filter(|u| !u.is_empty()))
+                .unwrap_or_default(),
+            nats_server: nats_server.unwrap_or_default(),
+            deadline_ms: timeout * 1_000,
+            history,
+        },
+        json,
+        quiet,
+    )
+}

@@ -38,3 +38,19 @@ pub(crate) fn explore(fleet: &FleetArgs, port: u16) -> ExitCode {
     explorer.serve(server);
     ExitCode::SUCCESS
 }
+
+/// `outbox-check explore`'s arguments (the help text is on the command in main.rs).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pub fleet: FleetArgs,
+    /// Port on 127.0.0.1 (1–65535).
+    #[arg(long, default_value_t = 3000, value_parser = port)]
+    pub port: u16,
+}
+
+/// Runs `outbox-check explore`; returns the exit code.
+pub fn run(args: Args) -> ExitCode {
+    let Args { fleet, port } = args;
+    explore(&fleet, port)
+}

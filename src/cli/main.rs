@@ -4,7 +4,7 @@
 //! Exit codes: 0 everything checked holds, 1 a property is violated, 2 bad input or environment.
 
 use clap::{Parser, Subcommand};
-use outbox_check::core::{Design, Mutant, Variant};
+use outbox_check::design::{Design, Mutant, Variant};
 use outbox_check::world::{Faults, WorldConfig};
 use outbox_check_models::check::{check, CheckOptions, CheckReport, Kind, Verdict};
 
@@ -20,20 +20,12 @@ mod explore;
 mod merge;
 mod mutants;
 mod replay;
-#[cfg(madsim)]
 mod sim;
 mod trace;
 mod variants;
 mod verify;
-use check::{check_command, memory_total, parse_gigabytes, print_check, print_check_json};
-use e2e::e2e;
-use explore::explore;
-use merge::merge;
-use mutants::mutants;
-use replay::replay;
+use check::{print_check, print_check_json};
 use std::process::ExitCode;
-use trace::{trace, TraceMode};
-use variants::variants;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -64,43 +56,7 @@ enum Command {
         --expectations file (compared at any bounds), 1 otherwise (the differences are\n\
         listed), 2 on bad input."
     )]
-    Verify {
-        /// Messages per fleet (model checking). Two by default (under three minutes on two
-        /// cores); three take tens of minutes and gigabytes.
-        #[arg(long, default_value_t = verify::DEFAULT_MESSAGES, value_parser = clap::value_parser!(u32).range(1..=3))]
-        messages: u32,
-        /// Checker and simulation threads.
-        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
-        threads: u64,
-        /// Simulated seeds per fleet.
-        #[arg(long, default_value_t = verify::DEFAULT_SIM_SEEDS, value_parser = at_least_one)]
-        sim_seeds: u64,
-        /// Also run SQL conformance on this PostgreSQL server (default: OUTBOX_CHECK_PG_URL).
-        #[arg(long)]
-        database_url: Option<String>,
-        /// Compare with this file instead of the reports/expectations.json built in.
-        #[arg(long, value_name = "FILE")]
-        expectations: Option<std::path::PathBuf>,
-        /// Also write DIR/index.md (the matrix and one section per finding) and every
-        /// counterexample under DIR/counterexamples/.
-        #[arg(long, value_name = "DIR")]
-        report: Option<std::path::PathBuf>,
-        /// Also write a JUnit XML report for CI test reporters: one test case per fleet and
-        /// property, failing exactly where verify fails (a verdict that moved, or reference
-        /// broken); an expected violation passes with its sentence and counterexample.
-        #[arg(long, value_name = "FILE")]
-        junit: Option<std::path::PathBuf>,
-        /// Print one JSON object instead of the table.
-        #[arg(long)]
-        json: bool,
-        /// No progress bar.
-        #[arg(long, short)]
-        quiet: bool,
-        /// Also check your own design file as a fleet of its own (repeatable): with no verdict
-        /// pinned, it must hold every property, as reference must.
-        #[arg(long = "design", value_name = "FILE.toml", value_parser = parse_design)]
-        designs: Vec<Design>,
-    },
+    Verify(verify::Args),
     /// Print a shell completion script: `outbox-check completions bash > /etc/bash_completion.d/outbox-check`.
     #[command(
         after_help = "Examples:\n  outbox-check completions bash > ~/.local/share/bash-completion/completions/outbox-check\n  \
@@ -114,18 +70,7 @@ enum Command {
     #[command(
         after_help = "Examples:\n  outbox-check variants\n  outbox-check variants seed-v2\n  outbox-check variants reference --toml > my-queue.toml\n  outbox-check variants my-queue.toml\n  outbox-check variants --json | jq '.designs[].name'"
     )]
-    Variants {
-        /// Show only this variant, mutant or design file.
-        #[arg(value_parser = parse_design)]
-        design: Option<Design>,
-        /// Print JSON instead of text.
-        #[arg(long, conflicts_with = "toml")]
-        json: bool,
-        /// Print the design as a complete design file, every key explained: a file to start your
-        /// own design from (outbox-check variants reference --toml > my-queue.toml).
-        #[arg(long, requires = "design")]
-        toml: bool,
-    },
+    Variants(variants::Args),
     /// Model-check a variant or fleet exhaustively with stateright; shortest counterexamples.
     #[command(
         after_help = "Examples:\n  outbox-check check --variant reference\n  outbox-check check --fleet seed-v2,legacy-v1 --json\n  outbox-check check --variant legacy-v1 --messages 1 --faults crash,broker-drop\n\n\
@@ -136,46 +81,7 @@ enum Command {
         --out DIR: DIR/<fleet>/<property>.md (with a Mermaid diagram), .json (for\n\
         outbox-check replay), .trace.jsonl and .itf.json."
     )]
-    Check {
-        #[command(flatten)]
-        fleet: FleetArgs,
-        /// Checker threads.
-        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
-        threads: u64,
-        /// Stop the whole check (every phase, liveness included) after this many seconds; what
-        /// is undecided then is reported as unknown and the check as incomplete (exit 1).
-        #[arg(long, value_parser = at_least_one)]
-        timeout: Option<u64>,
-        /// Stop the same way when the check holds more than this many GB of memory, instead of
-        /// being killed by the system [default: 80% of the machine's memory].
-        #[arg(long, value_name = "GB", value_parser = parse_gigabytes)]
-        max_memory: Option<f64>,
-        /// Skip L1–L3 (they keep the state graph's edges in memory, and search a second graph
-        /// with a permanent broker outage for L2).
-        #[arg(long)]
-        no_liveness: bool,
-        /// Search only part I of N (0 <= I < N) of the state space, for one job of a CI matrix
-        /// or an indexed job; `outbox-check merge` combines the N shards' --json into the
-        /// search's verdict. Safety and reachability only: liveness needs the whole graph.
-        #[arg(long, value_parser = parse_shard, value_name = "I/N")]
-        shard: Option<(u64, u64)>,
-        /// Write each counterexample under DIR/<fleet>/ (Markdown, JSON, trace, ITF). Without
-        /// it nothing is written.
-        #[arg(long, value_name = "DIR")]
-        out: Option<std::path::PathBuf>,
-        /// Write no files (the default; kept so scripts that pass it go on working).
-        #[arg(long, hide = true, conflicts_with = "out")]
-        no_write: bool,
-        /// The port printed in explorer links (1–65535).
-        #[arg(long, default_value_t = 3000, value_parser = port)]
-        explorer_port: u16,
-        /// Print one JSON object instead of the table.
-        #[arg(long)]
-        json: bool,
-        /// No progress bar.
-        #[arg(long, short)]
-        quiet: bool,
-    },
+    Check(check::Args),
     /// Replay a counterexample file that `check` wrote (its .json) step by step in the plain
     /// world — no normalisation, no abstraction — and confirm the property breaks as it says.
     #[command(
@@ -185,31 +91,13 @@ enum Command {
         returns to the state it began in. Exit: 0 the file's property is broken as it says, 1 it\n\
         is not, 2 the file cannot be read or is not a counterexample."
     )]
-    Replay {
-        /// A counterexample's .json, as `check --out DIR` writes it.
-        file: std::path::PathBuf,
-        /// The design file of a design the counterexample names (its fleet had one).
-        #[arg(long = "design", value_name = "FILE.toml", value_parser = parse_design)]
-        designs: Vec<Design>,
-        /// Print one JSON object instead of the steps.
-        #[arg(long)]
-        json: bool,
-        /// Accepted for uniformity with the other commands (replay draws no progress).
-        #[arg(long, short)]
-        quiet: bool,
-    },
+    Replay(replay::Args),
     /// Open the explorer on a variant or fleet: step through its states in a browser, with the
     /// table, each relay's clock and every property's status at the state shown.
     #[command(
         after_help = "Example: outbox-check explore --variant legacy-v1 --port 3000\n  then open http://127.0.0.1:3000/ (a counterexample's link from `check` opens at its path)"
     )]
-    Explore {
-        #[command(flatten)]
-        fleet: FleetArgs,
-        /// Port on 127.0.0.1 (1–65535).
-        #[arg(long, default_value_t = 3000, value_parser = port)]
-        port: u16,
-    },
+    Explore(explore::Args),
     /// Combine the --json reports of a sharded check (`check --shard I/N --json`, every I
     /// once) into the verdict of the whole search.
     #[command(
@@ -220,27 +108,10 @@ enum Command {
         run. Exit: 0 every safety property holds (or was not exercised), 1 one is violated or\n\
         undecided, 2 a file cannot be read or the files are not every shard of one search."
     )]
-    Merge {
-        /// The shards' reports, as `check --shard I/N --json` printed them.
-        #[arg(required = true, value_name = "SHARD.json")]
-        files: Vec<std::path::PathBuf>,
-        /// Print one JSON object (the check's format) instead of the table.
-        #[arg(long)]
-        json: bool,
-    },
+    Merge(merge::Args),
     /// Check every mutant (docs/designs.md) and say which property kills it, at what depth.
     #[command(after_help = "Example: outbox-check mutants --json\n\nExit: 0 every mutant is killed, 1 one survives.")]
-    Mutants {
-        /// Checker threads.
-        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
-        threads: u64,
-        /// Print JSON instead of the table.
-        #[arg(long)]
-        json: bool,
-        /// No progress bar.
-        #[arg(long, short)]
-        quiet: bool,
-    },
+    Mutants(mutants::Args),
     /// Simulate relays, broker and database faults deterministically with madsim; one seed
     /// replays one run byte for byte.
     #[command(
@@ -253,57 +124,7 @@ enum Command {
         Exit: 0 no run violated anything, 1 a run did (its history is written under --out and\n\
         its replay command printed), 2 bad input."
     )]
-    Sim {
-        /// Every relay runs this design (default: reference): a variant, a mutant, or a design
-        /// file (FILE.toml).
-        #[arg(long, visible_alias = "design", value_name = "DESIGN", value_parser = parse_design, conflicts_with = "fleet")]
-        variant: Option<Design>,
-        /// One relay per design, comma-separated: a mixed fleet; design files and built-ins mix.
-        #[arg(long, value_parser = parse_design, value_delimiter = ',')]
-        fleet: Vec<Design>,
-        /// Relays, with --variant.
-        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=16))]
-        relays: u16,
-        /// Messages the application enqueues.
-        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
-        messages: u32,
-        /// Tenants; relay i and message i belong to tenant i mod T.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
-        tenants: u16,
-        /// The attempt budget.
-        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
-        max_attempts: u32,
-        /// Run this one seed (and print its history hash).
-        #[arg(long, conflicts_with_all = ["seeds", "from", "shard"])]
-        seed: Option<u64>,
-        /// Sweep this many seeds.
-        #[arg(long, default_value_t = 100, value_parser = at_least_one)]
-        seeds: u64,
-        /// The sweep's first seed.
-        #[arg(long, default_value_t = 0)]
-        from: u64,
-        /// Run only shard i of n of the sweep (every n-th seed from the i-th), e.g. 0/4.
-        #[arg(long, value_parser = parse_shard, value_name = "I/N")]
-        shard: Option<(u64, u64)>,
-        /// Threads for a sweep (default: every core).
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
-        threads: Option<u64>,
-        /// Where failing histories are written (DIR/<fleet>/seed-N.trace.jsonl and .json).
-        #[arg(long, default_value = "reports/sim")]
-        out: std::path::PathBuf,
-        /// Write no files.
-        #[arg(long)]
-        no_write: bool,
-        /// With --seed: print the run's history (the oracle's trace format) instead of a summary.
-        #[arg(long, requires = "seed")]
-        history: bool,
-        /// Print one JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-        /// No progress bar.
-        #[arg(long, short)]
-        quiet: bool,
-    },
+    Sim(sim::Args),
     /// Check a design's SQL — ours, or yours with --profile — against the core on SQLite or
     /// PostgreSQL by differential property tests; a divergence is shrunk to a minimal sequence
     /// and printed as SQL.
@@ -324,44 +145,7 @@ enum Command {
         mutants on messaging_outbox, seed-tenant on seed 003's outbox_events (random tokens).\n\
         Exit: 0 agrees, 1 diverged, 2 bad input or no server."
     )]
-    Conform {
-        /// The engine: sqlite (embedded, in memory) or postgres.
-        #[arg(long = "store", value_enum)]
-        engine: conform::Engine,
-        /// The design whose SQL runs on the store (on messaging_outbox; seed-tenant on seed 003's outbox_events).
-        #[arg(long, value_parser = parse_design, default_value = "reference")]
-        variant: Design,
-        /// The design whose core is the model (default: the same design; with --profile, the
-        /// design the profile declares).
-        #[arg(long, value_parser = parse_design)]
-        against: Option<Design>,
-        /// Your own SQL instead of ours: a SQL profile (docs/sql-profile.md) — your schema and
-        /// statements, run as written against the core of the design it declares.
-        #[arg(long, value_name = "FILE.toml", conflicts_with = "variant")]
-        profile: Option<std::path::PathBuf>,
-        /// Random sequences to run.
-        #[arg(long, default_value_t = 256, value_parser = at_least_one_u32)]
-        cases: u32,
-        /// The generator's seed.
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// PostgreSQL URL (default: OUTBOX_CHECK_PG_URL).
-        #[arg(long)]
-        database_url: Option<String>,
-        /// Allow a host that is not loopback (the harness still works only in its own schema).
-        #[arg(long)]
-        i_understand_this_database_is_disposable: bool,
-        /// Only drop the scratch schemas that runs killed outright (SIGKILL) left on the server —
-        /// those marked as outbox-check's whose session is gone — then exit.
-        #[arg(long)]
-        clean_up: bool,
-        /// Print one JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-        /// No progress bar.
-        #[arg(long, short)]
-        quiet: bool,
-    },
+    Conform(conform::Args),
     /// The relay cycle end to end over real parts: relay processes over PostgreSQL publishing to
     /// NATS JetStream, a consumer recording every delivery, under real faults from one seed.
     #[command(
@@ -383,70 +167,7 @@ enum Command {
         Exit: 0 every check passed, 1 a check failed (the history is written for `outbox-check\n\
         trace`), 2 bad input or a missing server."
     )]
-    E2e {
-        /// The broker the relays publish to.
-        #[arg(long, value_enum, default_value = "nats")]
-        broker: outbox_check::e2e::Broker,
-        /// RabbitMQ's URL, with --broker rabbitmq (loopback only).
-        #[arg(long, value_name = "URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
-        rabbitmq_url: String,
-        /// The design the relays run: a built-in or a design file whose SQL outbox-check
-        /// generates (the messaging_outbox table, counter tokens).
-        #[arg(long, visible_alias = "design", value_parser = parse_design, default_value = "reference")]
-        variant: Design,
-        /// Relay processes.
-        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=32))]
-        relays: u16,
-        /// Messages the application enqueues: all before the relays start, or with faults on, a
-        /// tenth at the start and the rest at a steady pace through the fault window.
-        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-        messages: u32,
-        /// The seed the faults are drawn from (the same seed, the same schedule).
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// The lease, in ms.
-        #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
-        lease_ms: u64,
-        /// The retry clock's first delay, in ms.
-        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=600_000))]
-        backoff_base_ms: u64,
-        /// The retry clock's longest delay, in ms (at least --backoff-base-ms).
-        #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
-        backoff_cap_ms: u64,
-        /// How long an idle relay waits before it polls again, in ms.
-        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=60_000))]
-        poll_ms: u64,
-        /// The attempt budget.
-        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
-        max_attempts: u32,
-        /// Rows a claim takes at most.
-        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000))]
-        batch: u32,
-        /// The stream's deduplication window, in ms (NATS's default is two minutes).
-        #[arg(long, default_value_t = 120_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
-        duplicate_window_ms: u64,
-        /// Faults: all, none, or a comma-separated list of kill, pause, backend, cut, outage.
-        #[arg(long, default_value = "all", value_parser = outbox_check::e2e::Faults::parse)]
-        faults: outbox_check::e2e::Faults,
-        /// PostgreSQL URL (default: OUTBOX_CHECK_PG_URL); loopback only.
-        #[arg(long)]
-        database_url: Option<String>,
-        /// The nats-server program (default: nats-server on PATH, or /usr/sbin/nats-server).
-        #[arg(long, value_name = "PATH")]
-        nats_server: Option<std::path::PathBuf>,
-        /// Give up after this many seconds (the report says what was left open).
-        #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400))]
-        timeout: u64,
-        /// Write the run's history (the trace format) here.
-        #[arg(long, value_name = "FILE")]
-        history: Option<std::path::PathBuf>,
-        /// Print one JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-        /// No progress line.
-        #[arg(long, short)]
-        quiet: bool,
-    },
+    E2e(e2e::Args),
     /// One relay process of `e2e` (started by it; not for use by hand).
     #[command(hide = true)]
     E2eRelay {
@@ -465,39 +186,12 @@ enum Command {
         divergence is printed; --all lists every one), 2 a file cannot be read or parsed\n\
         (FILE:LINE:COL and the problem)."
     )]
-    Trace {
-        /// Trace files (JSON Lines with a header line); `-` reads standard input.
-        #[arg(required = true)]
-        files: Vec<std::path::PathBuf>,
-        /// Refuse fields the format does not know instead of ignoring them.
-        #[arg(long)]
-        strict: bool,
-        /// Check against this design instead of the one the header names: a variant, a mutant
-        /// or a design file (FILE.toml).
-        #[arg(long, visible_alias = "design", value_name = "DESIGN", value_parser = parse_design)]
-        variant: Option<Design>,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-        /// No progress display (shown on a terminal while a long history is checked).
-        #[arg(short, long)]
-        quiet: bool,
-        /// List every divergence, going on after each from what the implementation reported.
-        #[arg(long)]
-        all: bool,
-        /// Conformance findings (C1-C8) are listed but exit 0; only a safety property fails.
-        #[arg(long)]
-        safety_only: bool,
-        /// Draw the history as one self-contained HTML page: a lane per relay, each lease a bar,
-        /// publications and writes as marks, the divergences highlighted. One file only.
-        #[arg(long, value_name = "OUT.html")]
-        html: Option<std::path::PathBuf>,
-    },
+    Trace(trace::Args),
 }
 
 /// Which fleet to check and its bounds.
 #[derive(clap::Args, Debug, Clone)]
-struct FleetArgs {
+pub struct FleetArgs {
     /// Every relay runs this design: a variant, a mutant, or your own design file (FILE.toml,
     /// docs/design-file.md).
     #[arg(long, visible_alias = "design", value_name = "DESIGN", value_parser = parse_design, conflicts_with = "fleet", required_unless_present = "fleet")]
@@ -665,223 +359,23 @@ fn run() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Verify {
-            messages,
-            threads,
-            sim_seeds,
-            database_url,
-            expectations,
-            report,
-            junit,
-            json,
-            quiet,
-            designs,
-        } => verify::verify(&verify::VerifyArgs {
-            designs,
-            expectations,
-            junit,
-            messages,
-            threads: threads as usize,
-            sim_seeds,
-            report,
-            database_url,
-            json,
-            quiet,
-        }),
-        Command::Variants { design, json, toml } => variants(design, json, toml),
+        Command::Verify(args) => verify::run(args),
+        Command::Variants(args) => variants::run(args),
         Command::E2eRelay { file } => outbox_check::e2e::relay::main(&file),
-        Command::E2e {
-            broker,
-            rabbitmq_url,
-            variant,
-            relays,
-            messages,
-            seed,
-            lease_ms,
-            backoff_base_ms,
-            backoff_cap_ms,
-            poll_ms,
-            max_attempts,
-            batch,
-            duplicate_window_ms,
-            faults,
-            database_url,
-            nats_server,
-            timeout,
-            history,
-            json,
-            quiet,
-        } => e2e(
-            outbox_check::e2e::Options {
-                broker,
-                rabbitmq_url,
-                design: variant,
-                relays,
-                messages,
-                seed,
-                lease_ms,
-                backoff_base_ms,
-                backoff_cap_ms,
-                poll_ms,
-                max_attempts,
-                batch,
-                duplicate_window_ms,
-                faults,
-                fault_span_ms: 3_000,
-                database_url: database_url
-                    .or_else(|| std::env::var("OUTBOX_CHECK_PG_URL").ok().filter(|u| !u.is_empty()))
-                    .unwrap_or_default(),
-                nats_server: nats_server.unwrap_or_default(),
-                deadline_ms: timeout * 1_000,
-                history,
-            },
-            json,
-            quiet,
-        ),
+        Command::E2e(args) => e2e::run(args),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut command, "outbox-check", &mut std::io::stdout());
             ExitCode::SUCCESS
         }
-        Command::Check {
-            fleet,
-            threads,
-            timeout,
-            max_memory,
-            no_liveness,
-            shard,
-            out,
-            no_write: _,
-            explorer_port,
-            json,
-            quiet,
-        } => {
-            let shard = match shard.map(|(index, count)| (u32::try_from(index), u32::try_from(count))) {
-                None => None,
-                Some((Ok(index), Ok(count))) => Some(outbox_check_models::graph::Shard { index, count }),
-                Some(_) => {
-                    eprintln!("outbox-check: --shard: at most {} shards", u32::MAX);
-                    return ExitCode::from(2);
-                }
-            };
-            let options = CheckOptions {
-                threads: threads as usize,
-                timeout: timeout.map(std::time::Duration::from_secs),
-                max_memory: max_memory
-                    .map(|gb| (gb * 1e9) as u64)
-                    .or_else(|| memory_total().map(|total| total / 10 * 8)),
-                liveness: !no_liveness && shard.is_none(),
-                shard,
-                ..CheckOptions::default()
-            };
-            check_command(&fleet, &options, out.as_deref(), explorer_port, json, quiet)
-        }
-        Command::Replay { file, designs: _, json, quiet: _ } => replay(&file, json),
-        Command::Explore { fleet, port } => explore(&fleet, port),
-        Command::Merge { files, json } => merge(&files, json),
-        Command::Mutants { threads, json, quiet } => mutants(threads as usize, json, quiet),
-        Command::Sim {
-            variant,
-            fleet,
-            relays,
-            messages,
-            tenants,
-            max_attempts,
-            seed,
-            seeds,
-            from,
-            shard,
-            threads,
-            out,
-            no_write,
-            history,
-            json,
-            quiet,
-        } => {
-            #[cfg(not(madsim))]
-            {
-                let _ = (
-                    variant,
-                    fleet,
-                    relays,
-                    messages,
-                    tenants,
-                    max_attempts,
-                    seed,
-                    seeds,
-                    from,
-                    shard,
-                    threads,
-                    out,
-                    no_write,
-                    history,
-                    json,
-                    quiet,
-                );
-                eprintln!(
-                    "outbox-check: this build has no simulator: build with --cfg madsim (as .cargo/config.toml does)"
-                );
-                ExitCode::from(2)
-            }
-            #[cfg(madsim)]
-            {
-                let mut config = outbox_check_sims::SimConfig::new(sim::designs(variant, &fleet, relays), messages);
-                config.tenants = tenants;
-                config.max_attempts = max_attempts;
-                let (shard, shards) = shard.unwrap_or((0, 1));
-                let threads = threads
-                    .map(|t| t as usize)
-                    .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
-                sim::sim(&sim::SimArgs {
-                    config,
-                    seed,
-                    seeds: outbox_check_sims::sweep::Seeds { from, count: seeds, shard, shards },
-                    threads,
-                    out: (!no_write).then_some(out),
-                    history,
-                    json,
-                    quiet,
-                })
-            }
-        }
-        Command::Conform {
-            engine,
-            variant,
-            against,
-            profile,
-            cases,
-            seed,
-            database_url,
-            i_understand_this_database_is_disposable,
-            clean_up,
-            json,
-            quiet,
-        } => {
-            let profile = match profile.map(|p| outbox_check::store::profile::Profile::load(&p)).transpose() {
-                Ok(profile) => profile,
-                Err(problem) => {
-                    eprintln!("outbox-check: {problem}");
-                    return ExitCode::from(2);
-                }
-            };
-            let variant = profile.as_ref().map_or(variant, |p| p.design);
-            conform::run(&conform::ConformArgs {
-                profile,
-                engine,
-                design: variant,
-                against: against.unwrap_or(variant),
-                cases,
-                seed,
-                database_url,
-                disposable: i_understand_this_database_is_disposable,
-                clean_up,
-                json,
-                quiet,
-            })
-        }
-        Command::Trace { files, strict, variant, json, quiet, all, safety_only, html } => {
-            trace(&files, variant, TraceMode { strict, json, quiet, all, safety_only }, html.as_deref())
-        }
+        Command::Check(args) => check::run(args),
+        Command::Replay(args) => replay::run(args),
+        Command::Explore(args) => explore::run(args),
+        Command::Merge(args) => merge::run(args),
+        Command::Mutants(args) => mutants::run(args),
+        Command::Sim(args) => sim::run(args),
+        Command::Conform(args) => conform::run(args),
+        Command::Trace(args) => trace::run(args),
     }
 }
 

@@ -55,3 +55,20 @@ pub(crate) fn merge(files: &[std::path::PathBuf], json: bool) -> ExitCode {
         ExitCode::SUCCESS
     }
 }
+
+/// `outbox-check merge`'s arguments (the help text is on the command in main.rs).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The shards' reports, as `check --shard I/N --json` printed them.
+    #[arg(required = true, value_name = "SHARD.json")]
+    pub files: Vec<std::path::PathBuf>,
+    /// Print one JSON object (the check's format) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `outbox-check merge`; returns the exit code.
+pub fn run(args: Args) -> ExitCode {
+    let Args { files, json } = args;
+    merge(&files, json)
+}

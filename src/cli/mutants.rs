@@ -89,3 +89,23 @@ pub(crate) fn mutants(threads: usize, json: bool, quiet: bool) -> ExitCode {
         ExitCode::from(1)
     }
 }
+
+/// `outbox-check mutants`'s arguments (the help text is on the command in main.rs).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Checker threads.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub threads: u64,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Runs `outbox-check mutants`; returns the exit code.
+pub fn run(args: Args) -> ExitCode {
+    let Args { threads, json, quiet } = args;
+    mutants(threads as usize, json, quiet)
+}

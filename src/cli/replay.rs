@@ -76,3 +76,25 @@ pub(crate) fn replay(file: &std::path::Path, json: bool) -> ExitCode {
         ExitCode::from(1)
     }
 }
+
+/// `outbox-check replay`'s arguments (the help text is on the command in main.rs).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// A counterexample's .json, as `check --out DIR` writes it.
+    pub file: std::path::PathBuf,
+    /// The design file of a design the counterexample names (its fleet had one).
+    #[arg(long = "design", value_name = "FILE.toml", value_parser = parse_design)]
+    pub designs: Vec<Design>,
+    /// Print one JSON object instead of the steps.
+    #[arg(long)]
+    pub json: bool,
+    /// Accepted for uniformity with the other commands (replay draws no progress).
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Runs `outbox-check replay`; returns the exit code.
+pub fn run(args: Args) -> ExitCode {
+    let Args { file, designs: _, json, quiet: _ } = args;
+    replay(&file, json)
+}

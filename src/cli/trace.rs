@@ -197,3 +197,42 @@ pub(crate) fn trace(
         ExitCode::SUCCESS
     }
 }
+
+/// `outbox-check trace`'s arguments (the help text is on the command in main.rs).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Trace files (JSON Lines with a header line); `-` reads standard input.
+    #[arg(required = true)]
+    pub files: Vec<std::path::PathBuf>,
+    /// Refuse fields the format does not know instead of ignoring them.
+    #[arg(long)]
+    pub strict: bool,
+    /// Check against this design instead of the one the header names: a variant, a mutant
+    /// or a design file (FILE.toml).
+    #[arg(long, visible_alias = "design", value_name = "DESIGN", value_parser = parse_design)]
+    pub variant: Option<Design>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress display (shown on a terminal while a long history is checked).
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// List every divergence, going on after each from what the implementation reported.
+    #[arg(long)]
+    pub all: bool,
+    /// Conformance findings (C1-C8) are listed but exit 0; only a safety property fails.
+    #[arg(long)]
+    pub safety_only: bool,
+    /// Draw the history as one self-contained HTML page: a lane per relay, each lease a bar,
+    /// publications and writes as marks, the divergences highlighted. One file only.
+    #[arg(long, value_name = "OUT.html")]
+    pub html: Option<std::path::PathBuf>,
+}
+
+/// Runs `outbox-check trace`; returns the exit code.
+pub fn run(args: Args) -> ExitCode {
+    let Args { files, strict, variant, json, quiet, all, safety_only, html } = args;
+    {
+        trace(&files, variant, TraceMode { strict, json, quiet, all, safety_only }, html.as_deref())
+    }
+}

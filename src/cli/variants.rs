@@ -9,7 +9,7 @@ pub(crate) fn variants(only: Option<Design>, json: bool, toml: bool) -> ExitCode
             Design::Mutant(m) => format!("reference with one mistake: {}", m.mistake()),
             Design::Custom(c) => c.description.clone(),
         };
-        let mut file = outbox_check::core::design::DesignFile::complete(design.name(), &about, &design.policy());
+        let mut file = outbox_check::core::design_file::DesignFile::complete(design.name(), &about, &design.policy());
         if let Design::Custom(c) = design {
             file.statuses = c.statuses.clone();
         }
@@ -44,7 +44,7 @@ pub(crate) fn variants(only: Option<Design>, json: bool, toml: bool) -> ExitCode
         println!("{}", serde_json::to_string_pretty(&out).expect("JSON of plain values"));
         return ExitCode::SUCCESS;
     }
-    let reference = outbox_check::core::Policy::reference().switches();
+    let reference = outbox_check::design::Variant::Reference.policy().switches();
     let chosen = |d: Design| designs.contains(&d);
     if Variant::ALL.iter().any(|v| chosen(Design::Variant(*v))) {
         println!("Variants (SPEC §5): switches that differ from reference\n");
@@ -81,4 +81,25 @@ pub(crate) fn variants(only: Option<Design>, json: bool, toml: bool) -> ExitCode
         }
     }
     ExitCode::SUCCESS
+}
+
+/// `outbox-check variants`'s arguments (the help text is on the command in main.rs).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Show only this variant, mutant or design file.
+    #[arg(value_parser = parse_design)]
+    pub design: Option<Design>,
+    /// Print JSON instead of text.
+    #[arg(long, conflicts_with = "toml")]
+    pub json: bool,
+    /// Print the design as a complete design file, every key explained: a file to start your
+    /// own design from (outbox-check variants reference --toml > my-queue.toml).
+    #[arg(long, requires = "design")]
+    pub toml: bool,
+}
+
+/// Runs `outbox-check variants`; returns the exit code.
+pub fn run(args: Args) -> ExitCode {
+    let Args { design, json, toml } = args;
+    variants(design, json, toml)
 }

@@ -1,7 +1,10 @@
 //! `outbox-check verify`: every engine on every variant and a mixed fleet, one verdict matrix,
 //! compared with the expectations pinned in `reports/expectations.json`.
 
-use outbox_check::core::{Design, Property, Variant};
+use super::*;
+
+use outbox_check::core::Property;
+use outbox_check::design::{Design, Variant};
 use outbox_check::report::wrap;
 use outbox_check::world::{Faults, WorldConfig};
 use outbox_check_models::check::{check, merged, CheckOptions, CheckReport, Verdict};
@@ -684,4 +687,61 @@ fn write_report<S: SimLike>(dir: &std::path::Path, rows: &[Row<'_, S>], args: &V
         None => text.push_str(&out),
     }
     std::fs::write(index, text)
+}
+
+/// `outbox-check verify`'s arguments (the help text is on the command in main.rs).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Messages per fleet (model checking). Two by default (under three minutes on two
+    /// cores); three take tens of minutes and gigabytes.
+    #[arg(long, default_value_t = verify::DEFAULT_MESSAGES, value_parser = clap::value_parser!(u32).range(1..=3))]
+    pub messages: u32,
+    /// Checker and simulation threads.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub threads: u64,
+    /// Simulated seeds per fleet.
+    #[arg(long, default_value_t = verify::DEFAULT_SIM_SEEDS, value_parser = at_least_one)]
+    pub sim_seeds: u64,
+    /// Also run SQL conformance on this PostgreSQL server (default: OUTBOX_CHECK_PG_URL).
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// Compare with this file instead of the reports/expectations.json built in.
+    #[arg(long, value_name = "FILE")]
+    pub expectations: Option<std::path::PathBuf>,
+    /// Also write DIR/index.md (the matrix and one section per finding) and every
+    /// counterexample under DIR/counterexamples/.
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<std::path::PathBuf>,
+    /// Also write a JUnit XML report for CI test reporters: one test case per fleet and
+    /// property, failing exactly where verify fails (a verdict that moved, or reference
+    /// broken); an expected violation passes with its sentence and counterexample.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<std::path::PathBuf>,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Also check your own design file as a fleet of its own (repeatable): with no verdict
+    /// pinned, it must hold every property, as reference must.
+    #[arg(long = "design", value_name = "FILE.toml", value_parser = parse_design)]
+    pub designs: Vec<Design>,
+}
+
+/// Runs `outbox-check verify`; returns the exit code.
+pub fn run(args: Args) -> ExitCode {
+    let Args { messages, threads, sim_seeds, database_url, expectations, report, junit, json, quiet, designs } = args;
+    verify(&VerifyArgs {
+        designs,
+        expectations,
+        junit,
+        messages,
+        threads: threads as usize,
+        sim_seeds,
+        report,
+        database_url,
+        json,
+        quiet,
+    })
 }

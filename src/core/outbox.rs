@@ -5,6 +5,7 @@
 //! iterates a hash map. Expected refusals are typed results ([`WriteResult::Stale`],
 //! [`EnqueueResult::Stale`]); invalid input is a [`CoreError`].
 
+pub use super::policy::ReleaseFence;
 use super::policy::{AmbiguousShape, AttemptsAt, ClaimFence, ClaimOrder, Policy, TokenKind, WriteFence};
 use super::row::{Aggregate, AggregateId, FailureCode, Lease, LeaseToken, MessageId, RelayId, Row, Status, TenantId};
 use super::time::{Duration, Instant};
@@ -121,29 +122,6 @@ pub struct WriteRequest {
     pub kind: WriteKind,
     pub now: Instant,
     pub max_attempts: u32,
-}
-
-/// What a maintenance job's release checks before it ends a lease (a rescuer moving an expired
-/// job on): the lease it read, the expiry, or nothing but the id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ReleaseFence {
-    /// `status = IN_FLIGHT AND lease_token = <the token it read>`: fenced on what it read.
-    Token,
-    /// `status = IN_FLIGHT AND lease_expires_at <= now`: an expired lease, whoever holds it.
-    Expired,
-    /// `message_id = ?` alone.
-    Id,
-}
-
-impl ReleaseFence {
-    pub fn name(self) -> &'static str {
-        match self {
-            ReleaseFence::Token => "token",
-            ReleaseFence::Expired => "expired",
-            ReleaseFence::Id => "id",
-        }
-    }
 }
 
 /// A maintenance job ends a lease without a claim: back to PENDING or AMBIGUOUS (with or

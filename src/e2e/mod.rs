@@ -16,9 +16,8 @@ pub mod nats;
 pub mod rabbitmq;
 pub mod relay;
 
-use crate::core::{
-    AggregateId, Design, Duration, EnqueueRequest, Instant, MessageId, Policy, RelayId, Status, TenantId,
-};
+use crate::core::{AggregateId, Duration, EnqueueRequest, Instant, MessageId, Policy, RelayId, Status, TenantId};
+use crate::design::Design;
 use crate::store::bind::{aggregate_name, message_name, owner_name, tenant_name};
 use crate::store::{PgStore, Store};
 use crate::trace::PublishAnswer;

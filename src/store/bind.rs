@@ -7,11 +7,12 @@
 //! parameters written in, so a divergence can be replayed by pasting the log into a SQL shell.
 
 use super::sql::{self, Dialect, Table, ROW_COLUMNS};
+use crate::core::WriteKind;
 use crate::core::{
     random_token, AggregateId, ClaimRequest, EnqueueRequest, EnqueueResult, FailureCode, Instant, Lease, LeaseToken,
     MessageId, Outbox, Policy, RelayId, Row, StaleReason, Status, TenantId, WriteRequest, WriteResult,
 };
-use crate::core::{Variant, WriteKind};
+use crate::design::Variant;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -11,11 +11,12 @@
 //! `unavailable`, `rejected`, `budget_spent`); statuses are the profile's own names.
 
 use super::bind::{Store, StoreError};
-use crate::core::design::StatusNames;
+use crate::core::design_file::StatusNames;
 use crate::core::{
-    ClaimRequest, Design, EnqueueRequest, EnqueueResult, FailureCode, Instant, Lease, LeaseToken, MessageId, Outbox,
-    Policy, RelayId, Row, Status, TenantId, WriteKind, WriteRequest, WriteResult,
+    ClaimRequest, EnqueueRequest, EnqueueResult, FailureCode, Instant, Lease, LeaseToken, MessageId, Outbox, Policy,
+    RelayId, Row, Status, TenantId, WriteKind, WriteRequest, WriteResult,
 };
+use crate::design::Design;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -121,7 +122,7 @@ impl Profile {
             let line = text[..at.min(text.len())].matches('\n').count() + 1;
             let message = e.message().replace('\n', " ");
             // The key the problem is at, where the message does not name it.
-            match crate::core::design::key_at(&text, at) {
+            match crate::core::design_file::key_at(&text, at) {
                 Some(key) if !message.contains(&key) => format!("{shown}:{line}: {key}: {message}"),
                 _ => format!("{shown}:{line}: {message}"),
             }

@@ -214,7 +214,7 @@ pub struct MaintenanceSection {
     /// The rescuer's fence: `expired` (finds and moves in one statement), `token` (moves what it
     /// read, if its token is still the row's) or `id` (moves the row it read, whatever holds it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fence: Option<super::outbox::ReleaseFence>,
+    pub fence: Option<super::policy::ReleaseFence>,
 }
 
 /// `[relay]`: what the relay process does.
@@ -339,7 +339,7 @@ impl DesignFile {
         if let Some(m) = &self.maintenance {
             if let Some(job) = m.job {
                 p.relay.reaper = job == MaintenanceJob::ExhaustExpired;
-                p.rescue = (job == MaintenanceJob::RescueExpired).then_some(super::outbox::ReleaseFence::Expired);
+                p.rescue = (job == MaintenanceJob::RescueExpired).then_some(super::policy::ReleaseFence::Expired);
             }
             // A fence sets the rescuer's, this file's or its base's.
             if let Some(fence) = m.fence {
@@ -608,13 +608,13 @@ mod tests {
 
     #[test]
     fn a_complete_file_gives_back_its_policy() {
-        let mut p = Policy::reference();
+        let mut p = Policy::unset();
         p.backoff = Backoff { base: Duration(250), cap: Duration(250) };
         p.write_fence = WriteFence::MessageIdOnly;
         let file = DesignFile::complete("x", "y", &p);
         let again = DesignFile::parse(&file.to_toml()).unwrap();
         assert_eq!(again, file);
-        assert_eq!(again.apply(Policy::reference()).unwrap(), p);
+        assert_eq!(again.apply(Policy::unset()).unwrap(), p);
     }
 
     #[test]
@@ -634,7 +634,9 @@ mod tests {
     #[test]
     fn backoff_keys_must_go_together() {
         let file = |retry: &str| {
-            DesignFile::parse(&format!("name = \"q\"\n[retry]\n{retry}\n")).unwrap().apply(Policy::reference())
+            DesignFile::parse(&format!("name = \"q\"\n[retry]\n{retry}\n"))
+                .unwrap()
+                .apply(Policy { backoff: Backoff::default(), ..Policy::unset() })
         };
         assert_eq!(
             file("backoff = \"fixed\"\ndelay_ms = 500").unwrap().backoff,
