@@ -11,7 +11,7 @@ use outbox_check::core::{
     Outbox, Property, Status, Violation, WriteRequest, WriteResult,
 };
 use outbox_check::oracle;
-use outbox_check::relay::{Clocks, Cycle, Effect, Input, PublishOutcome};
+use outbox_check::relay::{drive, Clocks, PublishOutcome, Reply};
 use outbox_check::trace::{self, Event, Outcome, PublishAnswer, WriteReport};
 use outbox_check::world::WorldConfig;
 use std::collections::{BTreeMap, BTreeSet};
@@ -554,58 +554,66 @@ async fn call<R: Request>(shared: &Shared, ep: &Endpoint, to: &str, op: u64, rpc
     }
 }
 
+/// One relay's database and broker in the simulation: each effect is an RPC to the database or
+/// broker node, and may go unanswered.
+struct SimEffects<'a> {
+    shared: &'a Shared,
+    ep: &'a Endpoint,
+    relay: u16,
+    skew: i64,
+}
+
+impl outbox_check::relay::Effects for SimEffects<'_> {
+    type Error = std::convert::Infallible;
+
+    fn clocks(&mut self) -> Clocks {
+        let now = self.shared.lock().now_ms();
+        Clocks { database: Instant(now), relay: Instant(now.saturating_add_signed(self.skew)) }
+    }
+
+    async fn claim(&mut self, request: ClaimRequest) -> Result<Reply, Self::Error> {
+        let (shared, relay) = (self.shared, self.relay);
+        let op = shared.lock().op();
+        Ok(match db_statement(shared, self.ep, op, ClaimRpc { op, relay, request }).await {
+            Some(leases) => Reply::Claimed(leases),
+            None => Reply::ConnectionLost,
+        })
+    }
+
+    async fn publish(&mut self, lease: Lease, key: IdempotencyKey) -> Result<PublishOutcome, Self::Error> {
+        let (shared, relay) = (self.shared, self.relay);
+        let op = shared.lock().op();
+        Ok(match call(shared, self.ep, BROKER, op, PublishRpc { op, relay, lease, key }).await {
+            Some(outcome) => outcome,
+            None => {
+                gave_up_publish(shared, op, relay, &lease, key);
+                PublishOutcome::Timeout
+            }
+        })
+    }
+
+    async fn write(&mut self, request: WriteRequest) -> Result<Reply, Self::Error> {
+        let (shared, relay) = (self.shared, self.relay);
+        let op = shared.lock().op();
+        Ok(match db_statement(shared, self.ep, op, WriteRpc { op, relay, request }).await {
+            Some(result) => Reply::Written(result),
+            None => Reply::ConnectionLost,
+        })
+    }
+}
+
 async fn relay(shared: Shared, index: usize) {
     let Ok(ep) = Endpoint::bind(relay_addr(index)).await else { return };
     let config = shared.setup.world.relay_config(index);
-    let skew = shared.setup.profile.skew[index];
-    let relay = index as u16;
-    let clocks = |shared: &Shared| {
-        let now = shared.lock().now_ms();
-        Clocks { database: Instant(now), relay: Instant(now.saturating_add_signed(skew)) }
-    };
+    let mut effects =
+        SimEffects { shared: &shared, ep: &ep, relay: index as u16, skew: shared.setup.profile.skew[index] };
     let mut busy = false;
     loop {
         let poll = shared.setup.sim.poll_ms;
         let wait = if busy { 5 } else { poll + madsim::rand::random::<u64>() % poll };
         sleep(ms(wait)).await;
-        let (mut cycle, mut effect) = Cycle::start(&config, clocks(&shared));
-        busy = false;
-        loop {
-            let step = match effect {
-                Effect::Done => break,
-                Effect::Claim { request } => {
-                    let op = shared.lock().op();
-                    let leases = db_statement(&shared, &ep, op, ClaimRpc { op, relay, request }).await;
-                    match leases {
-                        Some(leases) => {
-                            busy = leases.len() as u32 == config.batch;
-                            cycle.claimed(&config, leases, clocks(&shared))
-                        }
-                        None => cycle.resume(&config, Input::ConnectionLost, clocks(&shared)),
-                    }
-                }
-                Effect::Publish { lease, key } => {
-                    let op = shared.lock().op();
-                    let outcome = match call(&shared, &ep, BROKER, op, PublishRpc { op, relay, lease, key }).await {
-                        Some(outcome) => outcome,
-                        None => {
-                            gave_up_publish(&shared, op, relay, &lease, key);
-                            PublishOutcome::Timeout
-                        }
-                    };
-                    cycle.resume(&config, Input::Published { outcome }, clocks(&shared))
-                }
-                Effect::Write { request } => {
-                    let op = shared.lock().op();
-                    let input = match db_statement(&shared, &ep, op, WriteRpc { op, relay, request }).await {
-                        Some(result) => Input::Written { result },
-                        None => Input::ConnectionLost,
-                    };
-                    cycle.resume(&config, input, clocks(&shared))
-                }
-            };
-            effect = step.effect;
-        }
+        let Ok(claimed) = drive(&config, &mut effects).await;
+        busy = claimed as u32 == config.batch;
     }
 }
 

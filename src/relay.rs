@@ -16,6 +16,9 @@ use crate::core::{
 };
 use serde::{Deserialize, Serialize};
 
+pub mod driver;
+pub use driver::{drive, drive_now, Effects, Reply};
+
 /// What one relay is configured to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RelayConfig {

@@ -15,7 +15,7 @@ use crate::core::{
     Status, TenantId, Violation, WriteRequest, WriteResult,
 };
 use crate::design::Design;
-use crate::relay::{Clocks, Cycle, Effect, Input, LeaseResult, PublishOutcome, RelayConfig, Step};
+use crate::relay::{Clocks, Cycle, Effect, LeaseResult, PublishOutcome, RelayConfig, Reply, Step};
 use serde::{Deserialize, Serialize};
 use smallvec::{smallvec, SmallVec};
 use std::fmt;
@@ -801,11 +801,8 @@ impl World {
             self.step.seen.exhausted = leases.iter().any(|l| used_up(l.attempts, config.max_attempts));
         }
         report.event(|| Event::Claimed { relay: r as u16, request, leases: leases.clone(), db });
-        let step = if db == DbFate::Ok {
-            cycle.claimed(&relay_config, leases, clocks)
-        } else {
-            cycle.resume(&relay_config, Input::ConnectionLost, clocks)
-        };
+        let reply = if db == DbFate::Ok { Reply::Claimed(leases) } else { Reply::ConnectionLost };
+        let step = cycle.answer(&relay_config, reply, clocks);
         self.settle(r, cycle, step, report);
     }
 
@@ -823,7 +820,7 @@ impl World {
         let stable_key = key == IdempotencyKey::Message { message_id: lease.message_id };
         self.step.seen.duplicate_deduplicated = stable_key && stores > 0 && (stored_before || stores > 1);
         report.event(|| Event::Published { relay: r as u16, lease, key, fate });
-        let step = cycle.resume(&relay_config, Input::Published { outcome: fate.outcome() }, clocks);
+        let step = cycle.answer(&relay_config, Reply::Published(fate.outcome()), clocks);
         self.settle(r, cycle, step, report);
     }
 
@@ -869,11 +866,11 @@ impl World {
             }
         }
         report.event(|| Event::Wrote { relay: r as u16, request, result, db });
-        let input = match (db, result) {
-            (DbFate::Ok, Some(result)) => Input::Written { result },
-            _ => Input::ConnectionLost,
+        let reply = match (db, result) {
+            (DbFate::Ok, Some(result)) => Reply::Written(result),
+            _ => Reply::ConnectionLost,
         };
-        let step = cycle.resume(&relay_config, input, clocks);
+        let step = cycle.answer(&relay_config, reply, clocks);
         self.settle(r, cycle, step, report);
     }
 

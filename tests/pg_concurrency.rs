@@ -8,7 +8,7 @@ use outbox_check::core::{
     Status, TenantId, WriteKind, WriteRequest, WriteResult,
 };
 use outbox_check::design::Variant;
-use outbox_check::relay::{Clocks, Cycle, Effect, Input, PublishOutcome, RelayConfig};
+use outbox_check::relay::{drive_now, Clocks, Effects, PublishOutcome, RelayConfig, Reply};
 use outbox_check::store::bind::{message_name, owner_name, tenant_name};
 use outbox_check::store::postgres::Scratch;
 use outbox_check::store::sql::{self, Dialect};
@@ -135,6 +135,100 @@ fn write_event(req: &WriteRequest, result: WriteReport) -> Event {
         req,
         result,
     )
+}
+
+/// One relay thread's effects, performed by the library's one relay driver: its statements on
+/// `relay`'s connection, a broker that drops, refuses and loses acknowledgements by `rng`, and a
+/// backend terminated between a publication and its write.
+struct Driven<'a, 'n> {
+    relay: Relay<'a>,
+    log: &'a Mutex<Vec<Stamped>>,
+    trace: &'a Mutex<Vec<(i64, Event)>>,
+    /// Per message: the copies the broker stored, and the publications asked of it.
+    stored: &'a Mutex<BTreeMap<u32, u32>>,
+    asked: &'a Mutex<BTreeMap<u32, u32>>,
+    kills: &'a AtomicU64,
+    killer: Scratch,
+    rng: rand_chacha::ChaCha8Rng,
+    now: &'n dyn Fn() -> u64,
+    published_at: i64,
+}
+
+impl Effects for Driven<'_, '_> {
+    type Error = std::convert::Infallible;
+
+    fn clocks(&mut self) -> Clocks {
+        Clocks::same(Instant((self.now)()))
+    }
+
+    async fn claim(&mut self, request: ClaimRequest) -> Result<Reply, Self::Error> {
+        Ok(match self.relay.claim(&request, self.log) {
+            Ok(leases) => Reply::Claimed(leases),
+            Err(_) => {
+                self.relay.reconnect();
+                Reply::ConnectionLost
+            }
+        })
+    }
+
+    async fn publish(
+        &mut self,
+        lease: Lease,
+        key: outbox_check::core::IdempotencyKey,
+    ) -> Result<PublishOutcome, Self::Error> {
+        *self.asked.lock().unwrap().entry(lease.message_id.0).or_default() += 1;
+        let roll: f64 = self.rng.gen();
+        let outcome = if roll < 0.10 {
+            PublishOutcome::RetryableFailure
+        } else if roll < 0.15 {
+            PublishOutcome::Timeout // dropped before storing
+        } else {
+            *self.stored.lock().unwrap().entry(lease.message_id.0).or_default() += 1;
+            if roll < 0.20 {
+                PublishOutcome::Timeout
+            } else {
+                PublishOutcome::Ack
+            } // lost ack
+        };
+        self.published_at = self.relay.stamp();
+        self.trace.lock().unwrap().push((
+            2 * self.published_at,
+            Event::Publish {
+                relay: owner_name(lease.owner),
+                message: message_name(lease.message_id),
+                key: match key {
+                    outbox_check::core::IdempotencyKey::Message { message_id } => message_name(message_id),
+                    outbox_check::core::IdempotencyKey::Other { value } => format!("{value:#x}"),
+                },
+                answer: PublishAnswer::from(outcome),
+                stored: Some(roll >= 0.15),
+                token: Some(lease.token.0.to_string()),
+            },
+        ));
+        // Between publish and terminal write, the backend may die.
+        if self.rng.gen_bool(0.03) {
+            self.killer.client().query("SELECT pg_terminate_backend($1)", &[&self.relay.pid]).unwrap();
+            self.kills.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(outcome)
+    }
+
+    async fn write(&mut self, mut request: WriteRequest) -> Result<Reply, Self::Error> {
+        request.now = Instant((self.now)());
+        Ok(match self.relay.write(&request, self.log) {
+            Ok(result) => Reply::Written(result),
+            Err(_) => {
+                // The connection died: the relay cannot know whether the write committed, and
+                // logs it so, after its publication.
+                self.trace
+                    .lock()
+                    .unwrap()
+                    .push((2 * self.published_at + 1, write_event(&request, WriteReport::Unknown)));
+                self.relay.reconnect();
+                Reply::ConnectionLost
+            }
+        })
+    }
 }
 
 impl<'a> Relay<'a> {
@@ -293,71 +387,21 @@ fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_wr
                             trace.lock().unwrap().push((2 * stamp, Event::Reap { now: at, messages: reaped }));
                         }
                     }
-                    let (mut cycle, mut effect) = Cycle::start(&config, Clocks::same(Instant(now())));
-                    let mut claimed_any = false;
-                    loop {
-                        let step = match effect {
-                            Effect::Done => break,
-                            Effect::Claim { request } => match relay.claim(&request, log) {
-                                Ok(leases) => {
-                                    claimed_any = !leases.is_empty();
-                                    cycle.claimed(&config, leases, Clocks::same(Instant(now())))
-                                }
-                                Err(_) => {
-                                    relay.reconnect();
-                                    cycle.resume(&config, Input::ConnectionLost, Clocks::same(Instant(now())))
-                                }
-                            },
-                            Effect::Publish { lease, key } => {
-                                *asked.lock().unwrap().entry(lease.message_id.0).or_default() += 1;
-                                let roll: f64 = rng.gen();
-                                let outcome = if roll < 0.10 {
-                                    PublishOutcome::RetryableFailure
-                                } else if roll < 0.15 {
-                                    PublishOutcome::Timeout // dropped before storing
-                                } else {
-                                    *stored.lock().unwrap().entry(lease.message_id.0).or_default() += 1;
-                                    if roll < 0.20 { PublishOutcome::Timeout } else { PublishOutcome::Ack } // lost ack
-                                };
-                                published_at = relay.stamp();
-                                trace.lock().unwrap().push((
-                                    2 * published_at,
-                                    Event::Publish {
-                                        relay: owner_name(lease.owner),
-                                        message: message_name(lease.message_id),
-                                        key: match key {
-                                            outbox_check::core::IdempotencyKey::Message { message_id } => message_name(message_id),
-                                            other => format!("{other:?}"),
-                                        },
-                                        answer: PublishAnswer::from(outcome),
-                                        stored: Some(roll >= 0.15),
-                                        token: Some(lease.token.0.to_string()),
-                                    },
-                                ));
-                                // Between publish and terminal write, the backend may die.
-                                if rng.gen_bool(0.03) {
-                                    killer.client().query("SELECT pg_terminate_backend($1)", &[&relay.pid]).unwrap();
-                                    kills.fetch_add(1, Ordering::Relaxed);
-                                }
-                                cycle.resume(&config, Input::Published { outcome }, Clocks::same(Instant(now())))
-                            }
-                            Effect::Write { mut request } => {
-                                request.now = Instant(now());
-                                match relay.write(&request, log) {
-                                    Ok(result) => cycle.resume(&config, Input::Written { result }, Clocks::same(Instant(now()))),
-                                    Err(_) => {
-                                        // The connection died: the relay cannot know whether the
-                                        // write committed, and logs it so, after its publication.
-                                        trace.lock().unwrap().push((2 * published_at + 1, write_event(&request, WriteReport::Unknown)));
-                                        relay.reconnect();
-                                        cycle.resume(&config, Input::ConnectionLost, Clocks::same(Instant(now())))
-                                    }
-                                }
-                            }
-                        };
-                        effect = step.effect;
-                    }
-                    if !claimed_any {
+                    let mut effects = Driven {
+                        relay,
+                        log,
+                        trace,
+                        stored,
+                        asked,
+                        kills,
+                        killer,
+                        rng,
+                        now: &now,
+                        published_at,
+                    };
+                    let claimed = drive_now(&config, &mut effects).unwrap();
+                    Driven { relay, killer, rng, published_at, .. } = effects;
+                    if claimed == 0 {
                         let open: i64 = relay
                             .db
                             .client()

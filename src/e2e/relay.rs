@@ -13,8 +13,10 @@
 
 use super::nats::{self, Answer};
 use super::{LogLine, Publication, RelaySetup};
-use crate::core::{ClaimRequest, Duration, Instant, Lease, RelayId, TenantId, WriteRequest, WriteResult};
-use crate::relay::{Clocks, Cycle, Effect, Input, PublishOutcome, RelayConfig};
+use crate::core::{
+    ClaimRequest, Duration, IdempotencyKey, Instant, Lease, RelayId, TenantId, WriteRequest, WriteResult,
+};
+use crate::relay::{drive_now, Clocks, Effects, PublishOutcome, RelayConfig, Reply};
 use crate::store::bind::{message_name, owner_name, tenant_name, PgStore, StoreError};
 use crate::store::postgres::Scratch;
 use crate::trace::{Event, Outcome, PublishAnswer, WriteReport};
@@ -168,17 +170,16 @@ fn run(setup: &RelaySetup) -> Result<(), String> {
         .open(&setup.log)
         .map_err(|e| format!("cannot open {}: {e}", setup.log.display()))?;
     // Pending ids carry the incarnation: unique over the relay's restarts.
-    let mut log = Log { file, last: 0, next_pending: u64::from(setup.incarnation) << 32 };
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
+    let log = Log { file, last: 0, next_pending: u64::from(setup.incarnation) << 32 };
+    let rng = rand_chacha::ChaCha8Rng::seed_from_u64(
         setup.seed ^ u64::from(setup.relay) << 32 ^ u64::from(setup.incarnation) << 48,
     );
     let runtime = nats::runtime();
     // The JetStream context spawns its acknowledgement task on the current runtime.
     let _entered = runtime.enter();
-    let mut publisher = runtime.block_on(Publisher::connect(setup))?;
-    let mut publications = 0u64;
-    let mut db = Db::connect(setup)?;
-    let mut killer = Scratch::attach(&setup.database_url, false, &setup.schema).map_err(|e| e.to_string())?;
+    let publisher = runtime.block_on(Publisher::connect(setup))?;
+    let db = Db::connect(setup)?;
+    let killer = Scratch::attach(&setup.database_url, false, &setup.schema).map_err(|e| e.to_string())?;
     let owner = RelayId(setup.relay);
     let config = RelayConfig {
         owner,
@@ -190,141 +191,158 @@ fn run(setup: &RelaySetup) -> Result<(), String> {
     };
     let relay = owner_name(owner);
     let tenant = tenant_name(TenantId(0));
-    let now = || Instant(super::now_ms(setup.epoch_ms));
     let stopped = || setup.stop.exists() || unsafe { libc::getppid() } != parent;
+    let mut effects =
+        Process { setup, log, rng, runtime: &runtime, publisher, publications: 0, db, killer, relay, tenant };
     while !stopped() {
-        let (mut cycle, mut effect) = Cycle::start(&config, Clocks::same(now()));
-        let mut claimed_any = false;
-        loop {
-            let step = match effect {
-                Effect::Done => break,
-                Effect::Claim { mut request } => {
-                    request.now = now();
-                    let unknown = Event::Claim {
-                        relay: relay.clone(),
-                        tenant: tenant.clone(),
-                        batch: request.batch,
-                        lease_ms: request.lease.0,
-                        now: request.now.0,
-                        leases: Vec::new(),
-                        outcome: Outcome::Unknown,
-                    };
-                    let pending = log.pending(unknown)?;
-                    match db.claim(&request) {
-                        Ok((stamp, leases)) => {
-                            log.committed(
-                                stamp,
-                                Some(pending),
-                                Event::claim_of(relay.clone(), tenant.clone(), &request, &leases, message_name),
-                            )?;
-                            claimed_any = !leases.is_empty();
-                            cycle.claimed(&config, leases, Clocks::same(now()))
-                        }
-                        Err(_) => {
-                            db.reconnect()?;
-                            cycle.resume(&config, Input::ConnectionLost, Clocks::same(now()))
-                        }
-                    }
-                }
-                Effect::Publish { lease, key } => {
-                    let message = message_name(lease.message_id);
-                    let cut = rng.gen_bool(setup.cut_before_ack);
-                    let at = super::now_ms(setup.epoch_ms);
-                    let payload = format!("{message} token {}", lease.token.0).into_bytes();
-                    let id = format!("{relay}.{}.{publications}", setup.incarnation);
-                    publications += 1;
-                    let answer = runtime.block_on(publisher.publish(setup, &message, &id, payload, cut));
-                    if cut {
-                        log.line(&LogLine::Fault {
-                            at_ms: at,
-                            what: format!("{relay}'s broker connection cut before the ack of {message}"),
-                        })?;
-                        // The connection is gone: the relay starts a new one, as its client would.
-                        publisher = runtime.block_on(Publisher::connect(setup))?;
-                    }
-                    let outcome = match answer {
-                        Answer::Ack { .. } => PublishOutcome::Ack,
-                        Answer::Timeout => PublishOutcome::Timeout,
-                        Answer::Unavailable => PublishOutcome::RetryableFailure,
-                    };
-                    let (sequence, duplicate) = match answer {
-                        Answer::Ack { sequence, duplicate } => (sequence, duplicate),
-                        _ => (None, false),
-                    };
-                    log.line(&LogLine::Publication(Publication {
-                        id,
-                        relay: relay.clone(),
-                        message: message.clone(),
-                        token: lease.token.0,
-                        at_ms: at,
-                        answer: PublishAnswer::from(outcome),
-                        cut,
-                        sequence,
-                        duplicate,
-                    }))?;
-                    let key = match key {
-                        crate::core::IdempotencyKey::Message { message_id } => message_name(message_id),
-                        crate::core::IdempotencyKey::Other { value } => format!("{value:#x}"),
-                    };
-                    let event = Event::Publish {
-                        relay: relay.clone(),
-                        message,
-                        key,
-                        answer: PublishAnswer::from(outcome),
-                        stored: None,
-                        token: Some(lease.token.0.to_string()),
-                    };
-                    match db.stamp() {
-                        Ok(stamp) => log.committed(stamp, None, event)?,
-                        Err(_) => db.reconnect()?,
-                    }
-                    // Between the publication and the terminal write, the backend may die.
-                    if rng.gen_bool(setup.kill_backend) {
-                        let _ = killer.client().query("SELECT pg_terminate_backend($1)", &[&db.pid]);
-                        log.line(&LogLine::Fault {
-                            at_ms: super::now_ms(setup.epoch_ms),
-                            what: format!(
-                                "{relay}'s backend terminated between publish and write of {}",
-                                message_name(lease.message_id)
-                            ),
-                        })?;
-                    }
-                    cycle.resume(&config, Input::Published { outcome }, Clocks::same(now()))
-                }
-                Effect::Write { mut request } => {
-                    request.now = now();
-                    let event = |result| {
-                        Event::write_of(
-                            relay.clone(),
-                            tenant.clone(),
-                            message_name(request.lease.message_id),
-                            &request,
-                            result,
-                        )
-                    };
-                    let pending = log.pending(event(WriteReport::Unknown))?;
-                    match db.write(&request) {
-                        Ok((stamp, result)) => {
-                            let report = if matches!(result, WriteResult::Applied { .. }) {
-                                WriteReport::Applied
-                            } else {
-                                WriteReport::Stale
-                            };
-                            log.committed(stamp, Some(pending), event(report))?;
-                            cycle.resume(&config, Input::Written { result }, Clocks::same(now()))
-                        }
-                        Err(_) => {
-                            db.reconnect()?;
-                            cycle.resume(&config, Input::ConnectionLost, Clocks::same(now()))
-                        }
-                    }
-                }
-            };
-            effect = step.effect;
-        }
-        if !claimed_any {
+        if drive_now(&config, &mut effects)? == 0 {
             std::thread::sleep(std::time::Duration::from_millis(setup.poll_ms));
         }
     }
     Ok(())
+}
+
+/// One relay process's database, broker and log: every statement and publication it makes is
+/// logged with its commit stamp (a statement first as pending, so one whose reply is lost is in
+/// the history with an unknown outcome), and the faults drawn for it are injected around them.
+struct Process<'a> {
+    setup: &'a RelaySetup,
+    log: Log,
+    rng: rand_chacha::ChaCha8Rng,
+    runtime: &'a tokio::runtime::Runtime,
+    publisher: Publisher,
+    /// Publications made by this incarnation: their ids.
+    publications: u64,
+    db: Db,
+    /// A second connection, to terminate the relay's own backend between publish and write.
+    killer: Scratch,
+    relay: String,
+    tenant: String,
+}
+
+impl Effects for Process<'_> {
+    type Error = String;
+
+    fn clocks(&mut self) -> Clocks {
+        Clocks::same(Instant(super::now_ms(self.setup.epoch_ms)))
+    }
+
+    async fn claim(&mut self, mut request: ClaimRequest) -> Result<Reply, String> {
+        request.now = self.clocks().database;
+        let unknown = Event::Claim {
+            relay: self.relay.clone(),
+            tenant: self.tenant.clone(),
+            batch: request.batch,
+            lease_ms: request.lease.0,
+            now: request.now.0,
+            leases: Vec::new(),
+            outcome: Outcome::Unknown,
+        };
+        let pending = self.log.pending(unknown)?;
+        match self.db.claim(&request) {
+            Ok((stamp, leases)) => {
+                self.log.committed(
+                    stamp,
+                    Some(pending),
+                    Event::claim_of(self.relay.clone(), self.tenant.clone(), &request, &leases, message_name),
+                )?;
+                Ok(Reply::Claimed(leases))
+            }
+            Err(_) => {
+                self.db.reconnect()?;
+                Ok(Reply::ConnectionLost)
+            }
+        }
+    }
+
+    async fn publish(&mut self, lease: Lease, key: IdempotencyKey) -> Result<PublishOutcome, String> {
+        let (setup, relay) = (self.setup, self.relay.clone());
+        let message = message_name(lease.message_id);
+        let cut = self.rng.gen_bool(setup.cut_before_ack);
+        let at = super::now_ms(setup.epoch_ms);
+        let payload = format!("{message} token {}", lease.token.0).into_bytes();
+        let id = format!("{relay}.{}.{}", setup.incarnation, self.publications);
+        self.publications += 1;
+        let answer = self.runtime.block_on(self.publisher.publish(setup, &message, &id, payload, cut));
+        if cut {
+            self.log.line(&LogLine::Fault {
+                at_ms: at,
+                what: format!("{relay}'s broker connection cut before the ack of {message}"),
+            })?;
+            // The connection is gone: the relay starts a new one, as its client would.
+            self.publisher = self.runtime.block_on(Publisher::connect(setup))?;
+        }
+        let outcome = match answer {
+            Answer::Ack { .. } => PublishOutcome::Ack,
+            Answer::Timeout => PublishOutcome::Timeout,
+            Answer::Unavailable => PublishOutcome::RetryableFailure,
+        };
+        let (sequence, duplicate) = match answer {
+            Answer::Ack { sequence, duplicate } => (sequence, duplicate),
+            _ => (None, false),
+        };
+        self.log.line(&LogLine::Publication(Publication {
+            id,
+            relay: relay.clone(),
+            message: message.clone(),
+            token: lease.token.0,
+            at_ms: at,
+            answer: PublishAnswer::from(outcome),
+            cut,
+            sequence,
+            duplicate,
+        }))?;
+        let key = match key {
+            IdempotencyKey::Message { message_id } => message_name(message_id),
+            IdempotencyKey::Other { value } => format!("{value:#x}"),
+        };
+        let event = Event::Publish {
+            relay: relay.clone(),
+            message,
+            key,
+            answer: PublishAnswer::from(outcome),
+            stored: None,
+            token: Some(lease.token.0.to_string()),
+        };
+        match self.db.stamp() {
+            Ok(stamp) => self.log.committed(stamp, None, event)?,
+            Err(_) => self.db.reconnect()?,
+        }
+        // Between the publication and the terminal write, the backend may die.
+        if self.rng.gen_bool(setup.kill_backend) {
+            let _ = self.killer.client().query("SELECT pg_terminate_backend($1)", &[&self.db.pid]);
+            self.log.line(&LogLine::Fault {
+                at_ms: super::now_ms(setup.epoch_ms),
+                what: format!(
+                    "{relay}'s backend terminated between publish and write of {}",
+                    message_name(lease.message_id)
+                ),
+            })?;
+        }
+        Ok(outcome)
+    }
+
+    async fn write(&mut self, mut request: WriteRequest) -> Result<Reply, String> {
+        request.now = self.clocks().database;
+        let (relay, tenant) = (self.relay.clone(), self.tenant.clone());
+        let event = |result| {
+            Event::write_of(relay.clone(), tenant.clone(), message_name(request.lease.message_id), &request, result)
+        };
+        let pending = self.log.pending(event(WriteReport::Unknown))?;
+        match self.db.write(&request) {
+            Ok((stamp, result)) => {
+                let report = if matches!(result, WriteResult::Applied { .. }) {
+                    WriteReport::Applied
+                } else {
+                    WriteReport::Stale
+                };
+                self.log.committed(stamp, Some(pending), event(report))?;
+                Ok(Reply::Written(result))
+            }
+            Err(_) => {
+                self.db.reconnect()?;
+                Ok(Reply::ConnectionLost)
+            }
+        }
+    }
 }

@@ -1208,6 +1208,133 @@ impl ConcurrentReport {
 /// A row no step of the design will move again: not terminal, its budget spent so no claim
 /// takes it, and no maintenance job of the profile's to move it on. (A rescuer only hands it
 /// back to the claim, which still refuses it.)
+/// One relay thread of a profile's concurrent run: the profile's statements on its own connection
+/// (a new one after its backend was terminated), a broker that drops, refuses and loses
+/// acknowledgements by `rng`, and every statement logged under its commit-order stamp.
+struct ThreadRelay<'a> {
+    store: ProfileStore,
+    /// The connection's backend, for `killer` to terminate.
+    pid: i32,
+    connect: &'a dyn Fn() -> Result<(ProfileStore, i32), StoreError>,
+    now: &'a dyn Fn() -> u64,
+    rng: rand_chacha::ChaCha8Rng,
+    trace: &'a std::sync::Mutex<Vec<(i64, crate::trace::Event)>>,
+    /// Per message: the copies the broker stored.
+    stored: &'a std::sync::Mutex<BTreeMap<u32, u32>>,
+    kills: &'a std::sync::atomic::AtomicU64,
+    killer: super::postgres::Scratch,
+    /// The order stamp of this relay's latest publication: a write whose outcome is unknown is
+    /// logged right after it.
+    published_at: i64,
+}
+
+impl ThreadRelay<'_> {
+    fn log(&self, stamp: i64, event: crate::trace::Event) {
+        self.trace.lock().unwrap_or_else(|e| e.into_inner()).push((stamp, event));
+    }
+}
+
+impl crate::relay::Effects for ThreadRelay<'_> {
+    type Error = StoreError;
+
+    fn clocks(&mut self) -> crate::relay::Clocks {
+        crate::relay::Clocks::same(Instant((self.now)()))
+    }
+
+    async fn claim(&mut self, request: ClaimRequest) -> Result<crate::relay::Reply, StoreError> {
+        use crate::relay::Reply;
+        match self.store.claim(&request) {
+            Ok(leases) => {
+                let event = crate::trace::Event::claim_of(
+                    format!("r{}", request.owner.0),
+                    "t0".into(),
+                    &request,
+                    &leases,
+                    |m| format!("m{}", m.0),
+                );
+                self.log(2 * self.store.last_stamp, event);
+                Ok(Reply::Claimed(leases))
+            }
+            Err(StoreError::Postgres(_)) => {
+                (self.store, self.pid) = (self.connect)()?;
+                Ok(Reply::ConnectionLost)
+            }
+            Err(other) => Err(other),
+        }
+    }
+
+    async fn publish(
+        &mut self,
+        lease: Lease,
+        _key: crate::core::IdempotencyKey,
+    ) -> Result<crate::relay::PublishOutcome, StoreError> {
+        use crate::relay::PublishOutcome;
+        use rand::Rng;
+        let roll: f64 = self.rng.gen();
+        let outcome = if roll < 0.10 {
+            PublishOutcome::RetryableFailure
+        } else if roll < 0.15 {
+            PublishOutcome::Timeout
+        } else {
+            *self.stored.lock().unwrap_or_else(|e| e.into_inner()).entry(lease.message_id.0).or_default() += 1;
+            if roll < 0.20 {
+                PublishOutcome::Timeout
+            } else {
+                PublishOutcome::Ack
+            }
+        };
+        self.published_at = self.killer.client().query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
+        let event = crate::trace::Event::Publish {
+            relay: format!("r{}", lease.owner.0),
+            message: format!("m{}", lease.message_id.0),
+            key: format!("m{}", lease.message_id.0),
+            answer: crate::trace::PublishAnswer::from(outcome),
+            stored: Some(roll >= 0.15),
+            token: Some(lease.token.0.to_string()),
+        };
+        self.log(2 * self.published_at, event);
+        // Between publish and terminal write, the backend may die.
+        if self.rng.gen_bool(0.03) {
+            self.killer.client().query("SELECT pg_terminate_backend($1)", &[&self.pid])?;
+            self.kills.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(outcome)
+    }
+
+    async fn write(&mut self, mut request: WriteRequest) -> Result<crate::relay::Reply, StoreError> {
+        use crate::relay::Reply;
+        use crate::trace::WriteReport;
+        request.now = Instant((self.now)());
+        let event = |result| {
+            crate::trace::Event::write_of(
+                format!("r{}", request.lease.owner.0),
+                "t0".into(),
+                format!("m{}", request.lease.message_id.0),
+                &request,
+                result,
+            )
+        };
+        match self.store.write(&request) {
+            Ok(result) => {
+                let report = if matches!(result, WriteResult::Applied { .. }) {
+                    WriteReport::Applied
+                } else {
+                    WriteReport::Stale
+                };
+                self.log(2 * self.store.last_stamp, event(report));
+                Ok(Reply::Written(result))
+            }
+            Err(StoreError::Postgres(_)) => {
+                // Whether it committed is unknown: logged so, after the publication.
+                self.log(2 * self.published_at + 1, event(WriteReport::Unknown));
+                (self.store, self.pid) = (self.connect)()?;
+                Ok(Reply::ConnectionLost)
+            }
+            Err(other) => Err(other),
+        }
+    }
+}
+
 impl Profile {
     /// `relays` relays as threads over the profile's statements on PostgreSQL, each on its own
     /// connection into one scratch schema: a broker that drops, refuses and loses
@@ -1222,9 +1349,9 @@ impl Profile {
         messages: u32,
         seed: u64,
     ) -> Result<ConcurrentReport, StoreError> {
-        use crate::relay::{Clocks, Cycle, Effect, Input, PublishOutcome, RelayConfig};
-        use crate::trace::{Event as T, PublishAnswer, WriteReport};
-        use rand::{Rng, SeedableRng};
+        use crate::relay::{drive_now, RelayConfig};
+        use crate::trace::Event as T;
+        use rand::SeedableRng;
         use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
         use std::sync::Mutex;
         if let Some(outside) = leaves_the_schema(&self.schema_sql) {
@@ -1365,124 +1492,21 @@ impl Profile {
                                     }
                                 }
                             }
-                            let (mut cycle, mut effect) = Cycle::start(&config, Clocks::same(Instant(now())));
-                            let mut claimed_any = false;
-                            loop {
-                                let step = match effect {
-                                    Effect::Done => break,
-                                    Effect::Claim { request } => match store.claim(&request) {
-                                        Ok(leases) => {
-                                            claimed_any = !leases.is_empty();
-                                            trace.lock().unwrap_or_else(|e| e.into_inner()).push((
-                                                2 * store.last_stamp,
-                                                T::claim_of(
-                                                    relay_name(request.owner),
-                                                    "t0".into(),
-                                                    &request,
-                                                    &leases,
-                                                    names,
-                                                ),
-                                            ));
-                                            cycle.claimed(&config, leases, Clocks::same(Instant(now())))
-                                        }
-                                        Err(StoreError::Postgres(_)) => {
-                                            (store, pid) = connect()?;
-                                            cycle.resume(&config, Input::ConnectionLost, Clocks::same(Instant(now())))
-                                        }
-                                        Err(other) => return Err(other),
-                                    },
-                                    Effect::Publish { lease, .. } => {
-                                        let roll: f64 = rng.gen();
-                                        let outcome = if roll < 0.10 {
-                                            PublishOutcome::RetryableFailure
-                                        } else if roll < 0.15 {
-                                            PublishOutcome::Timeout
-                                        } else {
-                                            *stored
-                                                .lock()
-                                                .unwrap_or_else(|e| e.into_inner())
-                                                .entry(lease.message_id.0)
-                                                .or_default() += 1;
-                                            if roll < 0.20 {
-                                                PublishOutcome::Timeout
-                                            } else {
-                                                PublishOutcome::Ack
-                                            }
-                                        };
-                                        published_at = killer
-                                            .client()
-                                            .query_one("SELECT nextval('outbox_check_order')", &[])?
-                                            .get(0);
-                                        trace.lock().unwrap_or_else(|e| e.into_inner()).push((
-                                            2 * published_at,
-                                            T::Publish {
-                                                relay: relay_name(lease.owner),
-                                                message: names(lease.message_id),
-                                                key: names(lease.message_id),
-                                                answer: PublishAnswer::from(outcome),
-                                                stored: Some(roll >= 0.15),
-                                                token: Some(lease.token.0.to_string()),
-                                            },
-                                        ));
-                                        // Between publish and terminal write, the backend may die.
-                                        if rng.gen_bool(0.03) {
-                                            killer.client().query("SELECT pg_terminate_backend($1)", &[&pid])?;
-                                            kills.fetch_add(1, Ordering::Relaxed);
-                                        }
-                                        cycle.resume(
-                                            &config,
-                                            Input::Published { outcome },
-                                            Clocks::same(Instant(now())),
-                                        )
-                                    }
-                                    Effect::Write { mut request } => {
-                                        request.now = Instant(now());
-                                        let event = |result| {
-                                            T::write_of(
-                                                relay_name(request.lease.owner),
-                                                "t0".into(),
-                                                names(request.lease.message_id),
-                                                &request,
-                                                result,
-                                            )
-                                        };
-                                        match store.write(&request) {
-                                            Ok(result) => {
-                                                let report = if matches!(result, WriteResult::Applied { .. }) {
-                                                    WriteReport::Applied
-                                                } else {
-                                                    WriteReport::Stale
-                                                };
-                                                trace
-                                                    .lock()
-                                                    .unwrap_or_else(|e| e.into_inner())
-                                                    .push((2 * store.last_stamp, event(report)));
-                                                cycle.resume(
-                                                    &config,
-                                                    Input::Written { result },
-                                                    Clocks::same(Instant(now())),
-                                                )
-                                            }
-                                            Err(StoreError::Postgres(_)) => {
-                                                // Whether it committed is unknown: logged so, after the publication.
-                                                trace
-                                                    .lock()
-                                                    .unwrap_or_else(|e| e.into_inner())
-                                                    .push((2 * published_at + 1, event(WriteReport::Unknown)));
-                                                (store, pid) = connect()?;
-                                                cycle.resume(
-                                                    &config,
-                                                    Input::ConnectionLost,
-                                                    Clocks::same(Instant(now())),
-                                                )
-                                            }
-                                            Err(other) => return Err(other),
-                                        }
-                                    }
-                                };
-                                effect = step.effect;
-                            }
-                            if !claimed_any {
+                            let mut effects = ThreadRelay {
+                                store,
+                                pid,
+                                connect: &connect,
+                                now: &now,
+                                rng,
+                                trace,
+                                stored,
+                                kills,
+                                killer,
+                                published_at,
+                            };
+                            let claimed = drive_now(&config, &mut effects)?;
+                            ThreadRelay { store, pid, rng, killer, published_at, .. } = effects;
+                            if claimed == 0 {
                                 let can_reap = store.can_reap() || store.can_rescue();
                                 let open = store
                                     .rows()?
