@@ -1,0 +1,224 @@
+//! The run's history: the relays' logs merged in commit order, judged by the oracle against the
+//! declared design, and every delivery the consumer recorded named against the publications
+//! behind it.
+
+use super::*;
+
+/// Merges the relays' logs into `history` by commit stamp: each committed statement at its
+/// stamp, each pending one nobody resolved right after its relay's previous statement. Returns
+/// the publications and the faults the relays drew themselves.
+pub(super) fn merge_logs(
+    dir: &Path,
+    relays: u16,
+    history: &mut Vec<(i64, u64, serde_json::Value)>,
+) -> (Vec<Publication>, Vec<String>) {
+    let mut publications = Vec::new();
+    let mut relay_faults = Vec::new();
+    for r in 0..relays {
+        let path = dir.join(format!("relay-{r}.jsonl"));
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        // Pending ids are unique over the relay's restarts (they carry the incarnation).
+        let mut pending: std::collections::BTreeMap<u64, (i64, serde_json::Value)> = Default::default();
+        for line in text.lines() {
+            let Ok(line) = serde_json::from_str::<LogLine>(line) else {
+                // The last line of a relay killed while writing it.
+                continue;
+            };
+            match line {
+                LogLine::Pending { id, after, event } => {
+                    pending.insert(id, (after, serde_json::to_value(&event).expect("JSON of plain values")));
+                }
+                LogLine::Committed { stamp, resolves, event } => {
+                    if let Some(id) = resolves {
+                        pending.remove(&id);
+                    }
+                    history.push((
+                        2 * stamp,
+                        u64::from(r),
+                        serde_json::to_value(&event).expect("JSON of plain values"),
+                    ));
+                }
+                LogLine::Publication(p) => publications.push(p),
+                LogLine::Fault { what, .. } => relay_faults.push(what),
+            }
+        }
+        for (_, (after, event)) in pending {
+            history.push((2 * after + 1, u64::from(r), event));
+        }
+    }
+    history.sort_by_key(|a| (a.0, a.1));
+    (publications, relay_faults)
+}
+
+/// The reaper's statement, stamped; its event if it reaped anything.
+pub(super) fn reap(
+    db: &mut crate::store::postgres::Scratch,
+    epoch_ms: u64,
+    max_attempts: u32,
+) -> Option<(i64, u64, serde_json::Value)> {
+    let at = now_ms(epoch_ms);
+    let statement = crate::store::sql::reap(crate::store::sql::Dialect::Postgres);
+    let mut tx = db.client().transaction().ok()?;
+    let reaped: Vec<String> =
+        tx.query(&statement, &[&(at as i64), &(max_attempts as i32)]).ok()?.iter().map(|r| r.get(0)).collect();
+    let stamp: i64 = tx.query_one("SELECT nextval('outbox_check_order')", &[]).ok()?.get(0);
+    tx.commit().ok()?;
+    (!reaped.is_empty()).then(|| {
+        let event = crate::trace::Event::Reap { now: at, messages: reaped };
+        (2 * stamp, u64::MAX, serde_json::to_value(&event).expect("JSON of plain values"))
+    })
+}
+
+/// What the oracle made of a run's history (see [`Report`]'s fields of the same names).
+pub(super) struct Findings {
+    pub(super) oracle: Option<String>,
+    pub(super) broken: Vec<String>,
+    pub(super) either: Vec<String>,
+}
+
+/// The oracle's verdict on the history text, going on after each divergence: the first in
+/// words, and every property (S1–S10) or conformance finding (C1–C8) named. Reading it back
+/// through the trace format's own parser checks that too.
+pub(super) fn check_history(design: Design, text: &str) -> Result<Findings, String> {
+    let (header, events) = crate::trace::parse("e2e history", text)
+        .map_err(|e| format!("the run wrote a history the trace format refuses (a bug of e2e): {e}"))?;
+    let verdict =
+        crate::oracle::check(design, &header, events.iter().map(|(line, e)| (*line, e)), crate::oracle::Mode::All);
+    Ok(Findings {
+        oracle: verdict.first().map(|d| d.to_string()),
+        broken: verdict.broken().into_iter().map(str::to_string).collect(),
+        either: verdict.either(),
+    })
+}
+
+/// Names every delivery beyond a message's first; lists the publications the broker caught as
+/// duplicates and the copies no logged publication explains. `window`: the broker's
+/// deduplication window (none: it keeps none).
+pub(super) fn name_deliveries(
+    deliveries: &[Delivery],
+    publications: &[Publication],
+    window: Option<u64>,
+) -> (Vec<ExtraDelivery>, Vec<Deduplicated>, Vec<String>) {
+    use std::collections::BTreeMap;
+    let at = |ms: u64| secs(ms.saturating_sub(CLOCK_OFFSET));
+    let sent = |id: &Option<String>| id.as_ref().and_then(|id| publications.iter().find(|p| &p.id == id));
+    // A copy was stored when the broker says (NATS), else when its publication went out.
+    let stored = |d: &Delivery| {
+        if d.sequence.is_some() {
+            d.stored_ms
+        } else {
+            sent(&d.publication).map_or(d.stored_ms, |p| p.at_ms)
+        }
+    };
+    let mut by_message: BTreeMap<&str, Vec<&Delivery>> = BTreeMap::new();
+    for d in deliveries {
+        by_message.entry(&d.message).or_default().push(d);
+    }
+    // `copies`: (the publication that stored the first copy, the one that stored this copy).
+    let words = |p: &Publication, copies: (Option<&str>, Option<&str>)| {
+        let answer = match (p.answer, p.duplicate, p.cut) {
+            (_, _, true) => "no answer (its connection was cut before the ack)".to_string(),
+            (PublishAnswer::Ack, true, _) => "ack as a duplicate".to_string(),
+            (PublishAnswer::Ack, false, _) => "ack".to_string(),
+            (answer, _, _) => answer.as_str().to_string(),
+        };
+        let stored = match copies {
+            (Some(first), _) if first == p.id => ", stored the first copy",
+            (_, Some(this)) if this == p.id => ", stored this copy",
+            _ => "",
+        };
+        format!("{} at t={}: {answer}{stored}", p.relay, at(p.at_ms))
+    };
+    let mut extra = Vec::new();
+    let mut unlogged = Vec::new();
+    for (message, mut list) in by_message {
+        list.sort_by_key(|d| (stored(d), d.received_ms));
+        let first = list[0];
+        let mut ours: Vec<&Publication> = publications.iter().filter(|p| p.message == message).collect();
+        ours.sort_by_key(|p| p.at_ms);
+        let mut seen: Vec<&str> = Vec::new();
+        for d in list.iter().copied() {
+            let again = seen.contains(&d.copy.as_str());
+            if !again && seen.is_empty() {
+                seen.push(&d.copy);
+                continue;
+            }
+            let copies = (first.publication.as_deref(), d.publication.as_deref());
+            let publications: Vec<String> = ours.iter().map(|p| words(p, copies)).collect();
+            if again || d.redelivered {
+                extra.push(ExtraDelivery {
+                    message: message.to_string(),
+                    kind: "redelivery".into(),
+                    copy: d.copy.clone(),
+                    publication: d.publication.clone(),
+                    stored_ms: stored(d),
+                    first_stored_ms: None,
+                    gap_ms: None,
+                    publications,
+                    words: format!(
+                        "{message}: {} delivered again: the consumer's acknowledgement did not reach the broker — the same copy, not a second effect of the relays",
+                        d.copy
+                    ),
+                });
+                continue;
+            }
+            seen.push(&d.copy);
+            let gap = stored(d).saturating_sub(stored(first));
+            let why = match window {
+                Some(w) if gap < w => format!("inside the {} window: the broker's deduplication failed", secs(w)),
+                Some(w) => format!("past the {} duplicate window", secs(w)),
+                None => "the broker keeps no deduplication window".to_string(),
+            };
+            extra.push(ExtraDelivery {
+                message: message.to_string(),
+                kind: "duplicate_effect".into(),
+                copy: d.copy.clone(),
+                publication: d.publication.clone(),
+                stored_ms: stored(d),
+                first_stored_ms: Some(stored(first)),
+                gap_ms: Some(gap),
+                publications: publications.clone(),
+                words: format!(
+                    "{message}: a second copy stored at t={}, {} after the first (t={}) — {why}: a duplicate effect unless the consumer deduplicates; publications: {}",
+                    at(stored(d)),
+                    secs(gap),
+                    at(stored(first)),
+                    publications.join("; ")
+                ),
+            });
+        }
+        // A stored copy no logged publication accounts for (its relay died before logging it).
+        for d in &list {
+            if d.publication.is_some()
+                && sent(&d.publication).is_none()
+                && !unlogged.iter().any(|u: &String| u.starts_with(&format!("{message}: {} ", d.copy)))
+            {
+                unlogged.push(format!(
+                    "{message}: {} stored at t={} by a publication its relay did not live to log",
+                    d.copy,
+                    at(stored(d))
+                ));
+            }
+        }
+    }
+    let mut deduplicated = Vec::new();
+    for p in publications.iter().filter(|p| p.duplicate) {
+        let first = deliveries.iter().filter(|d| d.message == p.message).map(stored).min();
+        deduplicated.push(Deduplicated {
+            message: p.message.clone(),
+            relay: p.relay.clone(),
+            at_ms: p.at_ms,
+            after_first_ms: first.map(|f| p.at_ms.saturating_sub(f)),
+        });
+    }
+    (extra, deduplicated, unlogged)
+}
+
+/// The stream's last sequence (what the consumer must have seen).
+pub(super) async fn last_sequence(url: &str) -> Result<u64, String> {
+    let client = nats::connect(url).await?;
+    let js = nats::jetstream(client, std::time::Duration::from_secs(5));
+    let mut stream = js.get_stream(nats::STREAM).await.map_err(|e| e.to_string())?;
+    let info = stream.info().await.map_err(|e| e.to_string())?;
+    Ok(info.state.last_sequence)
+}

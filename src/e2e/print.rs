@@ -1,0 +1,158 @@
+//! An end-to-end run's report as a person reads it.
+
+use super::*;
+
+/// The report in words.
+pub fn print(report: &Report) {
+    println!(
+        "outbox-check e2e — {}, {} relay processes × {} over PostgreSQL and {}, seed {} (lease {}, backoff {}–{}, polls every {}, budget {})",
+        report.design,
+        report.relays,
+        crate::report::count(report.messages, "message"),
+        report.broker.name(),
+        report.seed,
+        secs(report.lease_ms),
+        secs(report.backoff_ms[0]),
+        secs(report.backoff_ms[1]),
+        secs(report.poll_ms),
+        report.max_attempts
+    );
+    if report.faults.is_empty() && report.relay_faults.is_empty() {
+        println!("Faults: none.");
+    } else {
+        println!("Faults (drawn from seed {}; `--seed {}` runs the same schedule):", report.seed, report.seed);
+        for f in &report.faults {
+            println!("  {f}");
+        }
+        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+        for f in &report.relay_faults {
+            // "r0001's backend terminated between publish and write of m00000012": what happened.
+            let what = f.split_once("'s ").map_or(f.as_str(), |(_, rest)| rest);
+            *counts.entry(what.rsplit_once(" of ").map_or(what, |(what, _)| what)).or_default() += 1;
+        }
+        for (what, n) in counts {
+            println!("  {n} × a relay's {what}");
+        }
+    }
+    match (report.duplicate_window_ms, report.publication_span_ms, &report.publication_span_unbounded) {
+        (None, _, _) => println!(
+            "Deduplication: {} keeps no deduplication window — every copy it stored reaches the consumer, which must deduplicate by the message id.",
+            report.broker.name()
+        ),
+        (Some(window), Some(span), _) => {
+            let needed = span + report.longest_pause_ms;
+            println!(
+                "Deduplication: this design's publications of one message span at most {} (with relays paused up to {}: {}); the stream's duplicate_window is {} — {}.",
+                secs(span),
+                secs(report.longest_pause_ms),
+                secs(needed),
+                secs(window),
+                if window > needed { "it covers them" } else { "too short: a late republication is stored again" }
+            );
+        }
+        (Some(_), None, Some(reason)) => println!("Deduplication: no window covers every republication of this design — {reason}."),
+        _ => {}
+    }
+    match &report.oracle {
+        None => println!(
+            "History: {} events of {} — the oracle accepts it.",
+            report.events,
+            crate::report::count(report.relays, "relay")
+        ),
+        Some(d) => println!(
+            "History: {} events — the oracle finds {}{}; the first: {}",
+            report.events,
+            if report.broken.is_empty() { "no finding certain".to_string() } else { report.broken.join(", ") },
+            if report.either.is_empty() {
+                String::new()
+            } else {
+                format!(", and where unknown outcomes decide which: {}", report.either.join(", "))
+            },
+            d.lines().next().unwrap_or_default()
+        ),
+    }
+    if let Some(path) = &report.history {
+        println!("  written to {path} (check it again with `outbox-check trace {path}`)");
+    }
+    println!(
+        "Broker: {} PUBLISHED, {} delivered at least once{}; {} in all, {} beyond a message's first.",
+        report.published,
+        report.published - report.published_not_delivered.len(),
+        if report.published_not_delivered.is_empty() {
+            " (S5 end to end holds)".to_string()
+        } else {
+            format!(" — S5 end to end VIOLATED: never delivered: {}", report.published_not_delivered.join(", "))
+        },
+        if report.deliveries == 1 { "1 delivery".to_string() } else { format!("{} deliveries", report.deliveries) },
+        report.extra_deliveries.len()
+    );
+    for e in &report.extra_deliveries {
+        println!("  {}", e.words);
+    }
+    let others: Vec<String> =
+        report.ended.iter().filter(|(s, _)| s.as_str() != "PUBLISHED").map(|(s, n)| format!("{n} {s}")).collect();
+    if !others.is_empty() {
+        println!("  The other rows ended {}.", others.join(", "));
+    }
+    if !report.delivered_not_published.is_empty() {
+        println!(
+            "  Delivered though the row did not end PUBLISHED (stored, its acknowledgement lost, the budget then spent): {}",
+            report.delivered_not_published.join(", ")
+        );
+    }
+    if !report.deduplicated_by_broker.is_empty() {
+        println!(
+            "  {} publications answered as duplicates by the broker (inside its window): {}",
+            report.deduplicated_by_broker.len(),
+            report
+                .deduplicated_by_broker
+                .iter()
+                .take(5)
+                .map(|d| format!("{} by {} at t={}", d.message, d.relay, secs(d.at_ms.saturating_sub(CLOCK_OFFSET))))
+                .collect::<Vec<_>>()
+                .join(", ")
+                + if report.deduplicated_by_broker.len() > 5 { ", …" } else { "" }
+        );
+    }
+    for u in &report.unlogged_copies {
+        println!("  {u}");
+    }
+    if !report.not_terminal.is_empty() {
+        println!("Not terminal when the run ended: {}", report.not_terminal.join(", "));
+    }
+    println!(
+        "Throughput: {} PUBLISHED in {}: {:.0} messages/s end to end.",
+        report.published,
+        secs((report.seconds * 1000.0) as u64),
+        report.messages_per_second
+    );
+    let verdict = if report.passed() {
+        "PASSED: the oracle accepts the history, every message ended terminal and was delivered, none took effect twice"
+            .to_string()
+    } else {
+        let mut failed = Vec::new();
+        if !report.broken.is_empty() {
+            failed.push(format!("the history breaks {}", report.broken.join(", ")));
+        }
+        if !report.either.is_empty() {
+            failed.push(format!("the history breaks one of {}", report.either.join("; one of ")));
+        }
+        if report.broken.is_empty() && report.either.is_empty() && report.oracle.is_some() {
+            failed.push("the history diverges from the design".to_string());
+        }
+        if report.duplicate_effects() > 0 {
+            failed.push(format!(
+                "{} a duplicate effect",
+                crate::report::count(report.duplicate_effects() as u64, "message")
+            ));
+        }
+        if !report.published_not_delivered.is_empty() {
+            failed.push("S5 end to end".to_string());
+        }
+        if !report.not_terminal.is_empty() {
+            failed.push(format!("{} not terminal", crate::report::count(report.not_terminal.len() as u64, "message")));
+        }
+        format!("FAILED: {}", failed.join(", "))
+    };
+    println!("{verdict}");
+}

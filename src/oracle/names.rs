@@ -1,0 +1,135 @@
+//! The implementation's names: each message, tenant, relay and aggregate a history names gets a
+//! small number in order of first appearance, and every divergence is told back in those names.
+
+use super::*;
+
+impl Oracle {
+    /// The implementation's name for a thing, as a small number (in order of first appearance).
+    pub(super) fn id(&mut self, kind: u8, name: &str) -> u32 {
+        let last = &mut self.last_name[kind as usize];
+        if last.0 == name && !name.is_empty() {
+            return last.1;
+        }
+        let id = self.names[kind as usize].id(name);
+        last.0.clear();
+        last.0.push_str(name);
+        last.1 = id;
+        id
+    }
+
+    pub(super) fn message(&mut self, name: &str) -> MessageId {
+        MessageId(self.id(0, name))
+    }
+
+    pub(super) fn tenant(&mut self, name: &str) -> TenantId {
+        TenantId(self.id(1, name) as u16)
+    }
+
+    pub(super) fn relay(&mut self, name: &str) -> RelayId {
+        RelayId(self.id(2, name) as u16)
+    }
+
+    pub(super) fn aggregate(&mut self, name: &str) -> AggregateId {
+        AggregateId(self.id(3, name))
+    }
+
+    /// " — the claim at line L by R (token T) had superseded its lease": the latest claim of
+    /// `id` in the history, for a superseded write (empty if the history has none).
+    pub(super) fn superseded_by(&self, b: &Branch, id: MessageId) -> String {
+        let latest = b.auditor.ghost(id).map_or(0, |g| g.claims);
+        b.held
+            .iter()
+            .rev()
+            .find(|h| h.lease.message_id == id && h.lease.claim_seq == latest)
+            .map(|h| {
+                let token = h.token_text().map(|t| format!(" (token {t})")).unwrap_or_default();
+                format!(
+                    " — the claim at line {} by {}{token} had superseded its lease",
+                    h.line,
+                    self.name_of(2, u32::from(h.relay.0))
+                )
+            })
+            .unwrap_or_default()
+    }
+
+    /// A text the core wrote with the model's ids (`m0`, `r1`, `tenant0`, `agg2`), in the
+    /// history's own names.
+    pub(super) fn words(&self, text: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(start) = rest.find(|c: char| c.is_ascii_alphanumeric()) {
+            out.push_str(&rest[..start]);
+            rest = &rest[start..];
+            let end = rest.find(|c: char| !c.is_ascii_alphanumeric()).unwrap_or(rest.len());
+            let word = &rest[..end];
+            let named = [("tenant", 1u8), ("agg", 3), ("m", 0), ("r", 2)].iter().find_map(|&(prefix, kind)| {
+                let digits = word.strip_prefix(prefix)?;
+                let id: u32 = (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| digits.parse().ok())
+                    .flatten()?;
+                self.names[kind as usize].name(id).map(str::to_string)
+            });
+            out.push_str(named.as_deref().unwrap_or(word));
+            rest = &rest[end..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// The divergence's rows in the history's names: message, tenant, aggregate, the relay
+    /// holding the lease and its token as the history wrote it (where a claim of the history
+    /// handed it out).
+    pub(super) fn in_your_names(&self, mut d: Divergence, b: &Branch) -> Divergence {
+        let instant = |t: Option<Instant>| t.map(|t| t.0);
+        // The model's status names, in the history's own where its header maps them.
+        if self.header.statuses.is_some() {
+            for status in Status::ALL {
+                let theirs = self.header.status_name(status);
+                if theirs != status.as_str() {
+                    d.expected = d.expected.replace(status.as_str(), &theirs);
+                    d.got = d.got.replace(status.as_str(), &theirs);
+                }
+            }
+        }
+        d.rows = std::mem::take(&mut d.model_rows)
+            .iter()
+            .map(|row| {
+                let token = b
+                    .held
+                    .iter()
+                    .rev()
+                    .find(|h| h.lease.message_id == row.message_id && h.lease.token == row.lease_token)
+                    .and_then(Held::token_text);
+                serde_json::json!({
+                    "message": self.name_of(0, row.message_id.0),
+                    "tenant": self.name_of(1, u32::from(row.tenant_id.0)),
+                    // A job of a history without enqueues has no aggregate.
+                    "aggregate": (row.aggregate_id.0 & IMPLICIT_AGGREGATE == 0).then(|| self.name_of(3, row.aggregate_id.0)),
+                    "aggregate_version": row.aggregate_version,
+                    "status": self.header.status_name(row.status),
+                    "attempts": row.attempts,
+                    "lease_owner": row.lease_owner.map(|o| self.name_of(2, u32::from(o.0))),
+                    "lease_token": token,
+                    "lease_expires_at": instant(row.lease_expires_at),
+                    "next_attempt_at": instant(row.next_attempt_at),
+                })
+            })
+            .collect();
+        d
+    }
+
+    pub(super) fn name_of(&self, kind: u8, id: u32) -> String {
+        self.names[kind as usize].name(id).map_or_else(|| id.to_string(), str::to_string)
+    }
+}
+
+pub(super) fn name_in<'a>(text: &'a str, ends: &[u32], id: u32) -> Option<&'a str> {
+    let end = *ends.get(id as usize)? as usize;
+    let start = if id == 0 { 0 } else { ends[id as usize - 1] as usize };
+    text.get(start..end)
+}
+
+/// FNV-1a: a stable number for a key that is not the message id.
+pub(super) fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}

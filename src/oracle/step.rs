@@ -1,0 +1,870 @@
+//! One event applied to every open branch: the plan of the rows it touches, the model's step
+//! through the core and the auditor, the comparison with what the implementation reported, and
+//! the branches an unknown outcome opens or a later event resolves.
+
+use super::*;
+
+impl Oracle {
+    /// Erases, in the rows `event` touched, what no rule of the model ever reads again: the last
+    /// failure code, when a row was published, and a terminal row's retry time (unless the
+    /// design may claim terminal rows). Resolutions of unknown outcomes that differ only there
+    /// then become one branch instead of living on side by side.
+    pub(super) fn forget(&self, branch: &mut Branch, plan: &Plan, event: &Event) {
+        let all = matches!(event, Event::Reap { .. } | Event::Claim { outcome: Outcome::Unknown, .. });
+        let claim_terminal = self.policy.claim_terminal;
+        let forget = |row: &mut Row| {
+            row.last_failure_code = None;
+            row.published_at = None;
+            if row.status.is_terminal() && !claim_terminal {
+                row.next_attempt_at = None;
+            }
+        };
+        match plan {
+            Plan::Ids { .. } if all => branch.outbox.rows_mut().iter_mut().for_each(forget),
+            // Find the touched rows, never walk the table.
+            Plan::Ids { messages, .. } => {
+                for id in messages {
+                    if let Some(i) = branch.outbox.index(*id) {
+                        forget(&mut branch.outbox.rows_mut()[i]);
+                    }
+                }
+            }
+            Plan::Nothing => {}
+        }
+    }
+
+    /// Resolves, both ways, the deferred writes to rows `event` touches (every row, for a reap):
+    /// one branch per consistent combination.
+    pub(super) fn resolve_deferred(&self, branch: Branch, event: &Event, plan: &Plan) -> Vec<Branch> {
+        if branch.deferred.is_empty() {
+            return vec![branch];
+        }
+        let max_attempts = self.max_attempts;
+        let outbox = &branch.outbox;
+        let touches = |d: &Deferred| match (event, plan) {
+            // A committed write leaves its row out of IN_FLIGHT, so a reap can only tell the two
+            // apart where the row, unwritten, would be reaped.
+            (Event::Reap { now, .. }, _) => outbox
+                .row(d.req.lease.message_id)
+                .is_some_and(|row| Outbox::is_reapable(row, Instant(*now), max_attempts)),
+            // A claim whose outcome is unknown may have taken any row; a serial claim is judged
+            // against every row it could have taken.
+            (Event::Claim { outcome: Outcome::Unknown, .. }, _) => true,
+            // A claim depends on every row it could take: a serial one must return exactly the
+            // design's rows, a skip-locked one may pass over a row only if something could hold
+            // it. A deferred write whose row is not claimable now (unwritten) and would be
+            // terminal once written (so unclaimable too) does not matter to it.
+            (Event::Claim { now, batch, .. }, Plan::Ids { messages, tenant, .. }) => {
+                let id = d.req.lease.message_id;
+                let (tenant, now, policy) = (*tenant, Instant(*now), &self.policy);
+                let Some(row) = outbox.row(id) else { return false };
+                if messages.contains(&id) {
+                    return true;
+                }
+                // Does the row fall inside the claim's window (before the last row it returned,
+                // or anywhere if its batch is not full) in either resolution?
+                let last =
+                    messages.last().and_then(|m| outbox.row(*m)).map(|r| Outbox::order_key(policy.claim_order, r));
+                let within = |r: &Row| {
+                    messages.len() < *batch as usize
+                        || last.is_some_and(|k| Outbox::order_key(policy.claim_order, r) < k)
+                };
+                // Written, could the row be claimable now? Terminal, no (unless the design claims
+                // terminal rows); retried, once its retry time has come, at that time's place.
+                let committed = match d.req.kind {
+                    WriteKind::Published | WriteKind::Failed { .. } | WriteKind::Exhausted { .. } => {
+                        policy.claim_terminal
+                    }
+                    WriteKind::Ambiguous { .. }
+                        if policy.ambiguous_shape == crate::core::policy::AmbiguousShape::KeepsOwner =>
+                    {
+                        within(row)
+                    }
+                    WriteKind::Ambiguous { .. } | WriteKind::Retry { .. } => {
+                        let attempts = policy.attempts_after_failure(row.attempts);
+                        let retry = d.retry_at.map_or_else(|| d.req.now.plus(policy.backoff.delay(attempts)), Instant);
+                        let written = Row { next_attempt_at: policy.retry_clock.then_some(retry), ..*row };
+                        policy.claim_terminal || ((!policy.retry_clock || retry <= now) && within(&written))
+                    }
+                };
+                committed || (Outbox::is_claimable(policy, row, tenant, now, max_attempts) && within(row))
+            }
+            (_, Plan::Ids { messages, .. }) => messages.contains(&d.req.lease.message_id),
+            (_, Plan::Nothing) => false,
+        };
+        let flags: Vec<bool> = branch.deferred.iter().map(touches).collect();
+        if !flags.contains(&true) {
+            return vec![branch];
+        }
+        let mut base = branch;
+        let (mut now, mut later) = (Vec::new(), Vec::new());
+        for (d, touched) in std::mem::take(&mut base.deferred).into_iter().zip(flags) {
+            if touched {
+                now.push(d)
+            } else {
+                later.push(d)
+            }
+        }
+        base.deferred = later;
+        let mut out = vec![base];
+        for d in now {
+            let mut next = Vec::with_capacity(out.len() * 2);
+            for b in out {
+                let mut applied = b.clone();
+                let ok = applied.auditor.write(&mut applied.outbox, &completing(self.policy, &d.write), &d.req).is_ok();
+                let ok = ok && chosen_retry(&mut applied.outbox, d.req.lease.message_id, d.retry_at, d.req.now).is_ok();
+                if ok && applied.auditor.take_violations().is_empty() {
+                    applied.resolutions.push(format!("line {}: {} committed", d.line, d.write));
+                    next.push(applied);
+                }
+                let mut not = b;
+                not.resolutions.push(format!("line {}: {} not committed", d.line, d.write));
+                next.push(not);
+            }
+            out = next;
+        }
+        out
+    }
+
+    /// The event with the implementation's names turned into the model's ids.
+    pub(super) fn plan(&mut self, event: &Event) -> Plan {
+        match event {
+            Event::Enqueue { tenant, aggregate, message, .. } => Plan::Ids {
+                tenant: self.tenant(tenant),
+                relay: RelayId(0),
+                messages: smallvec![self.message(message)],
+                aggregate: self.aggregate(aggregate),
+            },
+            Event::Claim { relay, tenant, leases, .. } => Plan::Ids {
+                tenant: self.tenant(tenant),
+                relay: self.relay(relay),
+                messages: leases.iter().map(|l| self.message(&l.message)).collect(),
+                aggregate: AggregateId(0),
+            },
+            Event::Publish { relay, message, .. } => Plan::Ids {
+                tenant: TenantId(0),
+                relay: self.relay(relay),
+                messages: smallvec![self.message(message)],
+                aggregate: AggregateId(0),
+            },
+            Event::Write { relay, message, tenant, .. } => Plan::Ids {
+                tenant: self.tenant(tenant),
+                relay: self.relay(relay),
+                messages: smallvec![self.message(message)],
+                aggregate: AggregateId(0),
+            },
+            Event::Reap { messages, .. } => Plan::Ids {
+                tenant: TenantId(0),
+                relay: self.relay("reaper"),
+                messages: messages.iter().map(|m| self.message(m)).collect(),
+                aggregate: AggregateId(0),
+            },
+            Event::Requeue { message, .. } => Plan::Ids {
+                tenant: TenantId(0),
+                relay: self.relay("operator"),
+                messages: smallvec![self.message(message)],
+                aggregate: AggregateId(0),
+            },
+            Event::Release { relay, message, .. } => Plan::Ids {
+                tenant: TenantId(0),
+                relay: self.relay(relay.as_deref().unwrap_or("maintenance")),
+                messages: smallvec![self.message(message)],
+                aggregate: AggregateId(0),
+            },
+            Event::Clock { .. } | Event::Fault { .. } => Plan::Nothing,
+        }
+    }
+
+    /// The successors of one branch under `event`, or why it cannot happen there.
+    pub(super) fn step(
+        &self,
+        b: &mut Branch,
+        line: usize,
+        event: &Event,
+        plan: &Plan,
+        begin: usize,
+    ) -> Result<Option<Branch>, Divergence> {
+        let &Plan::Ids { tenant, relay, ref messages, aggregate } = plan else {
+            return Ok(None);
+        };
+        let diverge = |blame: Blame, expected: String, got: String, rows: &[Row]| {
+            Divergence::new(line, event, blame, expected, got, rows)
+        };
+        let conformance = Blame::Conformance;
+        let rows_of = |b: &Branch, ids: &[MessageId]| {
+            ids.iter().filter_map(|id| b.outbox.row(*id).cloned()).collect::<SmallVec<[Row; 1]>>()
+        };
+        let audited = |b: &mut Branch, before: &[Row]| -> Result<(), Divergence> {
+            // What the history gives no means to judge is not judged (see Accepted::not_judged).
+            let judged = |p: Property| match p {
+                Property::S5 | Property::S8 => self.seen_publish,
+                Property::S10 => self.seen_enqueue,
+                _ => true,
+            };
+            let violations = b.auditor.take_violations();
+            if violations.iter().any(|v| !judged(v.property)) && self.unjudged_at.get().is_none() {
+                self.unjudged_at.set(Some(line));
+            }
+            match violations.into_iter().find(|v| judged(v.property)) {
+                None => Ok(()),
+                Some(v) => {
+                    let mut said = self.words(&v.detail);
+                    // A superseded write, in the history's words: who wrote, and which claim
+                    // had superseded the lease it wrote for.
+                    // The design's claim kept a row's token (the model's own tokens, not yours).
+                    if let (Property::S2, Event::Claim { relay: name, .. }, Some(row)) = (v.property, event, v.message)
+                    {
+                        let row = self.name_of(0, row.0);
+                        said = format!("the claim by {name} left {row} with the token it already had: this design's claim does not move the token");
+                    }
+                    if let (Property::S1, Some(&id), Some(doer)) = (v.property, messages.first(), doer(event)) {
+                        if v.superseded {
+                            said = format!(
+                                "{doer} applied to {}, for a lease that was no longer the latest",
+                                self.name_of(0, id.0)
+                            );
+                        }
+                        said += &self.superseded_by(b, id);
+                    }
+                    Err(diverge(Blame::Safety(v.property), String::new(), said, before))
+                }
+            }
+        };
+        match event {
+            Event::Enqueue { expected_version, now, result, .. } => {
+                let req = EnqueueRequest {
+                    tenant_id: tenant,
+                    aggregate_id: aggregate,
+                    expected_version: *expected_version,
+                    message_id: messages[0],
+                    now: Instant(*now),
+                };
+                let model = b
+                    .auditor
+                    .enqueue(&mut b.outbox, &req)
+                    .map_err(|e| diverge(Blame::Safety(Property::S10), "a valid enqueue".into(), e.to_string(), &[]))?;
+                let model_says = match model {
+                    EnqueueResult::Applied { .. } => "applied",
+                    EnqueueResult::Stale { .. } => "stale",
+                };
+                if model_says != result {
+                    return Err(diverge(Blame::Safety(Property::S10), model_says.into(), result.clone(), &[]));
+                }
+                if model_says == "applied" {
+                    b.open.push(messages[0]);
+                }
+                audited(b, &[])?;
+                Ok(None)
+            }
+            Event::Claim { batch, lease_ms, now, leases, outcome, .. } => {
+                let req = ClaimRequest {
+                    tenant_id: tenant,
+                    owner: relay,
+                    batch: *batch,
+                    lease: Duration(*lease_ms),
+                    now: Instant(*now),
+                    max_attempts: self.max_attempts,
+                };
+                if *outcome == Outcome::Unknown {
+                    // Not committed, or committed with leases nobody learnt of.
+                    let mut committed = b.clone();
+                    let _ = committed.auditor.claim(&mut committed.outbox, &self.policy, &req, Instant(*now));
+                    committed.resolutions.push(format!("line {line}: claim committed"));
+                    // Committed, the design's own claim may break a property (legacy-v1's keeps
+                    // the token): that resolution lives on, carrying the finding, in case it is
+                    // the only one the rest of the history allows.
+                    let before: SmallVec<[Row; 1]> = SmallVec::new();
+                    if let Err(d) = audited(&mut committed, &before) {
+                        let mut d = d;
+                        d.got = format!("{} (if the claim of unknown outcome committed: the only resolution the rest of the history allows)", d.got);
+                        committed.broke = Some(Box::new(self.in_your_names(d, &committed)));
+                    }
+                    b.resolutions.push(format!("line {line}: claim not committed"));
+                    return Ok(Some(committed));
+                }
+                if !self.seen_enqueue {
+                    // No enqueue in the history (a job queue): a row is enqueued, as far as the
+                    // model knows, when a claim first returns it — as a job of its own.
+                    let unseen: SmallVec<[MessageId; 2]> =
+                        messages.iter().copied().filter(|id| b.outbox.row(*id).is_none()).collect();
+                    for id in unseen {
+                        implicit_enqueue(b, tenant, id, Instant(*now));
+                    }
+                }
+                let before = rows_of(b, messages);
+                // Every row the design's claim could take now, in its order: a serial claim
+                // returns the first `batch` of them, a skip-locked one may pass over some.
+                let expected = {
+                    let Branch { outbox, open, .. } = &mut *b;
+                    if self.policy.claim_terminal {
+                        *open = outbox.rows().iter().map(|r| r.message_id).collect();
+                    } else {
+                        open.retain(|id| outbox.row(*id).is_some_and(|r| !r.status.is_terminal()));
+                    }
+                    open.sort_unstable();
+                    open.dedup();
+                    outbox.claim_pick(&self.policy, &ClaimRequest { batch: u32::MAX, ..req }, open)
+                };
+                let skipped: SmallVec<[(MessageId, Row); 2]> = if self.serial {
+                    SmallVec::new()
+                } else {
+                    // The rows before the last one returned, or all of them if the batch is not
+                    // full, that the claim did not return.
+                    let upto = if messages.len() < *batch as usize {
+                        expected.len()
+                    } else {
+                        messages.last().and_then(|m| expected.iter().position(|e| e == m)).map_or(0, |k| k + 1)
+                    };
+                    expected[..upto]
+                        .iter()
+                        .filter(|id| !messages.contains(id))
+                        .filter_map(|id| b.outbox.row(*id).map(|row| (*id, *row)))
+                        .collect()
+                };
+                let claimed =
+                    b.auditor.claim_exactly(&mut b.outbox, &self.policy, &req, messages, Instant(*now)).map_err(
+                        |e| diverge(conformance(Conformance::C8), "a valid claim".into(), e.to_string(), &before),
+                    )?;
+                match claimed {
+                    Err((id, refusal)) => {
+                        let property = match refusal {
+                            ClaimRefusal::OtherTenant => Some(Property::S9),
+                            ClaimRefusal::Terminal => Some(Property::S4),
+                            ClaimRefusal::LiveLease => Some(Property::S6),
+                            ClaimRefusal::RetryClock => Some(Property::S7),
+                            ClaimRefusal::BudgetSpent => Some(Property::S3),
+                            ClaimRefusal::OverBatch | ClaimRefusal::OutOfOrder | ClaimRefusal::Twice => None,
+                        };
+                        let name = self.name_of(0, id.0);
+                        let blame = property.map_or(conformance(Conformance::C1), Blame::Safety);
+                        Err(diverge(
+                            blame,
+                            format!("no claim of {name} ({refusal})"),
+                            format!("a claim of {name}"),
+                            &before,
+                        ))
+                    }
+                    Ok(model_leases) => {
+                        let want = &expected[..expected.len().min(*batch as usize)];
+                        if self.serial && want != messages.as_slice() {
+                            // One claim at a time: it returns exactly the design's rows, in order.
+                            let names = |ids: &[MessageId]| {
+                                if ids.is_empty() {
+                                    "no row".to_string()
+                                } else {
+                                    ids.iter().map(|m| self.name_of(0, m.0)).collect::<Vec<_>>().join(", ")
+                                }
+                            };
+                            return Err(diverge(
+                                conformance(Conformance::C1),
+                                format!(
+                                    "a claim of {} (the history's claims run one at a time: concurrency serial)",
+                                    names(want)
+                                ),
+                                format!("a claim of {}", names(messages)),
+                                &before,
+                            ));
+                        }
+                        for (got, lease) in leases.iter().zip(&model_leases) {
+                            if got.attempts != lease.attempts {
+                                // Counting differently is no violation by itself: the design
+                                // counts elsewhere (S3 judges the budget when it is passed).
+                                return Err(diverge(
+                                    conformance(Conformance::C2),
+                                    format!("attempts = {} after the claim of {}", lease.attempts, got.message),
+                                    format!("attempts = {}", got.attempts),
+                                    &before,
+                                ));
+                            }
+                            // A claim without a token is a lease of its own, named by its line.
+                            let token = got
+                                .token
+                                .as_deref()
+                                .map_or_else(|| TokenName::Text(format!("{TOKENLESS}{line})").into()), TokenName::new);
+                            b.held.push(Held { relay, token, lease: *lease, ended: false, line });
+                        }
+                        // A passed-over row waits for evidence that another transaction held it.
+                        let mut claim = None;
+                        for (id, row) in skipped {
+                            if !self.held_elsewhere(id, begin) {
+                                let claim = claim.get_or_insert_with(|| std::sync::Arc::new(event.clone())).clone();
+                                b.skips.push(Skip { line, settled: false, message: id, row, claim });
+                            }
+                        }
+                        audited(b, &before)?;
+                        Ok(None)
+                    }
+                }
+            }
+            Event::Publish { message, key, answer, stored, token, .. } => {
+                let id = messages[0];
+                // The lease the publication counts against (S3): the one whose token it names,
+                // else the relay's lease of the message that is still open — not one its own
+                // write already ended, nor one from before a requeue. Without either it counts
+                // against the current budget.
+                let requeued = b.auditor.ghost(id).map_or(0, |g| g.requeued_after_claim);
+                let lease = b
+                    .held
+                    .iter()
+                    .rev()
+                    .find(|h| {
+                        h.relay == relay
+                            && h.lease.message_id == id
+                            && match token {
+                                Some(t) => h.token.is(t),
+                                None => !h.ended && h.lease.claim_seq > requeued,
+                            }
+                    })
+                    .map(|h| h.lease)
+                    .unwrap_or(Lease {
+                        message_id: id,
+                        tenant_id: tenant,
+                        owner: relay,
+                        token: LeaseToken(u64::MAX),
+                        attempts: 0,
+                        claim_seq: u32::MAX,
+                    });
+                let key = if key == message {
+                    IdempotencyKey::Message { message_id: id }
+                } else {
+                    IdempotencyKey::Other { value: fnv(key) }
+                };
+                let stored = stored.unwrap_or(*answer == PublishAnswer::Ack);
+                let before = rows_of(b, messages);
+                b.auditor.published(&lease, key, stored);
+                audited(b, &before)?;
+                Ok(None)
+            }
+            Event::Write { write, message, token, attempt, now, code, result, status, next_attempt_at, .. } => {
+                let id = messages[0];
+                let kind = write_kind(write, *code)
+                    .ok_or_else(|| diverge(conformance(Conformance::C8), "a known write".into(), write.clone(), &[]))?;
+                // The lease the write presents: by its token; without one, by the attempt its
+                // claim handed out, else the writer's latest claim of the row.
+                let held = b.held.iter_mut().rev().find(|h| h.presented_by(relay, id, token.as_deref(), *attempt));
+                // Whatever the write reports, the relay is done with this lease.
+                let mut lease = held
+                    .map(|h| {
+                        h.ended = true;
+                        h.lease
+                    })
+                    .unwrap_or(Lease {
+                        message_id: id,
+                        tenant_id: tenant,
+                        owner: relay,
+                        token: LeaseToken(u64::MAX),
+                        attempts: 0,
+                        claim_seq: u32::MAX,
+                    });
+                lease.tenant_id = tenant;
+                let req = WriteRequest { lease, kind, now: Instant(*now), max_attempts: self.max_attempts };
+                let before = rows_of(b, messages);
+                if *result == WriteReport::Unknown {
+                    if b.outbox.row(id).is_none() {
+                        return Err(diverge(
+                            conformance(Conformance::C7),
+                            "a write to a known row".into(),
+                            format!("a write to {message}"),
+                            &before,
+                        ));
+                    }
+                    b.deferred.push(Deferred { line, write: write.clone(), req, retry_at: *next_attempt_at });
+                    return Ok(None);
+                }
+                let applied = b;
+                let model =
+                    applied.auditor.write(&mut applied.outbox, &completing(self.policy, write), &req).map_err(|e| {
+                        diverge(conformance(Conformance::C7), "a write to a known row".into(), e.to_string(), &before)
+                    })?;
+                match result {
+                    WriteReport::Unknown => unreachable!("an unknown write is deferred above"),
+                    WriteReport::Applied | WriteReport::Stale => {
+                        let model_says = match model {
+                            WriteResult::Applied { .. } => WriteReport::Applied,
+                            WriteResult::Stale { .. } => WriteReport::Stale,
+                        };
+                        if model_says != *result {
+                            // A superseded lease's write breaks S1; the latest lease's second
+                            // write to a row it already ended breaks S4.
+                            let latest = applied.auditor.ghost(id).is_some_and(|g| g.claims == req.lease.claim_seq);
+                            let property = match (model, *result) {
+                                (WriteResult::Stale { reason: crate::core::StaleReason::WrongTenant }, _) => {
+                                    Some(Property::S9)
+                                }
+                                (
+                                    WriteResult::Stale {
+                                        reason:
+                                            crate::core::StaleReason::NotInFlight | crate::core::StaleReason::Deleted,
+                                    },
+                                    _,
+                                ) if latest && before.first().is_some_and(|r| r.status.is_terminal()) => {
+                                    Some(Property::S4)
+                                }
+                                (WriteResult::Stale { .. }, WriteReport::Applied) => Some(Property::S1),
+                                _ => None,
+                            };
+                            let blame = property.map_or(conformance(Conformance::C3), Blame::Safety);
+                            let mut got = result.as_str().to_string();
+                            if property == Some(Property::S1) {
+                                got += &self.superseded_by(applied, id);
+                            }
+                            return Err(diverge(blame, format!("the write {model}"), got, &before));
+                        }
+                        if let (Some(got), WriteResult::Applied { status: expected }) = (status, model) {
+                            if self.header.status(got) != Some(expected) {
+                                let expected = self.header.status_name(expected);
+                                return Err(diverge(
+                                    conformance(Conformance::C4),
+                                    format!("status {expected}"),
+                                    format!("status {got}"),
+                                    &before,
+                                ));
+                            }
+                        }
+                        audited(applied, &before)?;
+                        if matches!(model, WriteResult::Applied { .. }) {
+                            chosen_retry(&mut applied.outbox, id, *next_attempt_at, req.now)
+                                .map_err(|said| diverge(Blame::Safety(Property::S7), String::new(), said, &before))?;
+                        }
+                        Ok(None)
+                    }
+                }
+            }
+            Event::Release { now, to, next_attempt_at, fence, token, attempt, result, .. } => {
+                let id = messages[0];
+                let before = rows_of(b, messages);
+                let Some(row) = before.first().copied() else {
+                    return Err(diverge(
+                        conformance(Conformance::C7),
+                        "a release of a known row".into(),
+                        format!("a release of {}", self.name_of(0, id.0)),
+                        &[],
+                    ));
+                };
+                let to = match self.header.status(to) {
+                    Some(status @ (Status::Pending | Status::Ambiguous | Status::Failed | Status::Exhausted)) => status,
+                    _ => {
+                        return Err(diverge(
+                            conformance(Conformance::C8),
+                            "a release to a status that ends a lease (PENDING, AMBIGUOUS, FAILED, EXHAUSTED)".into(),
+                            format!("a release to {to}"),
+                            &before,
+                        ))
+                    }
+                };
+                let fence = match fence.as_str() {
+                    "token" => ReleaseFence::Token,
+                    "expired" => ReleaseFence::Expired,
+                    _ => ReleaseFence::Id,
+                };
+                // The lease the job read: the one whose token (or attempt) it names, else the
+                // row's latest claim.
+                let latest = b.auditor.ghost(id).map_or(0, |g| g.claims);
+                let read = b
+                    .held
+                    .iter()
+                    .rev()
+                    .find(|h| {
+                        h.lease.message_id == id
+                            && match (token, attempt) {
+                                (Some(t), _) => h.token.is(t),
+                                (None, Some(a)) => h.lease.attempts == *a,
+                                (None, None) => h.lease.claim_seq == latest,
+                            }
+                    })
+                    .map(|h| h.lease);
+                // A token no claim of the history handed out matches no row — unless the history
+                // never learnt the row's latest lease (that claim's reply was lost, no relay
+                // reported it): then the token may be that lease's or an older one's, and the
+                // release is taken as the history reports it (checked both ways).
+                let latest_known = b.held.iter().any(|h| h.lease.message_id == id && h.lease.claim_seq == latest);
+                let named = token.is_some() || attempt.is_some();
+                let stale = named && (latest_known || result != "applied");
+                let lease = read.unwrap_or(Lease {
+                    message_id: id,
+                    tenant_id: row.tenant_id,
+                    owner: relay,
+                    token: if stale { LeaseToken(u64::MAX) } else { row.lease_token },
+                    attempts: row.attempts,
+                    claim_seq: if stale { u32::MAX } else { latest },
+                });
+                let req =
+                    ReleaseRequest { lease, fence, to, retry_at: next_attempt_at.map(Instant), now: Instant(*now) };
+                let model = b.auditor.release(&mut b.outbox, &req).map_err(|e| {
+                    diverge(conformance(Conformance::C7), "a release of a known row".into(), e.to_string(), &before)
+                })?;
+                let model_says = if matches!(model, WriteResult::Applied { .. }) { "applied" } else { "stale" };
+                if model_says != result {
+                    // Ending a lease claimed after the job read the row breaks S1.
+                    let superseded = lease.claim_seq != latest && row.status == Status::InFlight;
+                    if result == "applied" && superseded {
+                        let got = format!("applied{}", self.superseded_by(b, id));
+                        return Err(diverge(Blame::Safety(Property::S1), format!("the release {model}"), got, &before));
+                    }
+                    return Err(diverge(
+                        conformance(Conformance::C3),
+                        format!("the release {model}"),
+                        result.clone(),
+                        &before,
+                    ));
+                }
+                if model_says == "applied" {
+                    b.open.push(id);
+                }
+                audited(b, &before)?;
+                Ok(None)
+            }
+            Event::Reap { now, .. } => {
+                let before = rows_of(b, messages);
+                let mut reaped = b.auditor.reap(&mut b.outbox, Instant(*now));
+                let mut expected = messages.to_vec();
+                reaped.sort();
+                expected.sort();
+                if reaped != expected {
+                    let names =
+                        |ids: &[MessageId]| ids.iter().map(|m| self.name_of(0, m.0)).collect::<Vec<_>>().join(", ");
+                    return Err(diverge(
+                        conformance(Conformance::C5),
+                        format!("reaping [{}]", names(&reaped)),
+                        format!("[{}]", names(&expected)),
+                        &before,
+                    ));
+                }
+                audited(b, &before)?;
+                Ok(None)
+            }
+            Event::Requeue { result, .. } => {
+                let before = rows_of(b, messages);
+                let model = b.auditor.requeue(&mut b.outbox, &self.policy, messages[0]).map_err(|e| {
+                    diverge(conformance(Conformance::C7), "a requeue of a known row".into(), e.to_string(), &before)
+                })?;
+                let model_says = if model == RequeueResult::Applied { "applied" } else { "not_requeueable" };
+                if model_says != result {
+                    return Err(diverge(conformance(Conformance::C6), model_says.into(), result.clone(), &before));
+                }
+                if model == RequeueResult::Applied {
+                    b.open.push(messages[0]);
+                }
+                audited(b, &before)?;
+                Ok(None)
+            }
+            Event::Clock { .. } | Event::Fault { .. } => Ok(None),
+        }
+    }
+
+    /// Applies `event` to a branch as the implementation reported it, whatever the design says:
+    /// after a divergence, the rest of the history is checked from the table it says it left.
+    pub(super) fn adopt(&self, b: &mut Branch, line: usize, event: &Event, plan: &Plan) {
+        use crate::core::policy::{BudgetPredicate, WriteFence};
+        let &Plan::Ids { tenant, relay, ref messages, aggregate } = plan else { return };
+        let mut lax = self.policy;
+        lax.claim_by_tenant = false;
+        lax.write_checks_tenant = false;
+        lax.claim_live_leases = true;
+        lax.claim_terminal = true;
+        lax.budget = BudgetPredicate::Absent;
+        lax.retry_clock = false;
+        lax.write_fence = WriteFence::MessageIdOnly;
+        lax.swallow_stale = false;
+        let max_attempts = self.max_attempts;
+        let force_release = |b: &mut Branch, id: MessageId, to: Status, retry_at: Option<u64>, now: u64| {
+            let Some(row) = b.outbox.row(id).copied() else { return };
+            let lease = Lease {
+                message_id: id,
+                tenant_id: row.tenant_id,
+                owner: relay,
+                token: row.lease_token,
+                attempts: row.attempts,
+                claim_seq: 0,
+            };
+            let req = ReleaseRequest {
+                lease,
+                fence: ReleaseFence::Id,
+                to,
+                retry_at: retry_at.map(Instant),
+                now: Instant(now),
+            };
+            let _ = b.outbox.release(&req);
+        };
+        match event {
+            Event::Enqueue { now, result, .. } if result == "applied" && b.outbox.row(messages[0]).is_none() => {
+                let req = EnqueueRequest {
+                    tenant_id: tenant,
+                    aggregate_id: aggregate,
+                    expected_version: b.outbox.aggregate_version(tenant, aggregate),
+                    message_id: messages[0],
+                    now: Instant(*now),
+                };
+                let _ = b.auditor.enqueue(&mut b.outbox, &req);
+                b.open.push(messages[0]);
+            }
+            Event::Claim { batch, lease_ms, now, leases, outcome: Outcome::Ok, .. } => {
+                for (got, &id) in leases.iter().zip(messages) {
+                    if b.outbox.row(id).is_none() {
+                        implicit_enqueue(b, tenant, id, Instant(*now));
+                    }
+                    let req = ClaimRequest {
+                        tenant_id: tenant,
+                        owner: relay,
+                        batch: (*batch).max(1),
+                        lease: Duration((*lease_ms).max(1)),
+                        now: Instant(*now),
+                        max_attempts,
+                    };
+                    if let Ok(Ok(mut claimed)) =
+                        b.auditor.claim_exactly(&mut b.outbox, &lax, &req, &[id], Instant(*now))
+                    {
+                        if let (Some(lease), Some(i)) = (claimed.first_mut(), b.outbox.index(id)) {
+                            b.outbox.rows_mut()[i].attempts = got.attempts;
+                            lease.attempts = got.attempts;
+                            let token = got
+                                .token
+                                .as_deref()
+                                .map_or_else(|| TokenName::Text(format!("{TOKENLESS}{line})").into()), TokenName::new);
+                            b.held.push(Held { relay, token, lease: *lease, ended: false, line });
+                        }
+                    }
+                    b.open.push(id);
+                }
+            }
+            Event::Write { write, token, attempt, now, code, result, next_attempt_at, .. } => {
+                let id = messages[0];
+                let held = b.held.iter_mut().rev().find(|h| h.presented_by(relay, id, token.as_deref(), *attempt));
+                let lease = held.map(|h| {
+                    h.ended = true;
+                    h.lease
+                });
+                if *result == WriteReport::Applied {
+                    if let (Some(kind), Some(row)) = (write_kind(write, *code), b.outbox.row(id).copied()) {
+                        let lease = lease.unwrap_or(Lease {
+                            message_id: id,
+                            tenant_id: row.tenant_id,
+                            owner: relay,
+                            token: row.lease_token,
+                            attempts: row.attempts,
+                            claim_seq: 0,
+                        });
+                        let mut lax = lax;
+                        lax.ambiguous_shape = crate::core::policy::AmbiguousShape::ClearsLease;
+                        if let (true, Some(i)) = (row.status.is_terminal(), b.outbox.index(id)) {
+                            // A write to a terminal row: the row goes where the write says.
+                            b.outbox.rows_mut()[i].status = Status::InFlight;
+                        }
+                        let req = WriteRequest {
+                            lease: Lease { tenant_id: row.tenant_id, ..lease },
+                            kind,
+                            now: Instant(*now),
+                            max_attempts,
+                        };
+                        let _ = b.outbox.write(&lax, &req);
+                        let _ = chosen_retry(&mut b.outbox, id, *next_attempt_at, Instant(*now));
+                    }
+                }
+            }
+            Event::Publish { .. } => {
+                let _ = self.step(b, line, event, plan, 0);
+            }
+            Event::Release { now, to, next_attempt_at, result, .. } if result == "applied" => {
+                if let Some(to) = self.header.status(to) {
+                    force_release(b, messages[0], to, *next_attempt_at, *now);
+                    b.open.push(messages[0]);
+                }
+            }
+            Event::Reap { now, .. } => {
+                for &id in messages {
+                    force_release(b, id, Status::Exhausted, None, *now);
+                }
+            }
+            Event::Requeue { result, .. } if result == "applied" => {
+                let id = messages[0];
+                if let Some(i) = b.outbox.index(id) {
+                    b.outbox.rows_mut()[i].status = Status::Failed;
+                    let _ = b.auditor.requeue(&mut b.outbox, &self.policy, id);
+                    b.open.push(id);
+                }
+            }
+            _ => {}
+        }
+        b.auditor.take_violations();
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(super) enum Plan {
+    Ids { tenant: TenantId, relay: RelayId, messages: SmallVec<[MessageId; 2]>, aggregate: AggregateId },
+    Nothing,
+}
+
+/// A row a history without enqueues brings in with its first claim: a job of its own, with an
+/// aggregate apart from every one the history names.
+pub(super) fn implicit_enqueue(b: &mut Branch, tenant: TenantId, id: MessageId, now: Instant) {
+    let req = EnqueueRequest {
+        tenant_id: tenant,
+        aggregate_id: AggregateId(IMPLICIT_AGGREGATE | id.0),
+        expected_version: 0,
+        message_id: id,
+        now,
+    };
+    let _ = b.auditor.enqueue(&mut b.outbox, &req);
+    b.open.push(id);
+}
+
+/// The rows an event's transaction held locked, as reported: the rows a claim returned (any row,
+/// for a claim of unknown outcome), the row of an applied write or release (or one of unknown
+/// outcome), the rows a reap took, a requeued row. A statement that matched nothing took no lock.
+pub(super) enum Locked {
+    Nothing,
+    Any,
+    Rows(SmallVec<[MessageId; 2]>),
+}
+
+pub(super) fn locked_by(event: &Event, plan: &Plan) -> Locked {
+    let Plan::Ids { messages, .. } = plan else { return Locked::Nothing };
+    match event {
+        Event::Claim { outcome: Outcome::Unknown, .. } => Locked::Any,
+        Event::Claim { .. } | Event::Reap { .. } => Locked::Rows(messages.clone()),
+        Event::Write { result: WriteReport::Applied | WriteReport::Unknown, .. } => Locked::Rows(messages.clone()),
+        Event::Release { result, .. } | Event::Requeue { result, .. } if result == "applied" => {
+            Locked::Rows(messages.clone())
+        }
+        _ => Locked::Nothing,
+    }
+}
+
+/// The policy a write runs under: a `delete` or `archive` takes the row out of the table, so no
+/// later statement matches it (the core's completion by deletion), whatever the design marks.
+pub(super) fn completing(mut policy: Policy, write: &str) -> Policy {
+    if matches!(write, "delete" | "archive") {
+        policy.completion = crate::core::policy::Completion::Delete;
+    }
+    policy
+}
+
+pub(super) fn write_kind(name: &str, code: Option<FailureCode>) -> Option<WriteKind> {
+    Some(match name {
+        "mark_published" => WriteKind::Published,
+        "mark_ambiguous" => WriteKind::Ambiguous { code: code.unwrap_or(FailureCode::Timeout) },
+        "mark_retry" => WriteKind::Retry { code: code.unwrap_or(FailureCode::Unavailable) },
+        "mark_failed" => WriteKind::Failed { code: code.unwrap_or(FailureCode::Rejected) },
+        "mark_exhausted" => WriteKind::Exhausted { code: code.unwrap_or(FailureCode::BudgetSpent) },
+        // A completion that takes the row out of the table: the model's PUBLISHED, deleted, so
+        // nothing matches it again (see `completing`).
+        "delete" | "archive" => WriteKind::Published,
+        _ => return None,
+    })
+}
+
+/// Where a write the implementation reported applied left its row waiting for a retry, the
+/// retry time it chose replaces the design's backoff; one not later than the write's `now`
+/// breaks S7.
+pub(super) fn chosen_retry(
+    outbox: &mut Outbox,
+    id: MessageId,
+    retry_at: Option<u64>,
+    now: Instant,
+) -> Result<(), String> {
+    let Some(at) = retry_at else { return Ok(()) };
+    outbox.choose_retry(id, Instant(at), now).map_err(|status| {
+        format!("the write left the row {status} with the retry time t={at} it chose, not later than its now {now}")
+    })
+}
