@@ -13,7 +13,7 @@
 //!   [`Cycle`](outbox_check::relay::Cycle) through async adapters — the same code the model checker
 //!   steps.
 //!
-//! The seed draws a fault [`Profile`](profile::Profile) with ChaCha (swarm testing), and seeds
+//! The seed draws a fault [`FaultProfile`](profile::FaultProfile) with ChaCha (swarm testing), and seeds
 //! madsim's own generator (latencies, the rolls of each fault). Faults stop when the fault window
 //! ends; then the heal phase runs until every row is terminal or the heal time is up, and L1 and
 //! L3 (or L2, under a permanent broker outage) are checked on the table. The run's history is

@@ -39,7 +39,7 @@ impl Scheduled {
 /// The faults of one run. Rates are per statement (database) or per publication (broker), and
 /// apply only until the fault window ends.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Profile {
+pub struct FaultProfile {
     /// Broker: dropped before storing (the relay times out).
     pub broker_drop: f64,
     /// Broker: stored, but the acknowledgement is lost (the relay times out).
@@ -65,10 +65,10 @@ pub struct Profile {
     pub schedule: Vec<Scheduled>,
 }
 
-impl Profile {
+impl FaultProfile {
     /// No fault at all.
-    pub fn quiet(relays: usize) -> Profile {
-        Profile {
+    pub fn quiet(relays: usize) -> FaultProfile {
+        FaultProfile {
             broker_drop: 0.0,
             broker_lost_ack: 0.0,
             broker_duplicate: 0.0,
@@ -85,13 +85,13 @@ impl Profile {
 
     /// The profile seed `seed` draws: each kind of fault is on with probability one half, at a
     /// rate drawn from its range; one seed in twenty gets a permanent broker outage.
-    pub fn draw(seed: u64, config: &SimConfig) -> Profile {
+    pub fn draw(seed: u64, config: &SimConfig) -> FaultProfile {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let relays = config.designs.len();
         let window = config.fault_window_ms;
         let lease = config.lease_ms;
         let on = |rng: &mut ChaCha8Rng, max: f64| if rng.gen_bool(0.5) { rng.gen_range(0.0..max) } else { 0.0 };
-        let mut profile = Profile {
+        let mut profile = FaultProfile {
             broker_drop: on(&mut rng, 0.3),
             broker_lost_ack: on(&mut rng, 0.3),
             broker_duplicate: on(&mut rng, 0.3),

@@ -1,6 +1,6 @@
 //! One simulated run: nodes, faults, heal, verdict.
 
-use super::profile::{Peer, Profile, Scheduled};
+use super::profile::{FaultProfile, Peer, Scheduled};
 use super::SimConfig;
 use madsim::net::rpc::{Deserialize, Request, Serialize};
 use madsim::net::{Endpoint, NetSim};
@@ -113,7 +113,7 @@ pub enum OracleVerdict {
 pub struct RunResult {
     pub seed: u64,
     pub fleet: String,
-    pub profile: Profile,
+    pub profile: FaultProfile,
     /// Each property broken, once, with the first occurrence in words.
     pub violations: Vec<Violation>,
     pub oracle: OracleVerdict,
@@ -253,7 +253,7 @@ impl State {
 struct Setup {
     sim: SimConfig,
     world: WorldConfig,
-    profile: Profile,
+    profile: FaultProfile,
 }
 
 #[derive(Clone)]
@@ -453,7 +453,7 @@ async fn database(shared: Shared) {
 // The broker node and its consumer.
 
 /// What the broker does with a publication: the answer (None: none is sent) and copies stored.
-fn broker_fate(p: &Profile, faults_on: bool, now: u64) -> (Option<PublishOutcome>, u64) {
+fn broker_fate(p: &FaultProfile, faults_on: bool, now: u64) -> (Option<PublishOutcome>, u64) {
     if p.permanent_outage {
         return (Some(PublishOutcome::RetryableFailure), 0);
     }
@@ -786,12 +786,12 @@ fn settled(shared: &Shared) -> bool {
 
 /// Runs one seed and checks it.
 pub fn run(config: &SimConfig, seed: u64) -> RunResult {
-    let profile = Profile::draw(seed, config);
+    let profile = FaultProfile::draw(seed, config);
     run_with_profile(config, seed, profile)
 }
 
 /// Runs one seed under a given profile (a quiet one, say).
-pub fn run_with_profile(config: &SimConfig, seed: u64, profile: Profile) -> RunResult {
+pub fn run_with_profile(config: &SimConfig, seed: u64, profile: FaultProfile) -> RunResult {
     let world = config.world();
     let setup = Arc::new(Setup { sim: config.clone(), world, profile: profile.clone() });
     let runtime = Runtime::with_seed_and_config(seed, madsim::Config::default());
@@ -893,7 +893,7 @@ async fn simulate(setup: Arc<Setup>) -> Shared {
     shared
 }
 
-fn verdict(config: &SimConfig, seed: u64, profile: Profile, world: &WorldConfig, s: &mut State) -> RunResult {
+fn verdict(config: &SimConfig, seed: u64, profile: FaultProfile, world: &WorldConfig, s: &mut State) -> RunResult {
     let now = s.ended_ms;
     let rows = s.outbox.rows().to_vec();
     let all_enqueued = s.enqueued == config.messages;

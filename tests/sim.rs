@@ -3,7 +3,7 @@
 
 use outbox_check::core::{Property, Status};
 use outbox_check::design::{Design, Variant};
-use outbox_check_sims::profile::Profile;
+use outbox_check_sims::profile::FaultProfile;
 use outbox_check_sims::run::{run, run_with_profile, OracleVerdict, RunResult};
 use outbox_check_sims::sweep::{sweep, Seeds};
 use outbox_check_sims::SimConfig;
@@ -92,7 +92,7 @@ fn reference_survives_a_sweep_and_the_faults_were_real() {
 #[test]
 fn a_quiet_run_publishes_everything_once() {
     let config = config(Variant::Reference);
-    let r = run_with_profile(&config, 11, Profile::quiet(3));
+    let r = run_with_profile(&config, 11, FaultProfile::quiet(3));
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     assert!(r.stats.statuses.iter().all(|s| *s == Status::Published));
     assert!(r.stats.attempts.iter().all(|a| *a == 1));

@@ -129,8 +129,8 @@ pub struct Args {
     #[arg(long, default_value_t = 120_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub duplicate_window_ms: u64,
     /// Faults: all, none, or a comma-separated list of kill, pause, backend, cut, outage.
-    #[arg(long, default_value = "all", value_parser = outbox_check::e2e::Faults::parse)]
-    pub faults: outbox_check::e2e::Faults,
+    #[arg(long, default_value = "all", value_parser = outbox_check::e2e::ProcessFaults::parse)]
+    pub faults: outbox_check::e2e::ProcessFaults,
     /// PostgreSQL URL (default: OUTBOX_CHECK_PG_URL); loopback only.
     #[arg(long)]
     pub database_url: Option<String>,

@@ -361,7 +361,7 @@ fn run() -> ExitCode {
     match cli.command {
         Command::Verify(args) => verify::run(args),
         Command::Variants(args) => variants::run(args),
-        Command::E2eRelay { file } => outbox_check::e2e::relay::main(&file),
+        Command::E2eRelay { file } => outbox_check::e2e::process::main(&file),
         Command::E2e(args) => e2e::run(args),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();

@@ -16,8 +16,8 @@ mod consumer;
 mod history;
 pub mod nats;
 mod print;
+pub mod process;
 pub mod rabbitmq;
-pub mod relay;
 use consumer::{consume, consume_rabbit, drain};
 use history::{check_history, last_sequence, merge_logs, name_deliveries, reap, Findings};
 pub use print::print;
@@ -166,7 +166,7 @@ pub struct Delivery {
 
 /// Which faults the run injects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Faults {
+pub struct ProcessFaults {
     pub kill: bool,
     pub pause: bool,
     pub backend: bool,
@@ -174,13 +174,13 @@ pub struct Faults {
     pub outage: bool,
 }
 
-impl Faults {
+impl ProcessFaults {
     pub const NAMES: [&'static str; 5] = ["kill", "pause", "backend", "cut", "outage"];
 
-    pub fn parse(text: &str) -> Result<Faults, String> {
-        let mut f = Faults { kill: false, pause: false, backend: false, cut: false, outage: false };
+    pub fn parse(text: &str) -> Result<ProcessFaults, String> {
+        let mut f = ProcessFaults { kill: false, pause: false, backend: false, cut: false, outage: false };
         match text {
-            "all" => return Ok(Faults { kill: true, pause: true, backend: true, cut: true, outage: true }),
+            "all" => return Ok(ProcessFaults { kill: true, pause: true, backend: true, cut: true, outage: true }),
             "none" => return Ok(f),
             _ => {}
         }
@@ -194,7 +194,7 @@ impl Faults {
                 other => {
                     return Err(format!(
                         "unknown e2e fault '{other}' (all, none, or a list of {})",
-                        Faults::NAMES.join(", ")
+                        ProcessFaults::NAMES.join(", ")
                     ))
                 }
             }
@@ -204,7 +204,7 @@ impl Faults {
 
     fn names(self) -> Vec<&'static str> {
         let on = [self.kill, self.pause, self.backend, self.cut, self.outage];
-        Faults::NAMES.iter().zip(on).filter(|(_, on)| *on).map(|(n, _)| *n).collect()
+        ProcessFaults::NAMES.iter().zip(on).filter(|(_, on)| *on).map(|(n, _)| *n).collect()
     }
 }
 
@@ -226,7 +226,7 @@ pub struct Options {
     pub batch: u32,
     /// The stream's deduplication window.
     pub duplicate_window_ms: u64,
-    pub faults: Faults,
+    pub faults: ProcessFaults,
     /// Faults are scheduled in this many ms from the start.
     pub fault_span_ms: u64,
     pub database_url: String,
@@ -240,7 +240,7 @@ pub struct Options {
 /// A fault the run injects from outside the relays, at `at_ms` after the start.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "fault", rename_all = "snake_case")]
-pub enum Scheduled {
+pub enum Disruption {
     /// SIGKILL, then a new process under the same relay id.
     Kill { at_ms: u64, relay: u16 },
     /// SIGSTOP for `for_ms`, then SIGCONT.
@@ -249,26 +249,28 @@ pub enum Scheduled {
     Outage { at_ms: u64, for_ms: u64 },
 }
 
-impl Scheduled {
+impl Disruption {
     fn at(&self) -> u64 {
         match self {
-            Scheduled::Kill { at_ms, .. } | Scheduled::Pause { at_ms, .. } | Scheduled::Outage { at_ms, .. } => *at_ms,
+            Disruption::Kill { at_ms, .. } | Disruption::Pause { at_ms, .. } | Disruption::Outage { at_ms, .. } => {
+                *at_ms
+            }
         }
     }
 
     /// In words, for the report.
     pub fn words(&self) -> String {
         match self {
-            Scheduled::Kill { at_ms, relay } => {
+            Disruption::Kill { at_ms, relay } => {
                 format!("t={} {} killed (SIGKILL) and started again", secs(*at_ms), owner_name(RelayId(*relay)))
             }
-            Scheduled::Pause { at_ms, relay, for_ms } => format!(
+            Disruption::Pause { at_ms, relay, for_ms } => format!(
                 "t={} {} paused {} (SIGSTOP, SIGCONT)",
                 secs(*at_ms),
                 owner_name(RelayId(*relay)),
                 secs(*for_ms)
             ),
-            Scheduled::Outage { at_ms, for_ms } => {
+            Disruption::Outage { at_ms, for_ms } => {
                 format!("t={} broker killed (SIGKILL), started again {} later", secs(*at_ms), secs(*for_ms))
             }
         }
@@ -281,41 +283,41 @@ fn secs(ms: u64) -> String {
 
 /// The faults of a run, drawn from its seed: two kills, two pauses past the lease and one broker
 /// outage at most, inside the first `fault_span_ms`.
-pub fn schedule(options: &Options) -> Vec<Scheduled> {
+pub fn schedule(options: &Options) -> Vec<Disruption> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(options.seed);
     let mut at = || 300 + rng.gen_range(0..options.fault_span_ms.max(1));
     let mut faults = Vec::new();
     if options.faults.kill {
         for _ in 0..2 {
             let at_ms = at();
-            faults.push(Scheduled::Kill { at_ms, relay: 0 });
+            faults.push(Disruption::Kill { at_ms, relay: 0 });
         }
     }
     if options.faults.pause {
         for _ in 0..2 {
             let at_ms = at();
-            faults.push(Scheduled::Pause { at_ms, relay: 0, for_ms: 0 });
+            faults.push(Disruption::Pause { at_ms, relay: 0, for_ms: 0 });
         }
     }
     // The run kills only a broker it started itself: not the machine's RabbitMQ.
     if options.faults.outage && options.broker == Broker::Nats {
         let at_ms = at();
-        faults.push(Scheduled::Outage { at_ms, for_ms: 0 });
+        faults.push(Disruption::Outage { at_ms, for_ms: 0 });
     }
     // Relays and lengths from the same seed, after the times (so the times do not depend on them).
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(options.seed ^ 0x5eed);
     for f in &mut faults {
         match f {
-            Scheduled::Kill { relay, .. } => *relay = rng.gen_range(0..options.relays),
-            Scheduled::Pause { relay, for_ms, .. } => {
+            Disruption::Kill { relay, .. } => *relay = rng.gen_range(0..options.relays),
+            Disruption::Pause { relay, for_ms, .. } => {
                 *relay = rng.gen_range(0..options.relays);
                 // Past the lease: 1.3 to 2 leases.
                 *for_ms = options.lease_ms * 13 / 10 + rng.gen_range(0..=options.lease_ms * 7 / 10);
             }
-            Scheduled::Outage { for_ms, .. } => *for_ms = 300 + rng.gen_range(0..500),
+            Disruption::Outage { for_ms, .. } => *for_ms = 300 + rng.gen_range(0..500),
         }
     }
-    faults.sort_by_key(Scheduled::at);
+    faults.sort_by_key(Disruption::at);
     faults
 }
 
@@ -330,7 +332,7 @@ pub fn longest_pause(options: &Options) -> u64 {
 
 /// What the run found.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Report {
+pub struct RunReport {
     pub schema: String,
     pub design: String,
     pub broker: Broker,
@@ -412,7 +414,7 @@ pub struct Deduplicated {
     pub after_first_ms: Option<u64>,
 }
 
-impl Report {
+impl RunReport {
     /// Every check passed: the oracle accepts the history, every message ended terminal, every
     /// PUBLISHED one was delivered, and no message took effect twice.
     pub fn passed(&self) -> bool {
@@ -504,7 +506,7 @@ struct RelayProcess {
 
 /// Runs the whole thing; `progress` gets a line now and then. An error is the environment's
 /// (exit 2): a server that is not there, a design the run cannot drive.
-pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String> {
+pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<RunReport, String> {
     let policy = {
         let mut p = options.design.policy();
         p.backoff = crate::core::policy::Backoff {
@@ -664,7 +666,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         let now = std::time::Instant::now();
         while next_fault < plan.len() && plan[next_fault].at() <= ms(now) {
             match &plan[next_fault] {
-                Scheduled::Kill { relay, .. } => {
+                Disruption::Kill { relay, .. } => {
                     let p = &mut relays[*relay as usize];
                     let _ = p.child.kill();
                     let _ = p.child.wait();
@@ -672,7 +674,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
                     p.incarnation += 1;
                     p.child = spawn(&setup(*relay, p.incarnation))?;
                 }
-                Scheduled::Pause { relay, for_ms, .. } => {
+                Disruption::Pause { relay, for_ms, .. } => {
                     let p = &mut relays[*relay as usize];
                     // SAFETY: a child of ours, not yet waited for.
                     unsafe {
@@ -680,7 +682,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
                     }
                     p.paused_until = Some(now + std::time::Duration::from_millis(*for_ms));
                 }
-                Scheduled::Outage { for_ms, .. } => {
+                Disruption::Outage { for_ms, .. } => {
                     if let BrokerRun::Nats(server) = &mut broker {
                         server.kill();
                     }
@@ -783,7 +785,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     let published: Vec<&crate::core::Row> = rows.iter().filter(|r| r.status == Status::Published).collect();
     let window = (options.broker == Broker::Nats).then_some(options.duplicate_window_ms);
     let named = name_deliveries(&deliveries, &publications, window);
-    let mut report = Report {
+    let mut report = RunReport {
         schema: "outbox-check/e2e/v1".into(),
         design: options.design.name().to_string(),
         broker: options.broker,
@@ -798,7 +800,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         publication_span_ms: span.ok().map(|s| s.longest.0),
         publication_span_unbounded: span.err().map(str::to_string),
         longest_pause_ms: longest_pause(options),
-        faults: plan.iter().map(Scheduled::words).collect(),
+        faults: plan.iter().map(Disruption::words).collect(),
         relay_faults,
         seconds: elapsed.as_secs_f64(),
         messages_per_second: published.len() as f64 / elapsed.as_secs_f64().max(1e-9),
@@ -901,7 +903,7 @@ fn stop_relays(stop: &Path, relays: &mut [RelayProcess]) -> Result<(), String> {
     Ok(())
 }
 
-impl Faults {
+impl ProcessFaults {
     /// The faults on, in words.
     pub fn describe(self) -> String {
         let names = self.names();

@@ -3,7 +3,7 @@
 use super::*;
 
 /// The report in words.
-pub fn print(report: &Report) {
+pub fn print(report: &RunReport) {
     println!(
         "outbox-check e2e — {}, {} relay processes × {} over PostgreSQL and {}, seed {} (lease {}, backoff {}–{}, polls every {}, budget {})",
         report.design,
