@@ -665,50 +665,10 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<RunReport, Stri
     loop {
         let now = std::time::Instant::now();
         while next_fault < plan.len() && plan[next_fault].at() <= ms(now) {
-            match &plan[next_fault] {
-                Disruption::Kill { relay, .. } => {
-                    let p = &mut relays[*relay as usize];
-                    let _ = p.child.kill();
-                    let _ = p.child.wait();
-                    p.paused_until = None;
-                    p.incarnation += 1;
-                    p.child = spawn(&setup(*relay, p.incarnation))?;
-                }
-                Disruption::Pause { relay, for_ms, .. } => {
-                    let p = &mut relays[*relay as usize];
-                    // SAFETY: a child of ours, not yet waited for.
-                    unsafe {
-                        libc::kill(p.child.id() as i32, libc::SIGSTOP);
-                    }
-                    p.paused_until = Some(now + std::time::Duration::from_millis(*for_ms));
-                }
-                Disruption::Outage { for_ms, .. } => {
-                    if let BrokerRun::Nats(server) = &mut broker {
-                        server.kill();
-                    }
-                    outage_until = Some(now + std::time::Duration::from_millis(*for_ms));
-                }
-            }
+            start(&plan[next_fault], now, &mut relays, &|r, i| spawn(&setup(r, i)), &mut broker, &mut outage_until)?;
             next_fault += 1;
         }
-        for p in &mut relays {
-            if p.paused_until.is_some_and(|t| t <= now) {
-                // SAFETY: as above.
-                unsafe {
-                    libc::kill(p.child.id() as i32, libc::SIGCONT);
-                }
-                p.paused_until = None;
-            }
-        }
-        if outage_until.is_some_and(|t| t <= now) {
-            if let BrokerRun::Nats(server) = &mut broker {
-                server.restart()?;
-                if let Some(pid) = server.pid() {
-                    run.children.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
-                }
-            }
-            outage_until = None;
-        }
+        end_due(now, &mut relays, &mut broker, &run, &mut outage_until)?;
         while enqueued < options.messages && enqueue_at(enqueued) <= ms(now) {
             if !enqueue(&mut store, &mut history, enqueued)? {
                 break;
@@ -755,6 +715,96 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<RunReport, Stri
 
     // The history: the relays' logs merged by commit stamp.
     let (publications, relay_faults) = merge_logs(&run.dir, options.relays, &mut history);
+    let text = history_text(options, &policy, &history);
+    let findings = check_history(options.design, &text)?;
+    let observed =
+        Observed { plan: &plan, relay_faults, rows: &rows, deliveries: &deliveries, publications: &publications };
+    let mut report = run_report(options, &policy, observed, findings, elapsed, history.len());
+    if let Some(path) = &options.history {
+        std::fs::write(path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        report.history = Some(path.display().to_string());
+    } else if !report.passed() {
+        let path = base.join(format!("outbox-check-e2e-seed-{}-{}.jsonl", options.seed, std::process::id()));
+        if std::fs::write(&path, &text).is_ok() {
+            report.history = Some(path.display().to_string());
+        }
+    }
+    drop(store);
+    drop(run);
+    Ok(report)
+}
+
+/// Starts one disruption of the schedule at `now`: a relay killed and started again as its next
+/// incarnation (`respawn`), a relay paused (SIGSTOP) until its pause ends, or the run's broker
+/// killed until its outage ends.
+fn start(
+    disruption: &Disruption,
+    now: std::time::Instant,
+    relays: &mut [RelayProcess],
+    respawn: &dyn Fn(u16, u32) -> Result<Child, String>,
+    broker: &mut BrokerRun,
+    outage_until: &mut Option<std::time::Instant>,
+) -> Result<(), String> {
+    match disruption {
+        Disruption::Kill { relay, .. } => {
+            let p = &mut relays[*relay as usize];
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+            p.paused_until = None;
+            p.incarnation += 1;
+            p.child = respawn(*relay, p.incarnation)?;
+        }
+        Disruption::Pause { relay, for_ms, .. } => {
+            let p = &mut relays[*relay as usize];
+            // SAFETY: a child of ours, not yet waited for.
+            unsafe {
+                libc::kill(p.child.id() as i32, libc::SIGSTOP);
+            }
+            p.paused_until = Some(now + std::time::Duration::from_millis(*for_ms));
+        }
+        Disruption::Outage { for_ms, .. } => {
+            if let BrokerRun::Nats(server) = broker {
+                server.kill();
+            }
+            *outage_until = Some(now + std::time::Duration::from_millis(*for_ms));
+        }
+    }
+    Ok(())
+}
+
+/// Ends what is due at `now`: paused relays go on (SIGCONT), a broker whose outage is over is
+/// started again (its process recorded, so the run removes it).
+fn end_due(
+    now: std::time::Instant,
+    relays: &mut [RelayProcess],
+    broker: &mut BrokerRun,
+    run: &Run,
+    outage_until: &mut Option<std::time::Instant>,
+) -> Result<(), String> {
+    for p in relays.iter_mut() {
+        if p.paused_until.is_some_and(|t| t <= now) {
+            // SAFETY: a child of ours, not yet waited for.
+            unsafe {
+                libc::kill(p.child.id() as i32, libc::SIGCONT);
+            }
+            p.paused_until = None;
+        }
+    }
+    if outage_until.is_some_and(|t| t <= now) {
+        if let BrokerRun::Nats(server) = broker {
+            server.restart()?;
+            if let Some(pid) = server.pid() {
+                run.children.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
+            }
+        }
+        *outage_until = None;
+    }
+    Ok(())
+}
+
+/// The run's history in the trace format: a header declaring the design, the relays and how
+/// they ran, then every event in commit order.
+fn history_text(options: &Options, policy: &Policy, history: &[(i64, u64, serde_json::Value)]) -> String {
     let header = crate::trace::Header {
         backoff_base: Some(policy.backoff.base.0),
         backoff_cap: Some(policy.backoff.cap.0),
@@ -775,17 +825,39 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<RunReport, Stri
     };
     let mut text = serde_json::to_string(&header).expect("JSON of plain values");
     text.push('\n');
-    for (_, _, event) in &history {
+    for (_, _, event) in history {
         text.push_str(&event.to_string());
         text.push('\n');
     }
-    let Findings { oracle, broken, either } = check_history(options.design, &text)?;
+    text
+}
 
+/// What a run observed, for its report.
+struct Observed<'a> {
+    plan: &'a [Disruption],
+    relay_faults: Vec<String>,
+    rows: &'a [crate::core::Row],
+    deliveries: &'a [Delivery],
+    publications: &'a [Publication],
+}
+
+/// The run's report: its settings, the faults, the oracle's findings on its history and the
+/// consumer's checks of every delivery against the table.
+fn run_report(
+    options: &Options,
+    policy: &Policy,
+    observed: Observed<'_>,
+    findings: Findings,
+    elapsed: std::time::Duration,
+    events: usize,
+) -> RunReport {
+    let Observed { plan, relay_faults, rows, deliveries, publications } = observed;
+    let Findings { oracle, broken, either } = findings;
     let span = policy.publication_span(Duration(options.lease_ms), options.max_attempts, Duration(options.poll_ms));
     let published: Vec<&crate::core::Row> = rows.iter().filter(|r| r.status == Status::Published).collect();
     let window = (options.broker == Broker::Nats).then_some(options.duplicate_window_ms);
-    let named = name_deliveries(&deliveries, &publications, window);
-    let mut report = RunReport {
+    let named = name_deliveries(deliveries, publications, window);
+    RunReport {
         schema: "outbox-check/e2e/v1".into(),
         design: options.design.name().to_string(),
         broker: options.broker,
@@ -804,7 +876,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<RunReport, Stri
         relay_faults,
         seconds: elapsed.as_secs_f64(),
         messages_per_second: published.len() as f64 / elapsed.as_secs_f64().max(1e-9),
-        events: history.len(),
+        events,
         oracle,
         broken,
         either,
@@ -831,19 +903,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<RunReport, Stri
         deduplicated_by_broker: named.1,
         unlogged_copies: named.2,
         history: None,
-    };
-    if let Some(path) = &options.history {
-        std::fs::write(path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        report.history = Some(path.display().to_string());
-    } else if !report.passed() {
-        let path = base.join(format!("outbox-check-e2e-seed-{}-{}.jsonl", options.seed, std::process::id()));
-        if std::fs::write(&path, &text).is_ok() {
-            report.history = Some(path.display().to_string());
-        }
     }
-    drop(store);
-    drop(run);
-    Ok(report)
 }
 
 /// Starts the run's broker: a nats-server of its own with the stream, or the run's queue on the
