@@ -801,3 +801,20 @@ fn settling_hides_nothing_in_legacy_v1_at_two_messages() {
 fn settling_hides_nothing_in_the_rolling_upgrade_at_two_messages() {
     settling_hides_nothing(["seed-v2", "legacy-v1"], &[ALL_SETTLED], &[0]);
 }
+
+/// Every complete check states how likely a 64-bit fingerprint collision made it miss a state:
+/// the birthday bound over the states it kept, growing with them.
+#[test]
+fn a_complete_check_bounds_the_chance_of_a_fingerprint_collision() {
+    let small = run(&fleet(&["reference"], 1));
+    let larger = run(&fleet(&["reference", "reference"], 1));
+    for report in [&small, &larger] {
+        let n = report.unique_states as f64;
+        let bound = n * (n - 1.0) / 2.0 / 2f64.powi(64);
+        assert!(report.collision_bound > 0.0, "{}", report.collision_bound);
+        assert!((report.collision_bound - bound).abs() <= bound * 1e-9, "{} vs {bound}", report.collision_bound);
+    }
+    assert!(larger.unique_states > small.unique_states && larger.collision_bound > small.collision_bound);
+    assert!(outbox_check_models::check::collision_bound(usize::MAX) <= 1.0);
+    assert_eq!(outbox_check_models::check::collision_bound(1), 0.0);
+}

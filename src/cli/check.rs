@@ -93,7 +93,8 @@ pub(crate) fn print_check(report: &CheckReport, port: u16, written: &[std::path:
     );
     println!(
         "{} states generated, {} unique, depth {}, {:.2} s ({:.2} s complete check, {:.2} M states/s; \
-         {} states searched for shortest paths){}{}\n",
+         {} states searched for shortest paths){}{}\n\
+         A state missed by a fingerprint collision (64-bit): probability at most {:.1e}.\n",
         report.states,
         report.unique_states,
         report.max_depth,
@@ -102,7 +103,8 @@ pub(crate) fn print_check(report: &CheckReport, port: u16, written: &[std::path:
         report.states as f64 / report.search_seconds.max(1e-9) / 1e6,
         report.path_search_states,
         if report.complete { "" } else { " — INCOMPLETE" },
-        report.liveness_states.map(|n| format!("; liveness graph {n} states")).unwrap_or_default()
+        report.liveness_states.map(|n| format!("; liveness graph {n} states")).unwrap_or_default(),
+        report.collision_bound
     );
     if let Some(shard) = report.shard {
         println!(
