@@ -526,3 +526,41 @@ fn sharded_check_merges_into_the_unsharded_verdicts() {
     assert_eq!(out.status.code(), Some(2));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The shards of a check of your own design file merge once `merge` is given the file, as
+/// `check` was; without it, one line names the design and what to give.
+#[test]
+fn shards_of_a_design_file_merge_with_the_file() {
+    let dir = std::env::temp_dir().join(format!("outbox-check-file-shards-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let reference = text(&run(&["variants", "reference", "--toml"]).stdout);
+    let design = dir.join("my-queue.toml");
+    std::fs::write(&design, reference.replace("name = \"reference\"", "name = \"my-queue\"")).unwrap();
+    let design = design.to_str().unwrap();
+    let whole = run(&["check", "--design", design, "--no-liveness", "--json", "--quiet"]);
+    assert_eq!(whole.status.code(), Some(0), "{}", text(&whole.stderr));
+    let mut files = Vec::new();
+    for i in 0..2 {
+        let out = run(&["check", "--design", design, "--shard", &format!("{i}/2"), "--json", "--quiet"]);
+        let file = dir.join(format!("shard-{i}.json"));
+        std::fs::write(&file, &out.stdout).unwrap();
+        files.push(file.to_str().unwrap().to_string());
+    }
+    let without = run(&["merge", &files[0], &files[1]]);
+    let err = text(&without.stderr);
+    assert_eq!(without.status.code(), Some(2), "{err}");
+    assert!(err.contains("'my-queue'") && err.contains("--design") && err.lines().count() == 1, "{err}");
+    let merged = run(&["merge", "--design", design, &files[0], &files[1], "--json"]);
+    assert_eq!(merged.status.code(), Some(0), "{}", text(&merged.stderr));
+    let statuses = |bytes: &[u8]| {
+        let v: serde_json::Value = serde_json::from_slice(bytes).expect("JSON");
+        v["properties"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["id"].to_string(), p["status"].to_string()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(statuses(&merged.stdout), statuses(&whole.stdout));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

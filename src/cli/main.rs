@@ -101,7 +101,7 @@ enum Command {
     /// Combine the --json reports of a sharded check (`check --shard I/N --json`, every I
     /// once) into the verdict of the whole search.
     #[command(
-        after_help = "Example:\n  for i in 0 1 2 3; do outbox-check check --variant reference --messages 3 --shard $i/4 --json > shard-$i.json; done\n  outbox-check merge shard-*.json\n\n\
+        after_help = "Examples:\n  for i in 0 1 2 3; do outbox-check check --variant reference --messages 3 --shard $i/4 --json > shard-$i.json; done\n  outbox-check merge shard-*.json\n  outbox-check merge --design my-queue.toml shard-*.json   (shards of `check --design my-queue.toml`)\n\n\
         Safety and reachability are decided as by one unsharded check when every shard completed:\n\
         violated (or reached) where any shard found it, with the shortest counterexample among\n\
         them; holds only where every shard completed. Liveness (L1-L3) is not decided by a sharded\n\

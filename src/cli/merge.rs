@@ -29,6 +29,20 @@ pub(crate) fn merge(files: &[std::path::PathBuf], json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
         variant = value["variant"].as_str().map(str::to_string);
+        // A design from a file is known by name only once its file is read.
+        let unknown: Vec<&str> = value["fleet"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|d| d.as_str())
+            .filter(|d| Design::parse(d).is_none() && outbox_check::design::named(d).is_none())
+            .collect();
+        if let Some(design) = unknown.first() {
+            eprintln!(
+                "outbox-check: {name} checked the design '{design}' from a design file: give that file with --design FILE.toml, as check had it"
+            );
+            return ExitCode::from(2);
+        }
         match serde_json::from_value::<CheckReport>(value) {
             Ok(report) => reports.push((name, report)),
             Err(error) => {
@@ -62,6 +76,10 @@ pub struct Args {
     /// The shards' reports, as `check --shard I/N --json` printed them.
     #[arg(required = true, value_name = "SHARD.json")]
     pub files: Vec<std::path::PathBuf>,
+    /// The design file of a design the shards checked (their fleet had one), as `check --design`
+    /// was given it (repeatable).
+    #[arg(long = "design", value_name = "FILE.toml", value_parser = parse_design)]
+    pub designs: Vec<Design>,
     /// Print one JSON object (the check's format) instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -69,6 +87,7 @@ pub struct Args {
 
 /// Runs `outbox-check merge`; returns the exit code.
 pub fn run(args: Args) -> ExitCode {
-    let Args { files, json } = args;
+    // The design files were read (and their designs registered) as the arguments were parsed.
+    let Args { files, designs: _, json } = args;
     merge(&files, json)
 }
