@@ -665,7 +665,8 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<RunReport, Stri
     loop {
         let now = std::time::Instant::now();
         while next_fault < plan.len() && plan[next_fault].at() <= ms(now) {
-            start(&plan[next_fault], now, &mut relays, &|r, i| spawn(&setup(r, i)), &mut broker, &mut outage_until)?;
+            let respawn = |r, i| spawn(&setup(r, i));
+            start(&plan[next_fault], now, &mut store, &schema, &mut relays, &respawn, &mut broker, &mut outage_until)?;
             next_fault += 1;
         }
         end_due(now, &mut relays, &mut broker, &run, &mut outage_until)?;
@@ -737,9 +738,12 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<RunReport, Stri
 /// Starts one disruption of the schedule at `now`: a relay killed and started again as its next
 /// incarnation (`respawn`), a relay paused (SIGSTOP) until its pause ends, or the run's broker
 /// killed until its outage ends.
+#[allow(clippy::too_many_arguments)]
 fn start(
     disruption: &Disruption,
     now: std::time::Instant,
+    store: &mut PgStore,
+    schema: &str,
     relays: &mut [RelayProcess],
     respawn: &dyn Fn(u16, u32) -> Result<Child, String>,
     broker: &mut BrokerRun,
@@ -750,6 +754,9 @@ fn start(
             let p = &mut relays[*relay as usize];
             let _ = p.child.kill();
             let _ = p.child.wait();
+            // Its database session outlives it until the server notices, still holding the row
+            // locks of a claim it was in: the relay starts again only once that session is gone.
+            end_session(store, &session_name(schema, *relay, p.incarnation))?;
             p.paused_until = None;
             p.incarnation += 1;
             p.child = respawn(*relay, p.incarnation)?;
@@ -770,6 +777,34 @@ fn start(
         }
     }
     Ok(())
+}
+
+/// The `application_name` of a relay incarnation's database session in the run's schema.
+pub fn session_name(schema: &str, relay: u16, incarnation: u32) -> String {
+    format!("oc-e2e {schema} r{relay}.{incarnation}")
+}
+
+/// Ends the database session named `name` (a killed relay's) and waits until the server has
+/// let it go, with the locks it held.
+fn end_session(store: &mut PgStore, name: &str) -> Result<(), String> {
+    let client = store.scratch().client();
+    let started = std::time::Instant::now();
+    loop {
+        let left: i64 = client
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+                &[&name],
+            )
+            .map_err(|e| format!("PostgreSQL: {e}"))?
+            .get(0);
+        if left == 0 {
+            return Ok(());
+        }
+        if started.elapsed() > std::time::Duration::from_secs(10) {
+            return Err(format!("the session {name} of a killed relay did not end in 10 s"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 /// Ends what is due at `now`: paused relays go on (SIGCONT), a broker whose outage is over is

@@ -102,6 +102,14 @@ const STAMP: &str = "SELECT nextval('outbox_check_order')";
 impl Db {
     fn connect(setup: &RelaySetup) -> Result<Db, String> {
         let mut store = PgStore::attach(&setup.database_url, &setup.schema, setup.policy).map_err(|e| e.to_string())?;
+        // Named for the run, the relay and its incarnation, so the run can see this session end
+        // before it starts the relay again after killing it.
+        let name = super::session_name(&setup.schema, setup.relay, setup.incarnation);
+        store
+            .scratch()
+            .client()
+            .batch_execute(&format!("SET application_name = '{name}'"))
+            .map_err(|e| e.to_string())?;
         let pid: i32 =
             store.scratch().client().query_one("SELECT pg_backend_pid()", &[]).map_err(|e| e.to_string())?.get(0);
         Ok(Db { setup: setup.clone(), store, pid })
