@@ -253,23 +253,21 @@ pub struct Args {
 pub fn run(args: Args) -> ExitCode {
     let Args { fleet, threads, timeout, max_memory, no_liveness, shard, out, no_write: _, explorer_port, json, quiet } =
         args;
-    {
-        let shard = match shard.map(|(index, count)| (u32::try_from(index), u32::try_from(count))) {
-            None => None,
-            Some((Ok(index), Ok(count))) => Some(outbox_check_models::graph::Shard { index, count }),
-            Some(_) => {
-                eprintln!("outbox-check: --shard: at most {} shards", u32::MAX);
-                return ExitCode::from(2);
-            }
-        };
-        let options = CheckOptions {
-            threads: threads as usize,
-            timeout: timeout.map(std::time::Duration::from_secs),
-            max_memory: max_memory.map(|gb| (gb * 1e9) as u64).or_else(|| memory_total().map(|total| total / 10 * 8)),
-            liveness: !no_liveness && shard.is_none(),
-            shard,
-            ..CheckOptions::default()
-        };
-        check_command(&fleet, &options, out.as_deref(), explorer_port, json, quiet)
-    }
+    let shard = match shard.map(|(index, count)| (u32::try_from(index), u32::try_from(count))) {
+        None => None,
+        Some((Ok(index), Ok(count))) => Some(outbox_check_models::graph::Shard { index, count }),
+        Some(_) => {
+            eprintln!("outbox-check: --shard: at most {} shards", u32::MAX);
+            return ExitCode::from(2);
+        }
+    };
+    let options = CheckOptions {
+        threads: threads as usize,
+        timeout: timeout.map(std::time::Duration::from_secs),
+        max_memory: max_memory.map(|gb| (gb * 1e9) as u64).or_else(|| memory_total().map(|total| total / 10 * 8)),
+        liveness: !no_liveness && shard.is_none(),
+        shard,
+        ..CheckOptions::default()
+    };
+    check_command(&fleet, &options, out.as_deref(), explorer_port, json, quiet)
 }

@@ -365,27 +365,25 @@ pub fn run(args: Args) -> ExitCode {
         json,
         quiet,
     } = args;
-    {
-        let profile = match profile.map(|p| outbox_check::store::profile::Profile::load(&p)).transpose() {
-            Ok(profile) => profile,
-            Err(problem) => {
-                eprintln!("outbox-check: {problem}");
-                return ExitCode::from(2);
-            }
-        };
-        let variant = profile.as_ref().map_or(variant, |p| p.design);
-        execute(&ConformArgs {
-            profile,
-            engine,
-            design: variant,
-            against: against.unwrap_or(variant),
-            cases,
-            seed,
-            database_url,
-            disposable: i_understand_this_database_is_disposable,
-            clean_up,
-            json,
-            quiet,
-        })
-    }
+    let profile = match profile.map(|p| outbox_check::store::profile::Profile::load(&p)).transpose() {
+        Ok(profile) => profile,
+        Err(problem) => {
+            eprintln!("outbox-check: {problem}");
+            return ExitCode::from(2);
+        }
+    };
+    let variant = profile.as_ref().map_or(variant, |p| p.design);
+    execute(&ConformArgs {
+        profile,
+        engine,
+        design: variant,
+        against: against.unwrap_or(variant),
+        cases,
+        seed,
+        database_url,
+        disposable: i_understand_this_database_is_disposable,
+        clean_up,
+        json,
+        quiet,
+    })
 }

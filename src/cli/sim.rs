@@ -329,6 +329,14 @@ pub struct Args {
 }
 
 /// Runs `outbox-check sim`; returns the exit code.
+#[cfg(not(madsim))]
+pub fn run(_: Args) -> ExitCode {
+    eprintln!("outbox-check: this build has no simulator: build with --cfg madsim (as .cargo/config.toml does)");
+    ExitCode::from(2)
+}
+
+/// Runs `outbox-check sim`; returns the exit code.
+#[cfg(madsim)]
 pub fn run(args: Args) -> ExitCode {
     let Args {
         variant,
@@ -348,51 +356,21 @@ pub fn run(args: Args) -> ExitCode {
         json,
         quiet,
     } = args;
-    {
-        #[cfg(not(madsim))]
-        {
-            let _ = (
-                variant,
-                fleet,
-                relays,
-                messages,
-                tenants,
-                max_attempts,
-                seed,
-                seeds,
-                from,
-                shard,
-                threads,
-                out,
-                no_write,
-                history,
-                json,
-                quiet,
-            );
-            eprintln!(
-                "outbox-check: this build has no simulator: build with --cfg madsim (as .cargo/config.toml does)"
-            );
-            ExitCode::from(2)
-        }
-        #[cfg(madsim)]
-        {
-            let mut config = outbox_check_sims::SimConfig::new(designs(variant, &fleet, relays), messages);
-            config.tenants = tenants;
-            config.max_attempts = max_attempts;
-            let (shard, shards) = shard.unwrap_or((0, 1));
-            let threads = threads
-                .map(|t| t as usize)
-                .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
-            sim(&SimArgs {
-                config,
-                seed,
-                seeds: outbox_check_sims::sweep::Seeds { from, count: seeds, shard, shards },
-                threads,
-                out: (!no_write).then_some(out),
-                history,
-                json,
-                quiet,
-            })
-        }
-    }
+    let mut config = outbox_check_sims::SimConfig::new(designs(variant, &fleet, relays), messages);
+    config.tenants = tenants;
+    config.max_attempts = max_attempts;
+    let (shard, shards) = shard.unwrap_or((0, 1));
+    let threads = threads
+        .map(|t| t as usize)
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    sim(&SimArgs {
+        config,
+        seed,
+        seeds: outbox_check_sims::sweep::Seeds { from, count: seeds, shard, shards },
+        threads,
+        out: (!no_write).then_some(out),
+        history,
+        json,
+        quiet,
+    })
 }

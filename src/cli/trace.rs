@@ -232,7 +232,5 @@ pub struct Args {
 /// Runs `outbox-check trace`; returns the exit code.
 pub fn run(args: Args) -> ExitCode {
     let Args { files, strict, variant, json, quiet, all, safety_only, html } = args;
-    {
-        trace(&files, variant, TraceMode { strict, json, quiet, all, safety_only }, html.as_deref())
-    }
+    trace(&files, variant, TraceMode { strict, json, quiet, all, safety_only }, html.as_deref())
 }
