@@ -467,7 +467,27 @@ pub struct ReplayStep {
     pub now: u64,
     pub events: Vec<Event>,
     pub text: Vec<String>,
-    pub violations: Vec<outbox_check::core::Violation>,
+    pub violations: Vec<Broken>,
+}
+
+/// A broken property as a report carries it: the property, and what broke it in the model's
+/// words ([`outbox_check::core::Violation::detail`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Broken {
+    pub property: outbox_check::core::Property,
+    pub detail: String,
+}
+
+impl From<&outbox_check::core::Violation> for Broken {
+    fn from(v: &outbox_check::core::Violation) -> Broken {
+        Broken { property: v.property, detail: v.detail() }
+    }
+}
+
+impl std::fmt::Display for Broken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.property, self.detail)
+    }
 }
 
 /// Replays a path of model actions in the unnormalised world.
@@ -491,7 +511,7 @@ pub fn replay_with(config: &WorldConfig, actions: &[Action], safety: Option<Abst
             now: real.now.0,
             text: report.events.iter().map(|e| describe_at(config, real.now, e)).collect(),
             events: report.events,
-            violations: report.violations,
+            violations: report.violations.iter().map(Broken::from).collect(),
         });
     });
     steps

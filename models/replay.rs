@@ -14,8 +14,8 @@
 //!   every comparison a rule can still make: the cycle can be repeated forever). For L3, the
 //!   message is still deliverable where the fault-free, never-publishing suffix begins.
 
-use crate::outbox::{describe_at, ReplayStep, REACHABILITY};
-use outbox_check::core::{MessageId, Property, Status, Violation};
+use crate::outbox::{describe_at, Broken, ReplayStep, REACHABILITY};
+use outbox_check::core::{MessageId, Property, Status};
 use outbox_check::world::{Action, World, WorldConfig};
 
 /// Why a path does not replay as claimed.
@@ -49,7 +49,7 @@ pub fn run(config: &WorldConfig, actions: &[Action]) -> Result<(Vec<ReplayStep>,
             now: world.now.0,
             text: report.events.iter().map(|e| describe_at(config, world.now, e)).collect(),
             events: report.events,
-            violations: report.violations,
+            violations: report.violations.iter().map(Broken::from).collect(),
         });
         worlds.push(world.clone());
     }
@@ -77,7 +77,7 @@ pub fn confirm(
     }
     let property = Property::parse(id).ok_or_else(|| NotReplayed(format!("'{id}' is no property")))?;
     if Property::SAFETY.contains(&property) {
-        let broken = steps.last().is_some_and(|s| s.violations.iter().any(|v: &Violation| v.property == property));
+        let broken = steps.last().is_some_and(|s| s.violations.iter().any(|v| v.property == property));
         return if broken {
             Ok(steps)
         } else {

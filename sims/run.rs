@@ -7,8 +7,8 @@ use madsim::net::{Endpoint, NetSim};
 use madsim::runtime::{Handle, NodeHandle, Runtime};
 use madsim::time::{sleep, timeout};
 use outbox_check::core::{
-    AggregateId, Auditor, ClaimRequest, EnqueueRequest, EnqueueResult, IdempotencyKey, Instant, Lease, MessageId,
-    Outbox, Property, Status, Violation, WriteRequest, WriteResult,
+    AggregateId, Auditor, Breach, ClaimRequest, EnqueueRequest, EnqueueResult, IdempotencyKey, Instant, Lease,
+    MessageId, Outbox, Property, Row, Status, Violation, WriteRequest, WriteResult,
 };
 use outbox_check::oracle;
 use outbox_check::relay::{drive, Clocks, PublishOutcome, Reply};
@@ -898,44 +898,23 @@ fn verdict(config: &SimConfig, seed: u64, profile: FaultProfile, world: &WorldCo
     let rows = s.outbox.rows().to_vec();
     let all_enqueued = s.enqueued == config.messages;
     let mut liveness = Vec::new();
-    let unsettled: Vec<String> = rows
-        .iter()
-        .filter(|r| !r.status.is_terminal())
-        .map(|r| format!("{} {}", r.message_id, r.status.as_str()))
-        .collect();
+    let listed = |keep: &dyn Fn(&Row) -> bool| -> Vec<(MessageId, Status)> {
+        rows.iter().filter(|r| keep(r)).map(|r| (r.message_id, r.status)).collect()
+    };
+    let unsettled = listed(&|r| !r.status.is_terminal());
     if !unsettled.is_empty() || !all_enqueued {
-        liveness.push(Violation::of_run(
-            Property::L1,
-            format!(
-                "{} ms after the faults stopped, not terminal: {}",
-                now.saturating_sub(config.fault_window_ms),
-                unsettled.join(", ")
-            ),
-        ));
+        let after_ms = now.saturating_sub(config.fault_window_ms);
+        liveness.push(Violation::new(Property::L1, Breach::NotSettled { after_ms, rows: unsettled }));
     }
     if profile.permanent_outage {
-        let not_exhausted: Vec<String> = rows
-            .iter()
-            .filter(|r| r.status != Status::Exhausted)
-            .map(|r| format!("{} {}", r.message_id, r.status.as_str()))
-            .collect();
+        let not_exhausted = listed(&|r| r.status != Status::Exhausted);
         if !not_exhausted.is_empty() {
-            liveness.push(Violation::of_run(
-                Property::L2,
-                format!("under a permanent broker outage, not EXHAUSTED: {}", not_exhausted.join(", ")),
-            ));
+            liveness.push(Violation::new(Property::L2, Breach::NotExhausted { rows: not_exhausted }));
         }
     } else {
-        let unpublished: Vec<String> = rows
-            .iter()
-            .filter(|r| !matches!(r.status, Status::Published | Status::Failed | Status::Exhausted))
-            .map(|r| format!("{} {}", r.message_id, r.status.as_str()))
-            .collect();
+        let unpublished = listed(&|r| !matches!(r.status, Status::Published | Status::Failed | Status::Exhausted));
         if !unpublished.is_empty() {
-            liveness.push(Violation::of_run(
-                Property::L3,
-                format!("after the heal, neither PUBLISHED nor FAILED/EXHAUSTED: {}", unpublished.join(", ")),
-            ));
+            liveness.push(Violation::new(Property::L3, Breach::NotDelivered { rows: unpublished }));
         }
     }
     for v in liveness {

@@ -13,12 +13,15 @@ pub mod property;
 pub mod row;
 pub mod time;
 
-pub use audit::{Auditor, IdempotencyKey, RowGhost, Violation};
+pub use audit::{Auditor, RowGhost, Violation};
+pub use audit::{Breach, Doer, ModelNames, Names};
 pub use outbox::{
     random_token, ClaimRefusal, ClaimRequest, CoreError, EnqueueRequest, EnqueueResult, Outbox, ReleaseFence,
     ReleaseRequest, RequeueResult, StaleReason, WriteKind, WriteRequest, WriteResult,
 };
 pub use policy::{used_up, Backoff, Policy};
 pub use property::{Ghosts, Property, Situation};
-pub use row::{Aggregate, AggregateId, FailureCode, Lease, LeaseToken, MessageId, RelayId, Row, Status, TenantId};
+pub use row::{
+    Aggregate, AggregateId, FailureCode, IdempotencyKey, Lease, LeaseToken, MessageId, RelayId, Row, Status, TenantId,
+};
 pub use time::{Duration, Instant};

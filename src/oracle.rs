@@ -31,9 +31,10 @@
 #![allow(clippy::result_large_err)]
 
 use crate::core::{
-    AggregateId, Auditor, ClaimRefusal, ClaimRequest, Duration, EnqueueRequest, EnqueueResult, FailureCode,
-    IdempotencyKey, Instant, Lease, LeaseToken, MessageId, Outbox, Policy, Property, RelayId, ReleaseFence,
-    ReleaseRequest, RequeueResult, Row, Status, TenantId, WriteKind, WriteRequest, WriteResult,
+    AggregateId, Auditor, Breach, ClaimRefusal, ClaimRequest, CoreError, Duration, EnqueueRequest, EnqueueResult,
+    FailureCode, IdempotencyKey, Instant, Lease, LeaseToken, MessageId, Names as Naming, Outbox, Policy, Property,
+    RelayId, ReleaseFence, ReleaseRequest, RequeueResult, Row, StaleReason, Status, TenantId, WriteKind, WriteRequest,
+    WriteResult,
 };
 use crate::design::Design;
 use crate::trace::{Event, Header, Outcome, PublishAnswer, WriteReport};
@@ -452,28 +453,21 @@ impl Oracle {
             }
             let row = &mut self.tokens[i];
             let token = TokenName::new(got_token);
-            let reused = |at: usize| {
-                Some((
-                    format!("a token {} never had", got.message),
-                    format!("token {got_token} for {}, which the claim at line {at} already handed out", got.message),
-                ))
-            };
+            let message = *id;
+            let token_text = got_token.clone();
+            let reused = |at: usize| Some(Finding::TokenReused { message, token: token_text.clone(), at });
             let problem = match (&token, row.max) {
                 (TokenName::Number(n), Some((max, at))) if *n == max => reused(at),
-                (TokenName::Number(n), Some((max, at))) if counter && *n < max => Some((
-                    format!("a token of {} greater than every earlier one", got.message),
-                    format!(
-                        "token {got_token} for {}, lower than token {max} from the claim at line {at}",
-                        got.message
-                    ),
-                )),
+                (TokenName::Number(n), Some((max, at))) if counter && *n < max => {
+                    Some(Finding::TokenLower { message, token: got_token.clone(), max, at })
+                }
                 _ => row.seen.iter().find(|(t, _)| *t == token).and_then(|&(_, at)| reused(at)),
             };
-            if let Some((expected, got_text)) = problem {
+            if let Some(finding) = problem {
                 // The claim's other leases are still recorded: going on (--all), a later claim
                 // is judged against every token this one handed out.
                 if first.is_none() {
-                    let mut d = Divergence::new(line, event, Blame::Safety(Property::S2), expected, got_text, &[]);
+                    let mut d = Divergence::new(line, event, Blame::Safety(Property::S2), finding, &[], self);
                     d.resolutions_dropped = self.dropped;
                     first = Some(d);
                 }
@@ -603,14 +597,7 @@ impl Oracle {
         let divergence = match (token_divergence, any_ok) {
             (Some(d), _) => Some(d),
             (None, false) => Some(choose(failures).unwrap_or_else(|| {
-                Divergence::new(
-                    line,
-                    event,
-                    Blame::Conformance(Conformance::C8),
-                    "no history".into(),
-                    "an event".into(),
-                    &[],
-                )
+                Divergence::new(line, event, Blame::Conformance(Conformance::C8), Finding::NoHistory, &[], self)
             })),
             (None, true) => None,
         };
@@ -752,23 +739,15 @@ impl Oracle {
 
     /// A skip no transaction of the history explains, as a divergence at its claim.
     fn skip_divergence(&self, skip: &Skip) -> Divergence {
-        let name = self.name_of(0, skip.message.0);
-        let hint = self
-            .locks
-            .get(skip.message.0 as usize)
-            .and_then(|l| l.unknown_write)
-            .filter(|at| *at < skip.line)
-            .map(|at| format!(" (the write of unknown outcome at line {at} may have applied where the design refuses it: S1 if so)"))
-            .unwrap_or_default();
+        let unknown_write_at =
+            self.locks.get(skip.message.0 as usize).and_then(|l| l.unknown_write).filter(|at| *at < skip.line);
         Divergence::new(
             skip.line,
             &skip.claim,
             Blame::Conformance(Conformance::C1),
-            format!("a claim of {name} too"),
-            format!(
-                "a claim that passed over {name} while it was claimable, and no transaction of the history could have held its lock then (concurrency skip-locked){hint}"
-            ),
+            Finding::Skipped { message: skip.message, unknown_write_at },
             &[skip.row],
+            self,
         )
     }
 

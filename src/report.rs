@@ -335,11 +335,7 @@ pub fn trace_html(
     let mut list = String::new();
     for d in divergences {
         let named = d.blame.to_string();
-        let said = if d.expected.is_empty() {
-            d.got.clone()
-        } else {
-            format!("the model allows {}, the implementation reported {}", d.expected, d.got)
-        };
+        let said = d.said();
         let _ = writeln!(
             list,
             r#"<li class="divergence {kind}" data-line="{line}"><b>line {line}</b> · <b>{named}</b>{safe}<br>{said}</li>"#,

@@ -4,7 +4,7 @@
 
 use crate::core::{Property, Violation};
 use crate::world::{Action, World, WorldConfig};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// A small, deterministic generator (splitmix64), so a walk is the same on every platform.
 #[derive(Clone, Debug)]
@@ -26,7 +26,7 @@ impl Walker {
 }
 
 /// A walk that broke a property: the actions up to and including the breaking one.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Finding {
     pub property: Property,
     pub seed: u64,

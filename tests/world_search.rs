@@ -33,7 +33,7 @@ fn describe(design: &str, found: &[Finding]) -> String {
     let mut text = format!("{design}: {:?}", ids(found));
     for f in found {
         text +=
-            &format!("\n  {} (seed {}, {} steps): {}", f.property.id(), f.seed, f.actions.len(), f.violation.detail);
+            &format!("\n  {} (seed {}, {} steps): {}", f.property.id(), f.seed, f.actions.len(), f.violation.detail());
     }
     text
 }

@@ -1,4 +1,8 @@
-//! The properties of SPEC §7 and the auditor that checks the safety ones step by step.
+//! The properties of SPEC §7 and the auditor that checks the safety ones step by step, and what
+//! it records when one breaks: a [`Breach`] — rows, relays, tenants, tokens, statuses and times,
+//! never words — which whoever shows it to a person words with [`Breach::words`] and the
+//! [`Names`] that person knows: the model's ids (`m0`, `r1`, `tenant0`) for the checker's and the
+//! simulations' reports ([`ModelNames`]), the history's own names for the trace oracle.
 //!
 //! The [`Auditor`] wraps every operation on an [`Outbox`]: it performs the operation, then checks
 //! what changed against ghost state the rules never read — which claim of each row is the latest
@@ -8,58 +12,62 @@
 //! it, so "S1" means one thing everywhere.
 
 use super::outbox::{
-    ClaimRequest, CoreError, EnqueueRequest, EnqueueResult, Outbox, RequeueResult, WriteKind, WriteRequest, WriteResult,
+    ClaimRequest, CoreError, EnqueueRequest, EnqueueResult, Outbox, RequeueResult, StaleReason, WriteKind,
+    WriteRequest, WriteResult,
 };
-use super::policy::{Policy, TokenKind};
+use super::policy::{Policy, ReleaseFence, TokenKind};
 pub use super::property::Property;
-use super::row::{Lease, LeaseToken, MessageId, Row, Status};
+pub use super::row::IdempotencyKey;
+use super::row::{Lease, LeaseToken, MessageId, RelayId, Row, Status, TenantId};
 use super::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::fmt::Write as _;
 
-/// One broken property: the facts a caller acts on as fields, and what broke it in words.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// One broken property and what broke it, as facts ([`Breach`]); [`Violation::detail`] puts
+/// them in the model's words.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Violation {
     pub property: Property,
-    /// The row it concerns (none for a property of the whole run, such as L1).
-    #[serde(skip)]
-    pub message: Option<MessageId>,
-    /// An S1 of a write or release that applied for a lease a later claim had superseded (not
-    /// one that reported a result the row does not show).
-    #[serde(skip)]
-    pub superseded: bool,
-    pub detail: String,
+    pub breach: Breach,
 }
 
 impl Violation {
-    /// A violation of a property of the whole run, not of one row.
-    pub fn of_run(property: Property, detail: String) -> Violation {
-        Violation { property, message: None, superseded: false, detail }
+    pub fn new(property: Property, breach: Breach) -> Violation {
+        Violation { property, breach }
+    }
+
+    /// The row it concerns (none for a property of the whole run, such as L1).
+    pub fn message(&self) -> Option<MessageId> {
+        self.breach.message()
+    }
+
+    /// An S1 of a write or release that applied for a lease a later claim had superseded (not
+    /// one that reported a result the row does not show).
+    pub fn superseded(&self) -> bool {
+        matches!(self.breach, Breach::Superseded { .. })
+    }
+
+    /// What went wrong, with the model's ids.
+    pub fn detail(&self) -> String {
+        self.breach.words(&ModelNames)
     }
 }
 
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.property, self.detail)
+        write!(f, "{}: {}", self.property, self.detail())
     }
 }
 
-/// The key a relay sent with a publication.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum IdempotencyKey {
-    /// The row's message id: the only key SPEC allows.
-    Message { message_id: MessageId },
-    /// Anything else (a key minted per attempt).
-    Other { value: u64 },
-}
-
-impl fmt::Display for IdempotencyKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            IdempotencyKey::Message { message_id } => write!(f, "{message_id}"),
-            IdempotencyKey::Other { value } => write!(f, "{value:#x}"),
-        }
+/// In reports: `property` and `detail`, the words with the model's ids.
+impl Serialize for Violation {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut out = serializer.serialize_struct("Violation", 2)?;
+        out.serialize_field("property", &self.property)?;
+        out.serialize_field("detail", &self.detail())?;
+        out.end()
     }
 }
 
@@ -96,24 +104,6 @@ impl std::hash::Hash for RowGhost {
     }
 }
 
-/// A write request in words, for a violation's detail: "mark_published by r0 with t3".
-struct WriteWords<'a>(&'a WriteRequest);
-
-impl std::fmt::Display for WriteWords<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} by {} with {}", self.0.kind.name(), self.0.lease.owner, self.0.lease.token)
-    }
-}
-
-/// A claim in words, for a violation's detail: "claim by r1".
-struct ClaimWords(crate::core::RelayId);
-
-impl std::fmt::Display for ClaimWords {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "claim by {}", self.0)
-    }
-}
-
 /// A snapshot of the rows a step may change, on the stack for the small tables of the model
 /// checker (which claims in every other step).
 type Snapshot = smallvec::SmallVec<[Row; 4]>;
@@ -123,6 +113,8 @@ type Snapshot = smallvec::SmallVec<[Row; 4]>;
 pub struct Auditor {
     pub max_attempts: u32,
     ghosts: Vec<RowGhost>,
+    /// Taken after every step: a state kept between steps holds none.
+    #[serde(skip)]
     violations: Vec<Violation>,
 }
 
@@ -167,24 +159,16 @@ impl Auditor {
         &mut self.ghosts[i]
     }
 
-    fn violated(&mut self, property: Property, message: MessageId, detail: String) {
-        self.violations.push(Violation { property, message: Some(message), superseded: false, detail });
-    }
-
-    /// S1: a write or release for the lease of claim `seq` applied while a later claim is the
-    /// latest.
-    fn superseded(&mut self, message: MessageId, detail: String) {
-        self.violations.push(Violation { property: Property::S1, message: Some(message), superseded: true, detail });
+    fn violated(&mut self, property: Property, breach: Breach) {
+        self.violations.push(Violation { property, breach });
     }
 
     /// S3's count on a row a step touched.
     fn check_row(&mut self, row: &Row) {
         if row.attempts > self.max_attempts {
-            self.violated(
-                Property::S3,
-                row.message_id,
-                format!("{} has attempts = {} over the budget of {}", row.message_id, row.attempts, self.max_attempts),
-            );
+            let breach =
+                Breach::AttemptsOverBudget { message: row.message_id, attempts: row.attempts, max: self.max_attempts };
+            self.violated(Property::S3, breach);
         }
     }
 
@@ -192,36 +176,27 @@ impl Auditor {
     fn check_confirmation(&mut self, before: &Row, after: &Row) {
         let confirmed = after.status == Status::Published && before.status != Status::Published;
         if confirmed && !self.ghost(after.message_id).is_some_and(|g| g.stored) {
-            self.violated(
-                Property::S5,
-                after.message_id,
-                format!("{} became PUBLISHED but the broker never stored it", after.message_id),
-            );
+            self.violated(Property::S5, Breach::ConfirmedUnstored { message: after.message_id });
         }
     }
 
     /// S4 across one step: a row that was terminal is unchanged.
-    fn check_absorbing(&mut self, before: &Row, after: &Row, what: &dyn std::fmt::Display) {
+    fn check_absorbing(&mut self, before: &Row, after: &Row, by: Doer) {
         if before.status.is_terminal() && before != after {
-            let now = if after.deleted { "now deleted".to_string() } else { format!("now {}", after.status) };
+            let now = (!after.deleted).then_some(after.status);
             self.violated(
                 Property::S4,
-                before.message_id,
-                format!("{what} changed {} which was {} ({now})", before.message_id, before.status),
+                Breach::ChangedTerminal { by, message: before.message_id, was: before.status, now },
             );
         }
     }
 
     /// S2 across a step that is not a claim: the token did not move.
-    fn check_token_kept(&mut self, before: &Row, after: &Row, what: &dyn std::fmt::Display) {
+    fn check_token_kept(&mut self, before: &Row, after: &Row, by: Doer) {
         if before.lease_token != after.lease_token {
             self.violated(
                 Property::S2,
-                before.message_id,
-                format!(
-                    "{what} changed the token of {} from {} to {}",
-                    before.message_id, before.lease_token, after.lease_token
-                ),
+                Breach::TokenMoved { by, message: before.message_id, from: before.lease_token, to: after.lease_token },
             );
         }
     }
@@ -235,19 +210,12 @@ impl Auditor {
         let inserted = outbox.rows().len() == rows_before + 1 && outbox.row(req.message_id).is_some();
         let transitioned = version_after == version_before + 1;
         match result {
-            EnqueueResult::Applied { .. } if !(inserted && transitioned) => self.violated(
-                Property::S10,
-                req.message_id,
-                format!(
-                    "enqueue of {} applied with row inserted = {inserted}, business moved = {transitioned}",
-                    req.message_id
-                ),
-            ),
-            EnqueueResult::Stale { .. } if inserted || version_after != version_before => self.violated(
-                Property::S10,
-                req.message_id,
-                format!("stale enqueue of {} still inserted a row or moved the business row", req.message_id),
-            ),
+            EnqueueResult::Applied { .. } if !(inserted && transitioned) => {
+                self.violated(Property::S10, Breach::EnqueueTorn { message: req.message_id, inserted, transitioned })
+            }
+            EnqueueResult::Stale { .. } if inserted || version_after != version_before => {
+                self.violated(Property::S10, Breach::StaleEnqueueChanged { message: req.message_id })
+            }
             _ => {}
         }
         if inserted {
@@ -304,33 +272,19 @@ impl Auditor {
                 continue;
             };
             let new = outbox.row(lease.message_id).cloned().unwrap_or(*old);
-            let what = ClaimWords(req.owner);
-            self.check_absorbing(old, &new, &what);
+            let by = Doer::Claim { owner: req.owner };
+            let message = old.message_id;
+            self.check_absorbing(old, &new, by);
             if old.tenant_id != req.tenant_id {
-                self.violated(
-                    Property::S9,
-                    old.message_id,
-                    format!("{what} for {} returned {} of {}", req.tenant_id, old.message_id, old.tenant_id),
-                );
+                let breach = Breach::ClaimedOtherTenant { by, tenant: req.tenant_id, message, of: old.tenant_id };
+                self.violated(Property::S9, breach);
             }
-            if old.status == Status::InFlight && old.lease_expires_at.is_some_and(|at| at > true_now) {
-                self.violated(
-                    Property::S6,
-                    old.message_id,
-                    format!(
-                        "{what} took {} whose lease by {} runs until {} at true time {true_now}",
-                        old.message_id,
-                        old.lease_owner.map(|o| o.to_string()).unwrap_or_else(|| "an unnamed relay".into()),
-                        old.lease_expires_at.unwrap_or_default()
-                    ),
-                );
+            if let Some(until) = old.lease_expires_at.filter(|&at| old.status == Status::InFlight && at > true_now) {
+                let breach = Breach::TookLiveLease { by, message, owner: old.lease_owner, until, now: true_now };
+                self.violated(Property::S6, breach);
             }
             if let Some(at) = old.retry_at().filter(|&at| at > true_now) {
-                self.violated(
-                    Property::S7,
-                    old.message_id,
-                    format!("{what} took {} at true time {true_now}, before its retry time {at}", old.message_id),
-                );
+                self.violated(Property::S7, Breach::TookBeforeRetry { by, message, now: true_now, at });
             }
             let fresh = match policy.token_kind {
                 TokenKind::Counter => new.lease_token.0 == old.lease_token.0 + 1,
@@ -341,14 +295,8 @@ impl Auditor {
                 }
             };
             if !fresh {
-                self.violated(
-                    Property::S2,
-                    old.message_id,
-                    format!(
-                        "{what} gave {} the token {} it had before (was {})",
-                        old.message_id, new.lease_token, old.lease_token
-                    ),
-                );
+                let breach = Breach::TokenReused { by, message, token: new.lease_token, was: old.lease_token };
+                self.violated(Property::S2, breach);
             }
             let ghost = self.ghost_mut(old.message_id);
             ghost.claims += 1;
@@ -374,54 +322,45 @@ impl Auditor {
         let (Some(old), Some(new)) = (before, outbox.row(id).cloned()) else {
             return Ok(result);
         };
-        // Written out only when a violation needs it: this runs on every write of every engine.
-        let what = WriteWords(req);
+        let by = Doer::Write { kind: req.kind, owner: req.lease.owner, token: req.lease.token };
+        let message = id;
         let latest = self.ghost(id).map(|g| g.claims).unwrap_or(0);
         match result {
             WriteResult::Applied { .. } if old == new => {
-                self.violated(Property::S1, id, format!("{what} reported applied to {id} but changed nothing"));
+                self.violated(Property::S1, Breach::AppliedNoChange { by, message });
             }
             WriteResult::Applied { .. } => {
                 if req.lease.claim_seq != latest {
-                    self.superseded(
-                        id,
-                        format!(
-                            "{what} applied to {} from claim {} of the row while claim {latest} is the latest",
-                            id, req.lease.claim_seq
-                        ),
-                    );
+                    let breach = Breach::Superseded { by, message, seq: req.lease.claim_seq, latest };
+                    self.violated(Property::S1, breach);
                 }
                 if old.tenant_id != req.lease.tenant_id {
-                    self.violated(
-                        Property::S9,
-                        id,
-                        format!("{what} for {} applied to {id} of {}", req.lease.tenant_id, old.tenant_id),
-                    );
+                    let breach =
+                        Breach::WroteOtherTenant { by, tenant: req.lease.tenant_id, message, of: old.tenant_id };
+                    self.violated(Property::S9, breach);
                 }
                 if matches!(req.kind, WriteKind::Ambiguous { .. } | WriteKind::Retry { .. })
                     && matches!(new.status, Status::Ambiguous | Status::Pending)
                     && new.retry_at().is_none_or(|at| at <= req.now)
                 {
-                    self.violated(
-                        Property::S7,
-                        id,
-                        format!(
-                            "{what} left {id} {} with {}, not later than {}",
-                            new.status,
-                            new.retry_at().map_or("no retry time".to_string(), |t| format!("retry time {t}")),
-                            req.now
-                        ),
-                    );
+                    let breach = Breach::RetryNotLater {
+                        by,
+                        message,
+                        status: new.status,
+                        retry_at: new.retry_at(),
+                        now: req.now,
+                    };
+                    self.violated(Property::S7, breach);
                 }
             }
             WriteResult::Stale { reason } => {
                 if old != new {
-                    self.violated(Property::S1, id, format!("{what} said stale ({reason}) but changed {id}"));
+                    self.violated(Property::S1, Breach::StaleButChanged { by, message, reason });
                 }
             }
         }
-        self.check_absorbing(&old, &new, &what);
-        self.check_token_kept(&old, &new, &what);
+        self.check_absorbing(&old, &new, by);
+        self.check_token_kept(&old, &new, by);
         self.check_confirmation(&old, &new);
         self.check_row(&new);
         Ok(result)
@@ -440,22 +379,16 @@ impl Auditor {
         let (Some(old), Some(new)) = (before, outbox.row(id).cloned()) else {
             return Ok(result);
         };
-        let what = format!("release ({} fence) to {}", req.fence.name(), req.to);
+        let by = Doer::Release { fence: req.fence, to: req.to };
         let latest = self.ghost(id).map(|g| g.claims).unwrap_or(0);
         if matches!(result, WriteResult::Applied { .. })
             && req.lease.claim_seq != latest
             && old.status == Status::InFlight
         {
-            self.superseded(
-                id,
-                format!(
-                    "{what} applied to {id} read at claim {} of the row while claim {latest} is the latest",
-                    req.lease.claim_seq
-                ),
-            );
+            self.violated(Property::S1, Breach::Superseded { by, message: id, seq: req.lease.claim_seq, latest });
         }
-        self.check_absorbing(&old, &new, &what);
-        self.check_token_kept(&old, &new, &what);
+        self.check_absorbing(&old, &new, by);
+        self.check_token_kept(&old, &new, by);
         self.check_confirmation(&old, &new);
         Ok(result)
     }
@@ -468,8 +401,8 @@ impl Auditor {
             let (Some(old), Some(new)) = (before.iter().find(|r| r.message_id == *id), outbox.row(*id).cloned()) else {
                 continue;
             };
-            self.check_absorbing(old, &new, &"reap");
-            self.check_token_kept(old, &new, &"reap");
+            self.check_absorbing(old, &new, Doer::Reap);
+            self.check_token_kept(old, &new, Doer::Reap);
         }
         reaped
     }
@@ -479,7 +412,7 @@ impl Auditor {
         let before = outbox.row(id).cloned();
         let result = outbox.requeue(policy, id)?;
         if let (Some(old), Some(new)) = (before, outbox.row(id).cloned()) {
-            self.check_token_kept(&old, &new, &"requeue");
+            self.check_token_kept(&old, &new, Doer::Requeue);
         }
         if result == RequeueResult::Applied {
             let ghost = self.ghost_mut(id);
@@ -507,18 +440,312 @@ impl Auditor {
         ghost.publications_total += 1;
         ghost.stored |= stored;
         if count > max {
-            self.violated(
-                Property::S3,
-                message_id,
-                format!("{message_id} was published {count} times in one budget, over the budget of {max}"),
-            );
+            self.violated(Property::S3, Breach::PublishedOverBudget { message: message_id, count, max });
         }
         if key != (IdempotencyKey::Message { message_id }) {
-            self.violated(
-                Property::S8,
-                message_id,
-                format!("{message_id} was published with key {key}, not its message id"),
-            );
+            self.violated(Property::S8, Breach::WrongKey { message: message_id, key });
         }
+    }
+}
+
+/// How a reader calls the model's ids and statuses. Every method has the model's own words as
+/// its default.
+pub trait Names {
+    fn message_name(&self, id: MessageId) -> String {
+        id.to_string()
+    }
+    fn relay_name(&self, id: RelayId) -> String {
+        id.to_string()
+    }
+    fn tenant_name(&self, id: TenantId) -> String {
+        id.to_string()
+    }
+    fn status_name(&self, status: Status) -> String {
+        status.as_str().to_string()
+    }
+}
+
+/// The model's own names: `m0`, `r1`, `tenant0`, `IN_FLIGHT`.
+pub struct ModelNames;
+
+impl Names for ModelNames {}
+
+/// The step that broke a property.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Doer {
+    Claim { owner: RelayId },
+    Write { kind: WriteKind, owner: RelayId, token: LeaseToken },
+    Release { fence: ReleaseFence, to: Status },
+    Reap,
+    Requeue,
+}
+
+impl Doer {
+    /// "claim by r1", "mark_published by r0 with #3", "release (token fence) to PENDING".
+    pub fn words(&self, names: &dyn Names) -> String {
+        match *self {
+            Doer::Claim { owner } => format!("claim by {}", names.relay_name(owner)),
+            Doer::Write { kind, owner, token } => {
+                format!("{} by {} with {token}", kind.name(), names.relay_name(owner))
+            }
+            Doer::Release { fence, to } => format!("release ({} fence) to {}", fence.name(), names.status_name(to)),
+            Doer::Reap => "reap".to_string(),
+            Doer::Requeue => "requeue".to_string(),
+        }
+    }
+}
+
+/// What broke a property, one variant per way the auditor (or a run's end) finds it broken.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Breach {
+    /// S3: a row's attempts passed the budget.
+    AttemptsOverBudget { message: MessageId, attempts: u32, max: u32 },
+    /// S3: the broker was asked to publish a message more often than the budget allows.
+    PublishedOverBudget { message: MessageId, count: u32, max: u32 },
+    /// S5: a row became PUBLISHED though the broker never stored the message.
+    ConfirmedUnstored { message: MessageId },
+    /// S4: a step changed a terminal row (`now` is `None` when it deleted it).
+    ChangedTerminal { by: Doer, message: MessageId, was: Status, now: Option<Status> },
+    /// S2: a step other than a claim moved the token.
+    TokenMoved { by: Doer, message: MessageId, from: LeaseToken, to: LeaseToken },
+    /// S2: a claim handed out a token the row had had.
+    TokenReused { by: Doer, message: MessageId, token: LeaseToken, was: LeaseToken },
+    /// S10: an applied enqueue did not insert its row together with the business change.
+    EnqueueTorn { message: MessageId, inserted: bool, transitioned: bool },
+    /// S10: a stale enqueue changed something.
+    StaleEnqueueChanged { message: MessageId },
+    /// S9: a claim for one tenant returned another's row.
+    ClaimedOtherTenant { by: Doer, tenant: TenantId, message: MessageId, of: TenantId },
+    /// S9: a write for one tenant applied to another's row.
+    WroteOtherTenant { by: Doer, tenant: TenantId, message: MessageId, of: TenantId },
+    /// S6: a claim took a row whose lease was still live.
+    TookLiveLease { by: Doer, message: MessageId, owner: Option<RelayId>, until: Instant, now: Instant },
+    /// S7: a claim took a row before its retry time.
+    TookBeforeRetry { by: Doer, message: MessageId, now: Instant, at: Instant },
+    /// S7: an AMBIGUOUS or retry write left no later retry time.
+    RetryNotLater { by: Doer, message: MessageId, status: Status, retry_at: Option<Instant>, now: Instant },
+    /// S1: a write reported applied but changed nothing.
+    AppliedNoChange { by: Doer, message: MessageId },
+    /// S1: a write reported stale but changed the row.
+    StaleButChanged { by: Doer, message: MessageId, reason: StaleReason },
+    /// S1: a write or release applied for the lease of claim `seq` while claim `latest` is the
+    /// row's latest.
+    Superseded { by: Doer, message: MessageId, seq: u32, latest: u32 },
+    /// S8: a publication's key is not the message id.
+    WrongKey { message: MessageId, key: IdempotencyKey },
+    /// L1 at a simulation's end: rows not terminal (or enqueues not all done) so long after the
+    /// faults stopped.
+    NotSettled { after_ms: u64, rows: Vec<(MessageId, Status)> },
+    /// L2 at a simulation's end: rows not EXHAUSTED under a permanent broker outage.
+    NotExhausted { rows: Vec<(MessageId, Status)> },
+    /// L3 at a simulation's end: rows neither PUBLISHED nor FAILED/EXHAUSTED after the heal.
+    NotDelivered { rows: Vec<(MessageId, Status)> },
+}
+
+impl Breach {
+    /// The row it concerns (none for a property of the whole run).
+    pub fn message(&self) -> Option<MessageId> {
+        match *self {
+            Breach::AttemptsOverBudget { message, .. }
+            | Breach::PublishedOverBudget { message, .. }
+            | Breach::ConfirmedUnstored { message }
+            | Breach::ChangedTerminal { message, .. }
+            | Breach::TokenMoved { message, .. }
+            | Breach::TokenReused { message, .. }
+            | Breach::EnqueueTorn { message, .. }
+            | Breach::StaleEnqueueChanged { message }
+            | Breach::ClaimedOtherTenant { message, .. }
+            | Breach::WroteOtherTenant { message, .. }
+            | Breach::TookLiveLease { message, .. }
+            | Breach::TookBeforeRetry { message, .. }
+            | Breach::RetryNotLater { message, .. }
+            | Breach::AppliedNoChange { message, .. }
+            | Breach::StaleButChanged { message, .. }
+            | Breach::Superseded { message, .. }
+            | Breach::WrongKey { message, .. } => Some(message),
+            Breach::NotSettled { .. } | Breach::NotExhausted { .. } | Breach::NotDelivered { .. } => None,
+        }
+    }
+
+    /// What went wrong, in the reader's names: "claim by r1 took m0 at true time t=3, before its
+    /// retry time t=5".
+    pub fn words(&self, names: &dyn Names) -> String {
+        let m = |id: MessageId| names.message_name(id);
+        let rows = |rows: &[(MessageId, Status)]| {
+            let mut out = String::new();
+            for (i, (id, status)) in rows.iter().enumerate() {
+                let _ = write!(out, "{}{} {}", if i == 0 { "" } else { ", " }, m(*id), names.status_name(*status));
+            }
+            out
+        };
+        match self {
+            Breach::AttemptsOverBudget { message, attempts, max } => {
+                format!("{} has attempts = {attempts} over the budget of {max}", m(*message))
+            }
+            Breach::PublishedOverBudget { message, count, max } => {
+                format!("{} was published {count} times in one budget, over the budget of {max}", m(*message))
+            }
+            Breach::ConfirmedUnstored { message } => {
+                format!(
+                    "{} became {} but the broker never stored it",
+                    m(*message),
+                    names.status_name(Status::Published)
+                )
+            }
+            Breach::ChangedTerminal { by, message, was, now } => {
+                let now = now.map_or("now deleted".to_string(), |s| format!("now {}", names.status_name(s)));
+                format!("{} changed {} which was {} ({now})", by.words(names), m(*message), names.status_name(*was))
+            }
+            Breach::TokenMoved { by, message, from, to } => {
+                format!("{} changed the token of {} from {from} to {to}", by.words(names), m(*message))
+            }
+            Breach::TokenReused { by, message, token, was } => {
+                format!("{} gave {} the token {token} it had before (was {was})", by.words(names), m(*message))
+            }
+            Breach::EnqueueTorn { message, inserted, transitioned } => format!(
+                "enqueue of {} applied with row inserted = {inserted}, business moved = {transitioned}",
+                m(*message)
+            ),
+            Breach::StaleEnqueueChanged { message } => {
+                format!("stale enqueue of {} still inserted a row or moved the business row", m(*message))
+            }
+            Breach::ClaimedOtherTenant { by, tenant, message, of } => format!(
+                "{} for {} returned {} of {}",
+                by.words(names),
+                names.tenant_name(*tenant),
+                m(*message),
+                names.tenant_name(*of)
+            ),
+            Breach::WroteOtherTenant { by, tenant, message, of } => format!(
+                "{} for {} applied to {} of {}",
+                by.words(names),
+                names.tenant_name(*tenant),
+                m(*message),
+                names.tenant_name(*of)
+            ),
+            Breach::TookLiveLease { by, message, owner, until, now } => format!(
+                "{} took {} whose lease by {} runs until {until} at true time {now}",
+                by.words(names),
+                m(*message),
+                owner.map_or_else(|| "an unnamed relay".to_string(), |o| names.relay_name(o))
+            ),
+            Breach::TookBeforeRetry { by, message, now, at } => {
+                format!("{} took {} at true time {now}, before its retry time {at}", by.words(names), m(*message))
+            }
+            Breach::RetryNotLater { by, message, status, retry_at, now } => format!(
+                "{} left {} {} with {}, not later than {now}",
+                by.words(names),
+                m(*message),
+                names.status_name(*status),
+                retry_at.map_or("no retry time".to_string(), |t| format!("retry time {t}"))
+            ),
+            Breach::AppliedNoChange { by, message } => {
+                format!("{} reported applied to {} but changed nothing", by.words(names), m(*message))
+            }
+            Breach::StaleButChanged { by, message, reason } => {
+                format!("{} said stale ({reason}) but changed {}", by.words(names), m(*message))
+            }
+            Breach::Superseded { by, message, seq, latest } => {
+                let read = if matches!(by, Doer::Release { .. }) { "read at" } else { "from" };
+                format!(
+                    "{} applied to {} {read} claim {seq} of the row while claim {latest} is the latest",
+                    by.words(names),
+                    m(*message)
+                )
+            }
+            Breach::WrongKey { message, key } => {
+                let key = match key {
+                    IdempotencyKey::Message { message_id } => m(*message_id),
+                    IdempotencyKey::Other { .. } => key.to_string(),
+                };
+                format!("{} was published with key {key}, not its message id", m(*message))
+            }
+            Breach::NotSettled { after_ms, rows: r } => {
+                format!("{after_ms} ms after the faults stopped, not terminal: {}", rows(r))
+            }
+            Breach::NotExhausted { rows: r } => {
+                format!("under a permanent broker outage, not {}: {}", names.status_name(Status::Exhausted), rows(r))
+            }
+            Breach::NotDelivered { rows: r } => format!(
+                "after the heal, neither {} nor {}/{}: {}",
+                names.status_name(Status::Published),
+                names.status_name(Status::Failed),
+                names.status_name(Status::Exhausted),
+                rows(r)
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{FailureCode, RelayId, TenantId};
+
+    /// A reader's names replace the model's in every field they name, and nowhere else.
+    struct Theirs;
+
+    impl Names for Theirs {
+        fn message_name(&self, id: MessageId) -> String {
+            format!("job-{}", id.0)
+        }
+        fn relay_name(&self, id: RelayId) -> String {
+            format!("worker-{}", id.0)
+        }
+        fn tenant_name(&self, id: TenantId) -> String {
+            format!("org-{}", id.0)
+        }
+        fn status_name(&self, status: Status) -> String {
+            status.as_str().to_lowercase()
+        }
+    }
+
+    #[test]
+    fn words_name_every_id_as_the_reader_calls_it() {
+        let by = Doer::Write {
+            kind: WriteKind::Retry { code: FailureCode::Timeout },
+            owner: RelayId(1),
+            token: LeaseToken(3),
+        };
+        let breach = Breach::RetryNotLater {
+            by,
+            message: MessageId(2),
+            status: Status::Pending,
+            retry_at: Some(Instant(4)),
+            now: Instant(5),
+        };
+        assert_eq!(
+            breach.words(&ModelNames),
+            "mark_retry by r1 with #3 left m2 PENDING with retry time t=4, not later than t=5"
+        );
+        assert_eq!(
+            breach.words(&Theirs),
+            "mark_retry by worker-1 with #3 left job-2 pending with retry time t=4, not later than t=5"
+        );
+        let tenant = Breach::ClaimedOtherTenant {
+            by: Doer::Claim { owner: RelayId(0) },
+            tenant: TenantId(0),
+            message: MessageId(7),
+            of: TenantId(1),
+        };
+        assert_eq!(tenant.words(&Theirs), "claim by worker-0 for org-0 returned job-7 of org-1");
+        assert_eq!(tenant.message(), Some(MessageId(7)));
+        let release = Breach::Superseded {
+            by: Doer::Release { fence: ReleaseFence::Token, to: Status::Pending },
+            message: MessageId(0),
+            seq: 1,
+            latest: 2,
+        };
+        assert_eq!(
+            release.words(&ModelNames),
+            "release (token fence) to PENDING applied to m0 read at claim 1 of the row while claim 2 is the latest"
+        );
+        let run =
+            Breach::NotDelivered { rows: vec![(MessageId(0), Status::Ambiguous), (MessageId(1), Status::Pending)] };
+        assert_eq!(run.message(), None);
+        assert_eq!(
+            run.words(&ModelNames),
+            "after the heal, neither PUBLISHED nor FAILED/EXHAUSTED: m0 AMBIGUOUS, m1 PENDING"
+        );
     }
 }

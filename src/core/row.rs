@@ -227,3 +227,22 @@ pub struct Aggregate {
     pub aggregate_id: AggregateId,
     pub version: u32,
 }
+
+/// The key a relay sent with a publication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum IdempotencyKey {
+    /// The row's message id: the only key SPEC allows.
+    Message { message_id: MessageId },
+    /// Anything else (a key minted per attempt).
+    Other { value: u64 },
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IdempotencyKey::Message { message_id } => write!(f, "{message_id}"),
+            IdempotencyKey::Other { value } => write!(f, "{value:#x}"),
+        }
+    }
+}

@@ -33,47 +33,15 @@ impl Oracle {
         AggregateId(self.id(3, name))
     }
 
-    /// " — the claim at line L by R (token T) had superseded its lease": the latest claim of
-    /// `id` in the history, for a superseded write (empty if the history has none).
-    pub(super) fn superseded_by(&self, b: &Branch, id: MessageId) -> String {
+    /// The claim whose lease had superseded the one a write or release applied for: the latest
+    /// claim of the row, as the history made it.
+    pub(super) fn superseded_by(&self, b: &Branch, id: MessageId) -> Option<Superseder> {
         let latest = b.auditor.ghost(id).map_or(0, |g| g.claims);
-        b.held
-            .iter()
-            .rev()
-            .find(|h| h.lease.message_id == id && h.lease.claim_seq == latest)
-            .map(|h| {
-                let token = h.token_text().map(|t| format!(" (token {t})")).unwrap_or_default();
-                format!(
-                    " — the claim at line {} by {}{token} had superseded its lease",
-                    h.line,
-                    self.name_of(2, u32::from(h.relay.0))
-                )
-            })
-            .unwrap_or_default()
-    }
-
-    /// A text the core wrote with the model's ids (`m0`, `r1`, `tenant0`, `agg2`), in the
-    /// history's own names.
-    pub(super) fn words(&self, text: &str) -> String {
-        let mut out = String::with_capacity(text.len());
-        let mut rest = text;
-        while let Some(start) = rest.find(|c: char| c.is_ascii_alphanumeric()) {
-            out.push_str(&rest[..start]);
-            rest = &rest[start..];
-            let end = rest.find(|c: char| !c.is_ascii_alphanumeric()).unwrap_or(rest.len());
-            let word = &rest[..end];
-            let named = [("tenant", 1u8), ("agg", 3), ("m", 0), ("r", 2)].iter().find_map(|&(prefix, kind)| {
-                let digits = word.strip_prefix(prefix)?;
-                let id: u32 = (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
-                    .then(|| digits.parse().ok())
-                    .flatten()?;
-                self.names[kind as usize].name(id).map(str::to_string)
-            });
-            out.push_str(named.as_deref().unwrap_or(word));
-            rest = &rest[end..];
-        }
-        out.push_str(rest);
-        out
+        b.held.iter().rev().find(|h| h.lease.message_id == id && h.lease.claim_seq == latest).map(|h| Superseder {
+            line: h.line,
+            relay: h.relay,
+            token: h.token_text(),
+        })
     }
 
     /// The divergence's rows in the history's names: message, tenant, aggregate, the relay
@@ -81,16 +49,6 @@ impl Oracle {
     /// handed it out).
     pub(super) fn in_your_names(&self, mut d: Divergence, b: &Branch) -> Divergence {
         let instant = |t: Option<Instant>| t.map(|t| t.0);
-        // The model's status names, in the history's own where its header maps them.
-        if self.header.statuses.is_some() {
-            for status in Status::ALL {
-                let theirs = self.header.status_name(status);
-                if theirs != status.as_str() {
-                    d.expected = d.expected.replace(status.as_str(), &theirs);
-                    d.got = d.got.replace(status.as_str(), &theirs);
-                }
-            }
-        }
         d.rows = std::mem::take(&mut d.model_rows)
             .iter()
             .map(|row| {
@@ -132,4 +90,21 @@ pub(super) fn name_in<'a>(text: &'a str, ends: &[u32], id: u32) -> Option<&'a st
 /// FNV-1a: a stable number for a key that is not the message id.
 pub(super) fn fnv(text: &str) -> u64 {
     text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// The model's ids and statuses as the history names them; an id the history never named keeps
+/// the model's name.
+impl Naming for Oracle {
+    fn message_name(&self, id: MessageId) -> String {
+        self.names[0].name(id.0).map_or_else(|| id.to_string(), str::to_string)
+    }
+    fn tenant_name(&self, id: TenantId) -> String {
+        self.names[1].name(u32::from(id.0)).map_or_else(|| id.to_string(), str::to_string)
+    }
+    fn relay_name(&self, id: RelayId) -> String {
+        self.names[2].name(u32::from(id.0)).map_or_else(|| id.to_string(), str::to_string)
+    }
+    fn status_name(&self, status: Status) -> String {
+        self.header.status_name(status).to_string()
+    }
 }

@@ -187,9 +187,8 @@ impl Oracle {
         let &Plan::Ids { tenant, relay, ref messages, aggregate } = plan else {
             return Ok(None);
         };
-        let diverge = |blame: Blame, expected: String, got: String, rows: &[Row]| {
-            Divergence::new(line, event, blame, expected, got, rows)
-        };
+        let diverge =
+            |blame: Blame, finding: Finding, rows: &[Row]| Divergence::new(line, event, blame, finding, rows, self);
         let conformance = Blame::Conformance;
         let rows_of = |b: &Branch, ids: &[MessageId]| {
             ids.iter().filter_map(|id| b.outbox.row(*id).cloned()).collect::<SmallVec<[Row; 1]>>()
@@ -208,25 +207,24 @@ impl Oracle {
             match violations.into_iter().find(|v| judged(v.property)) {
                 None => Ok(()),
                 Some(v) => {
-                    let mut said = self.words(&v.detail);
-                    // A superseded write, in the history's words: who wrote, and which claim
-                    // had superseded the lease it wrote for.
-                    // The design's claim kept a row's token (the model's own tokens, not yours).
-                    if let (Property::S2, Event::Claim { relay: name, .. }, Some(row)) = (v.property, event, v.message)
-                    {
-                        let row = self.name_of(0, row.0);
-                        said = format!("the claim by {name} left {row} with the token it already had: this design's claim does not move the token");
-                    }
-                    if let (Property::S1, Some(&id), Some(doer)) = (v.property, messages.first(), doer(event)) {
-                        if v.superseded {
-                            said = format!(
-                                "{doer} applied to {}, for a lease that was no longer the latest",
-                                self.name_of(0, id.0)
-                            );
+                    let finding = match (v.property, event, v.message(), messages.first(), Actor::of(event)) {
+                        // The design's claim kept a row's token (the model's own tokens, not yours).
+                        (Property::S2, Event::Claim { relay: name, .. }, Some(message), ..) => {
+                            Finding::KeptToken { relay: name.clone(), message }
                         }
-                        said += &self.superseded_by(b, id);
-                    }
-                    Err(diverge(Blame::Safety(v.property), String::new(), said, before))
+                        // A superseded write, in the history's words: who wrote, and which claim
+                        // had superseded the lease it wrote for.
+                        (Property::S1, _, _, Some(&id), Some(actor)) => {
+                            let superseded_by = self.superseded_by(b, id);
+                            if v.superseded() {
+                                Finding::AppliedSuperseded { actor, message: id, superseded_by }
+                            } else {
+                                Finding::Broken { breach: v.breach, superseded_by }
+                            }
+                        }
+                        _ => Finding::Broken { breach: v.breach, superseded_by: None },
+                    };
+                    Err(diverge(Blame::Safety(v.property), finding, before))
                 }
             }
         };
@@ -239,16 +237,16 @@ impl Oracle {
                     message_id: messages[0],
                     now: Instant(*now),
                 };
-                let model = b
-                    .auditor
-                    .enqueue(&mut b.outbox, &req)
-                    .map_err(|e| diverge(Blame::Safety(Property::S10), "a valid enqueue".into(), e.to_string(), &[]))?;
+                let model = b.auditor.enqueue(&mut b.outbox, &req).map_err(|error| {
+                    diverge(Blame::Safety(Property::S10), Finding::Refused { asked: Asked::Enqueue, error }, &[])
+                })?;
                 let model_says = match model {
                     EnqueueResult::Applied { .. } => "applied",
                     EnqueueResult::Stale { .. } => "stale",
                 };
                 if model_says != result {
-                    return Err(diverge(Blame::Safety(Property::S10), model_says.into(), result.clone(), &[]));
+                    let finding = Finding::EnqueueResult { model, got: result.clone() };
+                    return Err(diverge(Blame::Safety(Property::S10), finding, &[]));
                 }
                 if model_says == "applied" {
                     b.open.push(messages[0]);
@@ -275,8 +273,8 @@ impl Oracle {
                     // the only one the rest of the history allows.
                     let before: SmallVec<[Row; 1]> = SmallVec::new();
                     if let Err(d) = audited(&mut committed, &before) {
-                        let mut d = d;
-                        d.got = format!("{} (if the claim of unknown outcome committed: the only resolution the rest of the history allows)", d.got);
+                        let finding = Finding::IfClaimCommitted(Box::new(d.finding.clone()));
+                        let d = d.reworded(finding, self);
                         committed.broke = Some(Box::new(self.in_your_names(d, &committed)));
                     }
                     b.resolutions.push(format!("line {line}: claim not committed"));
@@ -321,10 +319,12 @@ impl Oracle {
                         .filter_map(|id| b.outbox.row(*id).map(|row| (*id, *row)))
                         .collect()
                 };
-                let claimed =
-                    b.auditor.claim_exactly(&mut b.outbox, &self.policy, &req, messages, Instant(*now)).map_err(
-                        |e| diverge(conformance(Conformance::C8), "a valid claim".into(), e.to_string(), &before),
-                    )?;
+                let claimed = b
+                    .auditor
+                    .claim_exactly(&mut b.outbox, &self.policy, &req, messages, Instant(*now))
+                    .map_err(|error| {
+                        diverge(conformance(Conformance::C8), Finding::Refused { asked: Asked::Claim, error }, &before)
+                    })?;
                 match claimed {
                     Err((id, refusal)) => {
                         let property = match refusal {
@@ -335,46 +335,26 @@ impl Oracle {
                             ClaimRefusal::BudgetSpent => Some(Property::S3),
                             ClaimRefusal::OverBatch | ClaimRefusal::OutOfOrder | ClaimRefusal::Twice => None,
                         };
-                        let name = self.name_of(0, id.0);
                         let blame = property.map_or(conformance(Conformance::C1), Blame::Safety);
-                        Err(diverge(
-                            blame,
-                            format!("no claim of {name} ({refusal})"),
-                            format!("a claim of {name}"),
-                            &before,
-                        ))
+                        Err(diverge(blame, Finding::ClaimRefused { message: id, refusal }, &before))
                     }
                     Ok(model_leases) => {
                         let want = &expected[..expected.len().min(*batch as usize)];
                         if self.serial && want != messages.as_slice() {
                             // One claim at a time: it returns exactly the design's rows, in order.
-                            let names = |ids: &[MessageId]| {
-                                if ids.is_empty() {
-                                    "no row".to_string()
-                                } else {
-                                    ids.iter().map(|m| self.name_of(0, m.0)).collect::<Vec<_>>().join(", ")
-                                }
-                            };
-                            return Err(diverge(
-                                conformance(Conformance::C1),
-                                format!(
-                                    "a claim of {} (the history's claims run one at a time: concurrency serial)",
-                                    names(want)
-                                ),
-                                format!("a claim of {}", names(messages)),
-                                &before,
-                            ));
+                            let finding = Finding::ClaimOrder { model: want.to_vec(), got: messages.to_vec() };
+                            return Err(diverge(conformance(Conformance::C1), finding, &before));
                         }
                         for (got, lease) in leases.iter().zip(&model_leases) {
                             if got.attempts != lease.attempts {
                                 // Counting differently is no violation by itself: the design
                                 // counts elsewhere (S3 judges the budget when it is passed).
-                                return Err(diverge(
-                                    conformance(Conformance::C2),
-                                    format!("attempts = {} after the claim of {}", lease.attempts, got.message),
-                                    format!("attempts = {}", got.attempts),
-                                    &before,
-                                ));
+                                let finding = Finding::Attempts {
+                                    message: lease.message_id,
+                                    model: lease.attempts,
+                                    got: got.attempts,
+                                };
+                                return Err(diverge(conformance(Conformance::C2), finding, &before));
                             }
                             // A claim without a token is a lease of its own, named by its line.
                             let token = got
@@ -435,10 +415,11 @@ impl Oracle {
                 audited(b, &before)?;
                 Ok(None)
             }
-            Event::Write { write, message, token, attempt, now, code, result, status, next_attempt_at, .. } => {
+            Event::Write { write, token, attempt, now, code, result, status, next_attempt_at, .. } => {
                 let id = messages[0];
-                let kind = write_kind(write, *code)
-                    .ok_or_else(|| diverge(conformance(Conformance::C8), "a known write".into(), write.clone(), &[]))?;
+                let kind = write_kind(write, *code).ok_or_else(|| {
+                    diverge(conformance(Conformance::C8), Finding::UnknownWrite { write: write.clone() }, &[])
+                })?;
                 // The lease the write presents: by its token; without one, by the attempt its
                 // claim handed out, else the writer's latest claim of the row.
                 let held = b.held.iter_mut().rev().find(|h| h.presented_by(relay, id, token.as_deref(), *attempt));
@@ -461,21 +442,18 @@ impl Oracle {
                 let before = rows_of(b, messages);
                 if *result == WriteReport::Unknown {
                     if b.outbox.row(id).is_none() {
-                        return Err(diverge(
-                            conformance(Conformance::C7),
-                            "a write to a known row".into(),
-                            format!("a write to {message}"),
-                            &before,
-                        ));
+                        let finding = Finding::UnknownRow { asked: Asked::Write, message: id };
+                        return Err(diverge(conformance(Conformance::C7), finding, &before));
                     }
                     b.deferred.push(Deferred { line, write: write.clone(), req, retry_at: *next_attempt_at });
                     return Ok(None);
                 }
                 let applied = b;
-                let model =
-                    applied.auditor.write(&mut applied.outbox, &completing(self.policy, write), &req).map_err(|e| {
-                        diverge(conformance(Conformance::C7), "a write to a known row".into(), e.to_string(), &before)
-                    })?;
+                let model = applied.auditor.write(&mut applied.outbox, &completing(self.policy, write), &req).map_err(
+                    |error| {
+                        diverge(conformance(Conformance::C7), Finding::Refused { asked: Asked::Write, error }, &before)
+                    },
+                )?;
                 match result {
                     WriteReport::Unknown => unreachable!("an unknown write is deferred above"),
                     WriteReport::Applied | WriteReport::Stale => {
@@ -504,27 +482,21 @@ impl Oracle {
                                 _ => None,
                             };
                             let blame = property.map_or(conformance(Conformance::C3), Blame::Safety);
-                            let mut got = result.as_str().to_string();
-                            if property == Some(Property::S1) {
-                                got += &self.superseded_by(applied, id);
-                            }
-                            return Err(diverge(blame, format!("the write {model}"), got, &before));
+                            let superseded_by =
+                                if property == Some(Property::S1) { self.superseded_by(applied, id) } else { None };
+                            let finding = Finding::WriteResult { model, got: *result, superseded_by };
+                            return Err(diverge(blame, finding, &before));
                         }
                         if let (Some(got), WriteResult::Applied { status: expected }) = (status, model) {
                             if self.header.status(got) != Some(expected) {
-                                let expected = self.header.status_name(expected);
-                                return Err(diverge(
-                                    conformance(Conformance::C4),
-                                    format!("status {expected}"),
-                                    format!("status {got}"),
-                                    &before,
-                                ));
+                                let finding = Finding::Status { model: expected, got: got.clone() };
+                                return Err(diverge(conformance(Conformance::C4), finding, &before));
                             }
                         }
                         audited(applied, &before)?;
                         if matches!(model, WriteResult::Applied { .. }) {
                             chosen_retry(&mut applied.outbox, id, *next_attempt_at, req.now)
-                                .map_err(|said| diverge(Blame::Safety(Property::S7), String::new(), said, &before))?;
+                                .map_err(|finding| diverge(Blame::Safety(Property::S7), finding, &before))?;
                         }
                         Ok(None)
                     }
@@ -534,20 +506,15 @@ impl Oracle {
                 let id = messages[0];
                 let before = rows_of(b, messages);
                 let Some(row) = before.first().copied() else {
-                    return Err(diverge(
-                        conformance(Conformance::C7),
-                        "a release of a known row".into(),
-                        format!("a release of {}", self.name_of(0, id.0)),
-                        &[],
-                    ));
+                    let finding = Finding::UnknownRow { asked: Asked::Release, message: id };
+                    return Err(diverge(conformance(Conformance::C7), finding, &[]));
                 };
                 let to = match self.header.status(to) {
                     Some(status @ (Status::Pending | Status::Ambiguous | Status::Failed | Status::Exhausted)) => status,
                     _ => {
                         return Err(diverge(
                             conformance(Conformance::C8),
-                            "a release to a status that ends a lease (PENDING, AMBIGUOUS, FAILED, EXHAUSTED)".into(),
-                            format!("a release to {to}"),
+                            Finding::ReleaseTo { to: to.clone() },
                             &before,
                         ))
                     }
@@ -590,23 +557,20 @@ impl Oracle {
                 });
                 let req =
                     ReleaseRequest { lease, fence, to, retry_at: next_attempt_at.map(Instant), now: Instant(*now) };
-                let model = b.auditor.release(&mut b.outbox, &req).map_err(|e| {
-                    diverge(conformance(Conformance::C7), "a release of a known row".into(), e.to_string(), &before)
+                let model = b.auditor.release(&mut b.outbox, &req).map_err(|error| {
+                    diverge(conformance(Conformance::C7), Finding::Refused { asked: Asked::Release, error }, &before)
                 })?;
                 let model_says = if matches!(model, WriteResult::Applied { .. }) { "applied" } else { "stale" };
                 if model_says != result {
                     // Ending a lease claimed after the job read the row breaks S1.
                     let superseded = lease.claim_seq != latest && row.status == Status::InFlight;
                     if result == "applied" && superseded {
-                        let got = format!("applied{}", self.superseded_by(b, id));
-                        return Err(diverge(Blame::Safety(Property::S1), format!("the release {model}"), got, &before));
+                        let superseded_by = self.superseded_by(b, id);
+                        let finding = Finding::ReleaseResult { model, got: "applied".to_string(), superseded_by };
+                        return Err(diverge(Blame::Safety(Property::S1), finding, &before));
                     }
-                    return Err(diverge(
-                        conformance(Conformance::C3),
-                        format!("the release {model}"),
-                        result.clone(),
-                        &before,
-                    ));
+                    let finding = Finding::ReleaseResult { model, got: result.clone(), superseded_by: None };
+                    return Err(diverge(conformance(Conformance::C3), finding, &before));
                 }
                 if model_says == "applied" {
                     b.open.push(id);
@@ -621,26 +585,21 @@ impl Oracle {
                 reaped.sort();
                 expected.sort();
                 if reaped != expected {
-                    let names =
-                        |ids: &[MessageId]| ids.iter().map(|m| self.name_of(0, m.0)).collect::<Vec<_>>().join(", ");
-                    return Err(diverge(
-                        conformance(Conformance::C5),
-                        format!("reaping [{}]", names(&reaped)),
-                        format!("[{}]", names(&expected)),
-                        &before,
-                    ));
+                    let finding = Finding::Reaped { model: reaped, got: expected };
+                    return Err(diverge(conformance(Conformance::C5), finding, &before));
                 }
                 audited(b, &before)?;
                 Ok(None)
             }
             Event::Requeue { result, .. } => {
                 let before = rows_of(b, messages);
-                let model = b.auditor.requeue(&mut b.outbox, &self.policy, messages[0]).map_err(|e| {
-                    diverge(conformance(Conformance::C7), "a requeue of a known row".into(), e.to_string(), &before)
+                let model = b.auditor.requeue(&mut b.outbox, &self.policy, messages[0]).map_err(|error| {
+                    diverge(conformance(Conformance::C7), Finding::Refused { asked: Asked::Requeue, error }, &before)
                 })?;
                 let model_says = if model == RequeueResult::Applied { "applied" } else { "not_requeueable" };
                 if model_says != result {
-                    return Err(diverge(conformance(Conformance::C6), model_says.into(), result.clone(), &before));
+                    let finding = Finding::RequeueResult { model, got: result.clone() };
+                    return Err(diverge(conformance(Conformance::C6), finding, &before));
                 }
                 if model == RequeueResult::Applied {
                     b.open.push(messages[0]);
@@ -862,9 +821,7 @@ pub(super) fn chosen_retry(
     id: MessageId,
     retry_at: Option<u64>,
     now: Instant,
-) -> Result<(), String> {
+) -> Result<(), Finding> {
     let Some(at) = retry_at else { return Ok(()) };
-    outbox.choose_retry(id, Instant(at), now).map_err(|status| {
-        format!("the write left the row {status} with the retry time t={at} it chose, not later than its now {now}")
-    })
+    outbox.choose_retry(id, Instant(at), now).map_err(|status| Finding::RetryNotLater { status, at, now })
 }

@@ -135,6 +135,308 @@ impl std::fmt::Display for Otherwise {
     }
 }
 
+/// The lease a write or release of the history presented: its token as the history wrote it,
+/// else the attempt its claim handed out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Presented {
+    Token(String),
+    Attempt(u32),
+    Nothing,
+}
+
+impl Presented {
+    pub(super) fn of(token: &Option<String>, attempt: &Option<u32>) -> Presented {
+        match (token, attempt) {
+            (Some(t), _) => Presented::Token(t.clone()),
+            (None, Some(a)) => Presented::Attempt(*a),
+            (None, None) => Presented::Nothing,
+        }
+    }
+}
+
+impl std::fmt::Display for Presented {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Presented::Token(t) => write!(f, "token {t}"),
+            Presented::Attempt(a) => write!(f, "attempt {a}"),
+            Presented::Nothing => f.write_str("no token"),
+        }
+    }
+}
+
+/// Who did a write or a release of the history, as the history names them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Actor {
+    Write {
+        write: String,
+        relay: String,
+        lease: Presented,
+    },
+    /// A release by a relay, or by maintenance where the history names none.
+    Release {
+        to: String,
+        relay: Option<String>,
+        fence: String,
+        lease: Presented,
+    },
+}
+
+impl Actor {
+    pub(super) fn of(event: &Event) -> Option<Actor> {
+        match event {
+            Event::Write { relay, write, token, attempt, .. } => {
+                Some(Actor::Write { write: write.clone(), relay: relay.clone(), lease: Presented::of(token, attempt) })
+            }
+            Event::Release { relay, fence, token, attempt, to, .. } => Some(Actor::Release {
+                to: to.clone(),
+                relay: relay.clone(),
+                fence: fence.clone(),
+                lease: Presented::of(token, attempt),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// "mark_published by worker-1 (token 1)", "the release by rescuer (id fence, having read
+/// token 1)".
+impl std::fmt::Display for Actor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Actor::Write { write, relay, lease } => write!(f, "{write} by {relay} ({lease})"),
+            Actor::Release { to, relay, fence, lease } => write!(
+                f,
+                "the release to {to} by {} ({fence} fence, having read {lease})",
+                relay.as_deref().unwrap_or("maintenance")
+            ),
+        }
+    }
+}
+
+/// The claim whose lease had superseded the one a write or release applied for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superseder {
+    pub line: usize,
+    pub relay: RelayId,
+    /// Its token as the history wrote it, where it had one.
+    pub token: Option<String>,
+}
+
+/// What the oracle asked of the core when the core refused it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Asked {
+    Enqueue,
+    Claim,
+    Write,
+    Release,
+    Requeue,
+}
+
+/// What the history did that the model does not, as facts: the model's ids (put in the
+/// history's names when the words are made), the history's own values where it wrote them, and
+/// what the model did instead. [`Finding::words`] makes the words, here and only here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Finding {
+    /// The auditor saw the step the implementation took break a property; where the property is
+    /// S1, the claim that had superseded the lease.
+    Broken { breach: Breach, superseded_by: Option<Superseder> },
+    /// S2: the declared design's claim left a row's token as it was.
+    KeptToken { relay: String, message: MessageId },
+    /// S1: a write or release of the history applied for a lease a later claim had superseded.
+    AppliedSuperseded { actor: Actor, message: MessageId, superseded_by: Option<Superseder> },
+    /// The finding of a resolution in which a claim of unknown outcome committed.
+    IfClaimCommitted(Box<Finding>),
+    /// The core refused what the event asks.
+    Refused { asked: Asked, error: CoreError },
+    /// An enqueue's result differs from the model's.
+    EnqueueResult { model: EnqueueResult, got: String },
+    /// A claim returned a row the design's claim refuses.
+    ClaimRefused { message: MessageId, refusal: ClaimRefusal },
+    /// A serial claim returned other rows than the design's, or in another order.
+    ClaimOrder { model: Vec<MessageId>, got: Vec<MessageId> },
+    /// A claim's attempts differ from the model's.
+    Attempts { message: MessageId, model: u32, got: u32 },
+    /// A claim handed out a token the row had had (at the claim on line `at`).
+    TokenReused { message: MessageId, token: String, at: usize },
+    /// A counter design's claim handed out a token lower than the claim on line `at` did.
+    TokenLower { message: MessageId, token: String, max: u64, at: usize },
+    /// A write the trace format does not know.
+    UnknownWrite { write: String },
+    /// A write or release named a row the history never enqueued.
+    UnknownRow { asked: Asked, message: MessageId },
+    /// A write's result differs from the model's.
+    WriteResult { model: WriteResult, got: WriteReport, superseded_by: Option<Superseder> },
+    /// The status a write left differs from the model's (`got` as the history wrote it).
+    Status { model: Status, got: String },
+    /// A write that applied left the retry time it chose not later than its own now.
+    RetryNotLater { status: Status, at: u64, now: Instant },
+    /// A release to a status that does not end a lease.
+    ReleaseTo { to: String },
+    /// A release's result differs from the model's.
+    ReleaseResult { model: WriteResult, got: String, superseded_by: Option<Superseder> },
+    /// The reaper took other rows than the design's.
+    Reaped { model: Vec<MessageId>, got: Vec<MessageId> },
+    /// A requeue's result differs from the model's.
+    RequeueResult { model: RequeueResult, got: String },
+    /// A claim passed over a claimable row no transaction of the history could have locked; the
+    /// line of an earlier write of unknown outcome to it, where there is one.
+    Skipped { message: MessageId, unknown_write_at: Option<usize> },
+    /// No resolution of the unknown outcomes leaves a history for this event.
+    NoHistory,
+}
+
+impl Finding {
+    /// What the model allows (empty where it is only "no violation") and what the
+    /// implementation did, in `names`.
+    pub fn words(&self, names: &dyn Naming) -> (String, String) {
+        let m = |id: MessageId| names.message_name(id);
+        let list = |ids: &[MessageId]| ids.iter().map(|id| m(*id)).collect::<Vec<_>>().join(", ");
+        let superseded = |by: &Option<Superseder>| {
+            by.as_ref().map_or_else(String::new, |s| {
+                let token = s.token.as_ref().map(|t| format!(" (token {t})")).unwrap_or_default();
+                format!(
+                    " — the claim at line {} by {}{token} had superseded its lease",
+                    s.line,
+                    names.relay_name(s.relay)
+                )
+            })
+        };
+        let result = |r: &WriteResult| match *r {
+            WriteResult::Applied { status } => format!("applied → {}", names.status_name(status)),
+            WriteResult::Stale { reason: StaleReason::NotInFlight } => {
+                format!("stale: the row is no longer {}", names.status_name(Status::InFlight))
+            }
+            WriteResult::Stale { reason } => format!("stale: {reason}"),
+        };
+        match self {
+            Finding::Broken { breach, superseded_by } => {
+                (String::new(), format!("{}{}", breach.words(names), superseded(superseded_by)))
+            }
+            Finding::KeptToken { relay, message } => (
+                String::new(),
+                format!(
+                    "the claim by {relay} left {} with the token it already had: this design's claim does not move the token",
+                    m(*message)
+                ),
+            ),
+            Finding::AppliedSuperseded { actor, message, superseded_by } => (
+                String::new(),
+                format!(
+                    "{actor} applied to {}, for a lease that was no longer the latest{}",
+                    m(*message),
+                    superseded(superseded_by)
+                ),
+            ),
+            Finding::IfClaimCommitted(finding) => {
+                let (expected, got) = finding.words(names);
+                (
+                    expected,
+                    format!("{got} (if the claim of unknown outcome committed: the only resolution the rest of the history allows)"),
+                )
+            }
+            Finding::Refused { asked, error } => {
+                let error = match error {
+                    CoreError::DuplicateMessageId(id) => format!("duplicate message id {}", m(*id)),
+                    CoreError::UnknownMessage(id) => format!("no row with message id {}", m(*id)),
+                    other => other.to_string(),
+                };
+                let expected = match asked {
+                    Asked::Enqueue => "a valid enqueue",
+                    Asked::Claim => "a valid claim",
+                    Asked::Write => "a write to a known row",
+                    Asked::Release => "a release of a known row",
+                    Asked::Requeue => "a requeue of a known row",
+                };
+                (expected.to_string(), error)
+            }
+            Finding::EnqueueResult { model, got } => {
+                let model = match model {
+                    EnqueueResult::Applied { .. } => "applied",
+                    EnqueueResult::Stale { .. } => "stale",
+                };
+                (model.to_string(), got.clone())
+            }
+            Finding::ClaimRefused { message, refusal } => {
+                (format!("no claim of {} ({refusal})", m(*message)), format!("a claim of {}", m(*message)))
+            }
+            Finding::ClaimOrder { model, got } => {
+                let rows = |ids: &[MessageId]| if ids.is_empty() { "no row".to_string() } else { list(ids) };
+                (
+                    format!("a claim of {} (the history's claims run one at a time: concurrency serial)", rows(model)),
+                    format!("a claim of {}", rows(got)),
+                )
+            }
+            Finding::Attempts { message, model, got } => {
+                (format!("attempts = {model} after the claim of {}", m(*message)), format!("attempts = {got}"))
+            }
+            Finding::TokenReused { message, token, at } => (
+                format!("a token {} never had", m(*message)),
+                format!("token {token} for {}, which the claim at line {at} already handed out", m(*message)),
+            ),
+            Finding::TokenLower { message, token, max, at } => (
+                format!("a token of {} greater than every earlier one", m(*message)),
+                format!("token {token} for {}, lower than token {max} from the claim at line {at}", m(*message)),
+            ),
+            Finding::UnknownWrite { write } => ("a known write".to_string(), write.clone()),
+            Finding::UnknownRow { asked: Asked::Release, message } => {
+                ("a release of a known row".to_string(), format!("a release of {}", m(*message)))
+            }
+            Finding::UnknownRow { message, .. } => {
+                ("a write to a known row".to_string(), format!("a write to {}", m(*message)))
+            }
+            Finding::WriteResult { model, got, superseded_by } => {
+                (format!("the write {}", result(model)), format!("{}{}", got.as_str(), superseded(superseded_by)))
+            }
+            Finding::Status { model, got } => (format!("status {}", names.status_name(*model)), format!("status {got}")),
+            Finding::RetryNotLater { status, at, now } => (
+                String::new(),
+                format!(
+                    "the write left the row {} with the retry time t={at} it chose, not later than its now {now}",
+                    names.status_name(*status)
+                ),
+            ),
+            Finding::ReleaseTo { to } => (
+                "a release to a status that ends a lease (PENDING, AMBIGUOUS, FAILED, EXHAUSTED)".to_string(),
+                format!("a release to {to}"),
+            ),
+            Finding::ReleaseResult { model, got, superseded_by } => {
+                (format!("the release {}", result(model)), format!("{got}{}", superseded(superseded_by)))
+            }
+            Finding::Reaped { model, got } => (format!("reaping [{}]", list(model)), format!("[{}]", list(got))),
+            Finding::RequeueResult { model, got } => {
+                let model = if *model == RequeueResult::Applied { "applied" } else { "not_requeueable" };
+                (model.to_string(), got.clone())
+            }
+            Finding::Skipped { message, unknown_write_at } => {
+                let name = m(*message);
+                let hint = unknown_write_at
+                    .map(|at| format!(" (the write of unknown outcome at line {at} may have applied where the design refuses it: S1 if so)"))
+                    .unwrap_or_default();
+                (
+                    format!("a claim of {name} too"),
+                    format!(
+                        "a claim that passed over {name} while it was claimable, and no transaction of the history could have held its lock then (concurrency skip-locked){hint}"
+                    ),
+                )
+            }
+            Finding::NoHistory => ("no history".to_string(), "an event".to_string()),
+        }
+    }
+
+    /// Whether the model allows nothing but what the implementation did: the declared design's
+    /// core took the step as the implementation did and saw it break a property.
+    pub fn by_the_design(&self) -> bool {
+        match self {
+            Finding::Broken { .. }
+            | Finding::KeptToken { .. }
+            | Finding::AppliedSuperseded { .. }
+            | Finding::RetryNotLater { .. } => true,
+            Finding::IfClaimCommitted(finding) => finding.by_the_design(),
+            _ => false,
+        }
+    }
+}
+
 /// The aggregate ids of rows a history without enqueues brought in with their first claim: one
 /// per row, apart from every aggregate the history names.
 pub(super) const IMPLICIT_AGGREGATE: u32 = 0x8000_0000;
@@ -152,9 +454,13 @@ pub struct Divergence {
     /// its declared design does not, safely).
     #[serde(flatten)]
     pub blame: Blame,
-    /// What the model allows, where that is more than "no violation" (empty then).
+    /// What happened, as facts.
+    #[serde(skip)]
+    pub finding: Finding,
+    /// What the model allows, where that is more than "no violation" (empty then): the
+    /// finding's words ([`Finding::words`]) in the history's own names.
     pub expected: String,
-    /// What the implementation did, in the history's own names.
+    /// What the implementation did: the finding's words in the history's own names.
     pub got: String,
     /// The rows the event touched, as they were before it, in the history's own names.
     pub rows: Vec<serde_json::Value>,
@@ -191,10 +497,16 @@ impl Divergence {
             Blame::Safety(p) => format!("{p}"),
             Blame::Conformance(c) => format!("{c} (no safety property broken)"),
         };
+        format!("{blame}: {}", self.said())
+    }
+
+    /// What happened, without the finding's name: "the model allows …, the implementation
+    /// reported …", or only what it did where the model allows nothing else.
+    pub fn said(&self) -> String {
         if self.expected.is_empty() {
-            format!("{blame}: {}", self.got)
+            self.got.clone()
         } else {
-            format!("{blame}: the model allows {}, the implementation reported {}", self.expected, self.got)
+            format!("the model allows {}, the implementation reported {}", self.expected, self.got)
         }
     }
 
@@ -209,18 +521,28 @@ impl Divergence {
         std::iter::once(self.blame.id()).chain(self.otherwise.iter().map(|o| o.blame.id())).collect()
     }
 
+    /// The same divergence with another finding, its words made again.
+    pub(super) fn reworded(mut self, finding: Finding, names: &dyn Naming) -> Divergence {
+        (self.expected, self.got) = finding.words(names);
+        self.finding = finding;
+        self
+    }
+
+    /// A divergence at `line`, its words made in `names` (the history's).
     pub(super) fn new(
         line: usize,
         event: &Event,
         blame: Blame,
-        expected: String,
-        got: String,
+        finding: Finding,
         rows: &[Row],
+        names: &dyn Naming,
     ) -> Divergence {
+        let (expected, got) = finding.words(names);
         Divergence {
             line,
             event: event_json(event),
             blame,
+            finding,
             expected,
             got,
             rows: Vec::new(),
@@ -321,7 +643,7 @@ impl Verdict {
     /// declared design's core took that step as the implementation did, so the design breaks
     /// the property by itself.
     pub fn design_breaks(&self) -> Option<Property> {
-        self.first().filter(|d| d.expected.is_empty()).and_then(|d| d.blame.property())
+        self.first().filter(|d| d.finding.by_the_design()).and_then(|d| d.blame.property())
     }
 }
 

@@ -29,27 +29,6 @@ pub fn row_words(row: &serde_json::Value) -> String {
     out
 }
 
-/// Who did a write or a release and with which lease, in the history's words: "mark_published
-/// by worker-1 (token 1)", "the release by rescuer (id fence, having read token 1)".
-pub(super) fn doer(event: &Event) -> Option<String> {
-    let lease = |token: &Option<String>, attempt: &Option<u32>| match (token, attempt) {
-        (Some(t), _) => format!("token {t}"),
-        (None, Some(a)) => format!("attempt {a}"),
-        (None, None) => "no token".to_string(),
-    };
-    match event {
-        Event::Write { relay, write, token, attempt, .. } => {
-            Some(format!("{write} by {relay} ({})", lease(token, attempt)))
-        }
-        Event::Release { relay, fence, token, attempt, to, .. } => Some(format!(
-            "the release to {to} by {} ({fence} fence, having read {})",
-            relay.as_deref().unwrap_or("maintenance"),
-            lease(token, attempt)
-        )),
-        _ => None,
-    }
-}
-
 pub(super) fn event_json(event: &Event) -> serde_json::Value {
     serde_json::to_value(event).unwrap_or_else(|_| serde_json::Value::String(event.name().to_string()))
 }
