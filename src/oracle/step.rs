@@ -237,6 +237,11 @@ impl Oracle {
                     message_id: messages[0],
                     now: Instant(*now),
                 };
+                // A row deleted on completion keeps its id in the model, which never reuses one: a
+                // new job under it is beyond the model, not a torn enqueue (decision 65).
+                if b.outbox.row(messages[0]).is_some_and(|r| r.deleted) {
+                    return Err(diverge(conformance(Conformance::C8), Finding::ReusedId { message: messages[0] }, &[]));
+                }
                 let model = b.auditor.enqueue(&mut b.outbox, &req).map_err(|error| {
                     diverge(Blame::Safety(Property::S10), Finding::Refused { asked: Asked::Enqueue, error }, &[])
                 })?;

@@ -248,6 +248,8 @@ pub enum Finding {
     IfClaimCommitted(Box<Finding>),
     /// The core refused what the event asks.
     Refused { asked: Asked, error: CoreError },
+    /// An enqueue under the id of a row the history deleted.
+    ReusedId { message: MessageId },
     /// An enqueue's result differs from the model's.
     EnqueueResult { model: EnqueueResult, got: String },
     /// A claim returned a row the design's claim refuses.
@@ -349,6 +351,10 @@ impl Finding {
                 };
                 (expected.to_string(), error)
             }
+            Finding::ReusedId { message } => (
+                "a new message id (the model never reuses one, not even a deleted row's)".to_string(),
+                format!("an enqueue of {}, the id of a row the history deleted", m(*message)),
+            ),
             Finding::EnqueueResult { model, got } => {
                 let model = match model {
                     EnqueueResult::Applied { .. } => "applied",
