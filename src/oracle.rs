@@ -255,6 +255,23 @@ struct Deferred {
     req: WriteRequest,
     /// The retry time the implementation chose, if it said.
     retry_at: Option<u64>,
+    /// The write's event, for the divergence its committed resolution may carry.
+    event: EventAt,
+}
+
+/// An event kept beside its line: the line names it, so it takes no part in comparing or
+/// hashing what holds it.
+#[derive(Clone, Debug)]
+struct EventAt(std::sync::Arc<Event>);
+
+impl PartialEq for EventAt {
+    fn eq(&self, _: &EventAt) -> bool {
+        true
+    }
+}
+
+impl std::hash::Hash for EventAt {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
 }
 
 /// Branches beyond this many are pruned (each unknown outcome can double them).
@@ -284,6 +301,9 @@ pub struct Oracle {
     seen_publish: bool,
     /// Some claim of the history carried no token.
     tokenless: bool,
+    /// Safety findings of resolutions that failed while others went on: should the others fail
+    /// later, the history breaks one of these or what they fail with.
+    died: Vec<Divergence>,
     /// The first line where a violation was left unjudged for want of those events.
     unjudged_at: std::cell::Cell<Option<usize>>,
     /// The header the history declared (its status names).
@@ -418,6 +438,7 @@ impl Oracle {
             seen_publish: false,
             tokenless: false,
             unjudged_at: std::cell::Cell::new(None),
+            died: Vec::new(),
             header: Header::new(design.name(), max_attempts),
             actor_last: Vec::new(),
             actor_claims: Vec::new(),
@@ -559,7 +580,11 @@ impl Oracle {
                 }
                 Err(divergence) => {
                     let d = skipped.err().unwrap_or(divergence);
-                    failures.push(self.in_your_names(d, b));
+                    // A resolution that already broke a property is reported by that.
+                    match b.broke.take() {
+                        Some(broke) => failures.push(*broke),
+                        None => failures.push(self.in_your_names(d, b)),
+                    }
                     if let Some(mut saved) = saved {
                         self.adopt(&mut saved, line, event, &plan);
                         self.forget(&mut saved, &plan, event);
@@ -578,10 +603,21 @@ impl Oracle {
         {
             branches.retain(|b| b.skips.iter().all(|s| !s.settled));
         }
-        // Only resolutions that broke a property are left: the history breaks it.
+        // Resolutions that failed here while others go on: their safety findings are kept.
+        if !branches.is_empty() {
+            let others: Vec<Vec<String>> = branches.iter().map(|b| b.resolutions.clone()).collect();
+            let died: Vec<Divergence> = failures.iter().filter(|d| d.blame.is_safety()).cloned().collect();
+            let died: Vec<Divergence> = died.into_iter().map(|d| d.under(&others, self)).collect();
+            self.died.extend(died);
+        }
+        // Only resolutions that broke a property are left: the history breaks it, or what the
+        // others failed with.
         let clean = branches.iter().any(|b| b.broke.is_none());
         if !branches.is_empty() && !clean && token_divergence.is_none() {
-            let d = choose(branches.iter().filter_map(|b| b.broke.as_deref().cloned()).collect());
+            let mut found: Vec<Divergence> = branches.iter().filter_map(|b| b.broke.as_deref().cloned()).collect();
+            found.extend(failures.drain(..).filter(|d| !d.blame.is_safety()));
+            found.append(&mut self.died);
+            let d = choose(found);
             if let Some(d) = d {
                 for b in &mut branches {
                     b.broke = None;
@@ -596,9 +632,11 @@ impl Oracle {
         let mut next = branches;
         let divergence = match (token_divergence, any_ok) {
             (Some(d), _) => Some(d),
-            (None, false) => Some(choose(failures).unwrap_or_else(|| {
-                Divergence::new(line, event, Blame::Conformance(Conformance::C8), Finding::NoHistory, &[], self)
-            })),
+            (None, false) => {
+                Some(choose(failures.into_iter().chain(self.died.drain(..)).collect()).unwrap_or_else(|| {
+                    Divergence::new(line, event, Blame::Conformance(Conformance::C8), Finding::NoHistory, &[], self)
+                }))
+            }
             (None, true) => None,
         };
         if let Some(mut d) = divergence {
@@ -817,7 +855,9 @@ impl Oracle {
     pub fn finish_all(mut self) -> (Accepted, Vec<Divergence>) {
         let mut divergences = Vec::new();
         if !self.branches.is_empty() && self.branches.iter().all(|b| b.broke.is_some()) {
-            divergences.extend(choose(self.branches.iter().filter_map(|b| b.broke.as_deref().cloned()).collect()));
+            let mut found: Vec<Divergence> = self.branches.iter().filter_map(|b| b.broke.as_deref().cloned()).collect();
+            found.append(&mut self.died);
+            divergences.extend(choose(found));
             self.branches.iter_mut().for_each(|b| b.broke = None);
         }
         self.branches.retain(|b| b.broke.is_none());

@@ -564,3 +564,28 @@ fn shards_of_a_design_file_merge_with_the_file() {
     assert_eq!(statuses(&merged.stdout), statuses(&whole.stdout));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 27, items 3 and 4: where one resolution of an unknown outcome breaks a safety property
+/// and the other fails later with a conformance finding, the verdict names both and
+/// `--safety-only` fails — it never says "no safety property broken" while a resolution breaks
+/// one.
+#[test]
+fn safety_only_fails_while_some_resolution_breaks_a_property() {
+    for (fixture, other) in [
+        ("tests/traces/invalid-s1-unknown-write-by-id-committed-or-c1.jsonl", "at line 7: C1"),
+        ("tests/traces/invalid-s1-release-after-an-unknown-claim-or-c2.jsonl", "at line 6: C2"),
+    ] {
+        let out = run(&["trace", "--strict", "--safety-only", fixture]);
+        let said = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{fixture}: {said}{}", text(&out.stderr));
+        assert!(said.contains(": S1 no stale terminal write succeeds"), "{fixture}: {said}");
+        assert!(
+            said.contains(&format!("or, where the unknown outcomes resolve otherwise: {other}")),
+            "{fixture}: {said}"
+        );
+        let json = run(&["trace", "--all", "--json", fixture]);
+        let verdict: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+        let otherwise = &verdict["files"][0]["divergences"][0]["otherwise"];
+        assert!(otherwise.as_array().is_some_and(|o| o.len() == 1), "{fixture}: {verdict}");
+    }
+}

@@ -48,6 +48,7 @@ impl Oracle {
     /// holding the lease and its token as the history wrote it (where a claim of the history
     /// handed it out).
     pub(super) fn in_your_names(&self, mut d: Divergence, b: &Branch) -> Divergence {
+        d.resolutions = b.resolutions.clone();
         let instant = |t: Option<Instant>| t.map(|t| t.0);
         d.rows = std::mem::take(&mut d.model_rows)
             .iter()

@@ -111,10 +111,25 @@ impl Oracle {
             let mut next = Vec::with_capacity(out.len() * 2);
             for b in out {
                 let mut applied = b.clone();
-                let ok = applied.auditor.write(&mut applied.outbox, &completing(self.policy, &d.write), &d.req).is_ok();
-                let ok = ok && chosen_retry(&mut applied.outbox, d.req.lease.message_id, d.retry_at, d.req.now).is_ok();
-                if ok && applied.auditor.take_violations().is_empty() {
+                let id = d.req.lease.message_id;
+                let before: SmallVec<[Row; 1]> = applied.outbox.row(id).copied().into_iter().collect();
+                if applied.auditor.write(&mut applied.outbox, &completing(self.policy, &d.write), &d.req).is_ok() {
+                    // Committed, the design's own write may break a property (one fenced by id
+                    // alone applies for a superseded lease): that resolution lives on, carrying
+                    // the finding, in case it is the only one the rest of the history allows.
+                    let mut broke = self.audited(&mut applied, d.line, &d.event.0, Some(id), &before).err();
+                    if let Err(finding) = chosen_retry(&mut applied.outbox, id, d.retry_at, d.req.now) {
+                        let s7 =
+                            Divergence::new(d.line, &d.event.0, Blame::Safety(Property::S7), finding, &before, self);
+                        broke = broke.or(Some(s7));
+                    }
                     applied.resolutions.push(format!("line {}: {} committed", d.line, d.write));
+                    if let (Some(found), None) = (broke, &applied.broke) {
+                        let resolutions = vec![format!("line {}: {} committed", d.line, d.write)];
+                        let finding = Finding::Under { resolutions, finding: Box::new(found.finding.clone()) };
+                        let found = found.reworded(finding, self);
+                        applied.broke = Some(Box::new(self.in_your_names(found, &applied)));
+                    }
                     next.push(applied);
                 }
                 let mut not = b;
@@ -175,6 +190,48 @@ impl Oracle {
         }
     }
 
+    /// The auditor's first violation after `event` stepped on `b` that the history gives the
+    /// means to judge, as a divergence in the history's words (`message`: the row the event
+    /// names first).
+    pub(super) fn audited(
+        &self,
+        b: &mut Branch,
+        line: usize,
+        event: &Event,
+        message: Option<MessageId>,
+        before: &[Row],
+    ) -> Result<(), Divergence> {
+        // What the history gives no means to judge is not judged (see Accepted::not_judged).
+        let judged = |p: Property| match p {
+            Property::S5 | Property::S8 => self.seen_publish,
+            Property::S10 => self.seen_enqueue,
+            _ => true,
+        };
+        let violations = b.auditor.take_violations();
+        if violations.iter().any(|v| !judged(v.property)) && self.unjudged_at.get().is_none() {
+            self.unjudged_at.set(Some(line));
+        }
+        let Some(v) = violations.into_iter().find(|v| judged(v.property)) else { return Ok(()) };
+        let finding = match (v.property, event, v.message(), message, Actor::of(event)) {
+            // The design's claim kept a row's token (the model's own tokens, not yours).
+            (Property::S2, Event::Claim { relay: name, .. }, Some(message), ..) => {
+                Finding::KeptToken { relay: name.clone(), message }
+            }
+            // A superseded write, in the history's words: who wrote, and which claim had
+            // superseded the lease it wrote for.
+            (Property::S1, _, _, Some(id), Some(actor)) => {
+                let superseded_by = self.superseded_by(b, id);
+                if v.superseded() {
+                    Finding::AppliedSuperseded { actor, message: id, superseded_by }
+                } else {
+                    Finding::Broken { breach: v.breach, superseded_by }
+                }
+            }
+            _ => Finding::Broken { breach: v.breach, superseded_by: None },
+        };
+        Err(Divergence::new(line, event, Blame::Safety(v.property), finding, before, self))
+    }
+
     /// The successors of one branch under `event`, or why it cannot happen there.
     pub(super) fn step(
         &self,
@@ -193,41 +250,7 @@ impl Oracle {
         let rows_of = |b: &Branch, ids: &[MessageId]| {
             ids.iter().filter_map(|id| b.outbox.row(*id).cloned()).collect::<SmallVec<[Row; 1]>>()
         };
-        let audited = |b: &mut Branch, before: &[Row]| -> Result<(), Divergence> {
-            // What the history gives no means to judge is not judged (see Accepted::not_judged).
-            let judged = |p: Property| match p {
-                Property::S5 | Property::S8 => self.seen_publish,
-                Property::S10 => self.seen_enqueue,
-                _ => true,
-            };
-            let violations = b.auditor.take_violations();
-            if violations.iter().any(|v| !judged(v.property)) && self.unjudged_at.get().is_none() {
-                self.unjudged_at.set(Some(line));
-            }
-            match violations.into_iter().find(|v| judged(v.property)) {
-                None => Ok(()),
-                Some(v) => {
-                    let finding = match (v.property, event, v.message(), messages.first(), Actor::of(event)) {
-                        // The design's claim kept a row's token (the model's own tokens, not yours).
-                        (Property::S2, Event::Claim { relay: name, .. }, Some(message), ..) => {
-                            Finding::KeptToken { relay: name.clone(), message }
-                        }
-                        // A superseded write, in the history's words: who wrote, and which claim
-                        // had superseded the lease it wrote for.
-                        (Property::S1, _, _, Some(&id), Some(actor)) => {
-                            let superseded_by = self.superseded_by(b, id);
-                            if v.superseded() {
-                                Finding::AppliedSuperseded { actor, message: id, superseded_by }
-                            } else {
-                                Finding::Broken { breach: v.breach, superseded_by }
-                            }
-                        }
-                        _ => Finding::Broken { breach: v.breach, superseded_by: None },
-                    };
-                    Err(diverge(Blame::Safety(v.property), finding, before))
-                }
-            }
-        };
+        let audited = |b: &mut Branch, before: &[Row]| self.audited(b, line, event, messages.first().copied(), before);
         match event {
             Event::Enqueue { expected_version, now, result, .. } => {
                 let req = EnqueueRequest {
@@ -450,7 +473,8 @@ impl Oracle {
                         let finding = Finding::UnknownRow { asked: Asked::Write, message: id };
                         return Err(diverge(conformance(Conformance::C7), finding, &before));
                     }
-                    b.deferred.push(Deferred { line, write: write.clone(), req, retry_at: *next_attempt_at });
+                    let event = EventAt(std::sync::Arc::new(event.clone()));
+                    b.deferred.push(Deferred { line, write: write.clone(), req, retry_at: *next_attempt_at, event });
                     return Ok(None);
                 }
                 let applied = b;

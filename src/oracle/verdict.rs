@@ -246,6 +246,9 @@ pub enum Finding {
     AppliedSuperseded { actor: Actor, message: MessageId, superseded_by: Option<Superseder> },
     /// The finding of a resolution in which a claim of unknown outcome committed.
     IfClaimCommitted(Box<Finding>),
+    /// The finding of one resolution of the unknown outcomes (its resolutions, as the accepted
+    /// part of a verdict lists them), where another went on further.
+    Under { resolutions: Vec<String>, finding: Box<Finding> },
     /// The core refused what the event asks.
     Refused { asked: Asked, error: CoreError },
     /// An enqueue under the id of a row the history deleted.
@@ -335,6 +338,10 @@ impl Finding {
                     expected,
                     format!("{got} (if the claim of unknown outcome committed: the only resolution the rest of the history allows)"),
                 )
+            }
+            Finding::Under { resolutions, finding } => {
+                let (expected, got) = finding.words(names);
+                (expected, format!("{got} (where the unknown outcomes resolve as {})", resolutions.join(", ")))
             }
             Finding::Refused { asked, error } => {
                 let error = match error {
@@ -437,7 +444,7 @@ impl Finding {
             | Finding::KeptToken { .. }
             | Finding::AppliedSuperseded { .. }
             | Finding::RetryNotLater { .. } => true,
-            Finding::IfClaimCommitted(finding) => finding.by_the_design(),
+            Finding::IfClaimCommitted(finding) | Finding::Under { finding, .. } => finding.by_the_design(),
             _ => false,
         }
     }
@@ -481,6 +488,9 @@ pub struct Divergence {
     /// The model's rows, until they are put in the history's names.
     #[serde(skip)]
     pub(super) model_rows: Vec<Row>,
+    /// The resolutions of the unknown outcomes in the branch that found it.
+    #[serde(skip)]
+    pub(super) resolutions: Vec<String>,
 }
 
 impl std::fmt::Display for Divergence {
@@ -534,6 +544,18 @@ impl Divergence {
         self
     }
 
+    /// The divergence, said to be found under the resolutions of its branch that `others` (the
+    /// branches that went on) do not share.
+    pub(super) fn under(self, others: &[Vec<String>], names: &dyn Naming) -> Divergence {
+        let resolutions: Vec<String> =
+            self.resolutions.iter().filter(|r| !others.iter().all(|o| o.contains(r))).cloned().collect();
+        if resolutions.is_empty() {
+            return self;
+        }
+        let finding = Finding::Under { resolutions, finding: Box::new(self.finding.clone()) };
+        self.reworded(finding, names)
+    }
+
     /// A divergence at `line`, its words made in `names` (the history's).
     pub(super) fn new(
         line: usize,
@@ -555,6 +577,7 @@ impl Divergence {
             resolutions_dropped: false,
             otherwise: Vec::new(),
             model_rows: rows.to_vec(),
+            resolutions: Vec::new(),
         }
     }
 }
@@ -664,10 +687,15 @@ pub(super) fn choose(failures: Vec<Divergence>) -> Option<Divergence> {
         failures.iter().position(|d| d.blame.is_safety()).or(if failures.is_empty() { None } else { Some(0) })?;
     let mut others: Vec<Otherwise> = Vec::new();
     let mut seen = vec![id(&failures[pick])];
+    let line = failures[pick].line;
     for d in &failures {
         if !seen.contains(&id(d)) {
             seen.push(id(d));
-            let words = d.headline().lines().next().unwrap_or_default().to_string();
+            let mut words = d.headline().lines().next().unwrap_or_default().to_string();
+            // A resolution that failed at another event than the one reported.
+            if d.line != line {
+                words = format!("at line {}: {words}", d.line);
+            }
             others.push(Otherwise { blame: d.blame, words });
         }
     }
