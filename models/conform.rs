@@ -813,7 +813,7 @@ fn claim_finding(
                 format!("your claim for {} takes {id} of {} (S9)", request.tenant_id, row.tenant_id)
             }
             // Refusals of a whole claim, not of one row: none applies to a row alone.
-            ClaimRefusal::OutOfOrder | ClaimRefusal::OverBatch | ClaimRefusal::Twice => continue,
+            ClaimRefusal::OverBatch | ClaimRefusal::Twice => continue,
         };
     }
     if let Some(left) = ours.iter().find(|o| !theirs.iter().any(|l| l.message_id == o.message_id)) {

@@ -327,6 +327,8 @@ pub struct Oracle {
     mode: Mode,
     found: Vec<Divergence>,
     stopped: bool,
+    /// The line of the last event checked (where the check stopped, if it did).
+    last_line: usize,
 }
 
 impl Oracle {
@@ -382,6 +384,7 @@ impl Oracle {
         if self.stopped {
             return false;
         }
+        self.last_line = line;
         if let Err(d) = self.feed(line, event) {
             let fails = self.mode.fails(&d);
             self.found.push(d);
@@ -450,6 +453,7 @@ impl Oracle {
             mode: Mode::First,
             found: Vec::new(),
             stopped: false,
+            last_line: 0,
         }
     }
 
@@ -887,14 +891,22 @@ impl Oracle {
             })
             .unwrap_or_default();
         let mut not_judged = Vec::new();
+        // A check that stopped at a divergence has not read the rest of the history.
+        let has_no = |what: &str| {
+            if self.stopped {
+                format!("the history has no {what} up to line {}, where the check stopped", self.last_line)
+            } else {
+                format!("the history has no {what}")
+            }
+        };
         if !self.seen_enqueue {
-            not_judged.push(
-                "S10 atomic enqueue: the history has no enqueue (rows were taken as enqueued when first claimed)"
-                    .to_string(),
-            );
+            not_judged.push(format!(
+                "S10 atomic enqueue: {} (rows were taken as enqueued when first claimed)",
+                has_no("enqueue")
+            ));
         }
         if !self.seen_publish {
-            not_judged.push("S5, S8 and S3's count of publications: the history has no publish".to_string());
+            not_judged.push(format!("S5, S8 and S3's count of publications: {}", has_no("publish")));
         }
         if self.tokenless {
             not_judged.push(

@@ -589,3 +589,56 @@ fn safety_only_fails_while_some_resolution_breaks_a_property() {
         assert!(otherwise.as_array().is_some_and(|o| o.len() == 1), "{fixture}: {verdict}");
     }
 }
+
+/// Issue 27, item 14: a check that stops at a divergence says what it did not judge of the
+/// lines it read, not of a history it did not read to its end.
+#[test]
+fn a_stopped_check_says_where_it_stopped_in_what_it_did_not_judge() {
+    let fixture = "tests/traces/invalid-s6-live-lease-taken-before-the-first-publish.jsonl";
+    let out = run(&["trace", fixture]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("the history has no publish up to line 4, where the check stopped"), "{said}");
+    let all = text(&run(&["trace", "--all", fixture]).stdout);
+    assert!(!all.contains("has no publish"), "the whole history has a publish: {all}");
+}
+
+/// Issue 27, item 14: a serial claim that passes over a row a write of unknown outcome touched
+/// says that, had the write applied where the design refuses it, it was S1 (as a skip-locked
+/// claim's skip already did).
+#[test]
+fn a_serial_claim_past_an_unknown_write_hints_at_s1() {
+    let fixture = "tests/traces/invalid-c1-serial-claim-passes-over-a-row-an-unknown-write-touched.jsonl";
+    let out = run(&["trace", fixture]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains(": C1 "), "{said}");
+    assert!(
+        said.contains("the write of unknown outcome at line 6 may have applied where the design refuses it: S1 if so"),
+        "{said}"
+    );
+}
+
+/// Issue 27, item 14: a complete batch listed in an order of its own (RETURNING has none) is
+/// the design's claim, and a claim of other rows is still C1.
+#[test]
+fn a_claim_is_judged_by_its_rows_not_the_order_it_lists_them_in() {
+    let fixture = "tests/traces/valid-batch-claim-listed-in-another-order.jsonl";
+    let out = run(&["trace", "--strict", fixture]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    let dir = std::env::temp_dir().join(format!("outbox-check-order-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let other = dir.join("other-rows.jsonl");
+    let history = std::fs::read_to_string(fixture).unwrap();
+    // The batch of one takes m2 where the design takes m1 first: C1.
+    let history = history.replace(
+        r#""batch":2,"lease_ms":30000,"now":1000,"leases":[{"message":"m2","token":"1","attempts":1},{"message":"m1","token":"1","attempts":1}]"#,
+        r#""batch":1,"lease_ms":30000,"now":1000,"leases":[{"message":"m2","token":"1","attempts":1}]"#,
+    );
+    std::fs::write(&other, history.lines().take(4).collect::<Vec<_>>().join("\n")).unwrap();
+    let out = run(&["trace", other.to_str().unwrap()]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("line 4: C1"), "{said}");
+    std::fs::remove_dir_all(&dir).ok();
+}

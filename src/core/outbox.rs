@@ -147,8 +147,6 @@ pub enum ClaimRefusal {
     BudgetSpent,
     /// More rows than the batch asked for.
     OverBatch,
-    /// Not in the claim's order.
-    OutOfOrder,
     /// The same row twice.
     Twice,
 }
@@ -195,7 +193,6 @@ impl std::fmt::Display for ClaimRefusal {
             ClaimRefusal::RetryClock => "its retry time has not come",
             ClaimRefusal::BudgetSpent => "its budget is spent",
             ClaimRefusal::OverBatch => "the batch is already full",
-            ClaimRefusal::OutOfOrder => "an earlier row comes first in the claim's order",
             ClaimRefusal::Twice => "it was already returned by this claim",
         })
     }
@@ -428,8 +425,9 @@ impl Outbox {
         picked
     }
 
-    /// Claims exactly `ids`, in that order, as a claim that returned them would have: each must
-    /// be claimable, and they must come in the policy's order. For checking an implementation
+    /// Claims exactly `ids` as a claim that returned them would have, the leases in the order of
+    /// `ids`: each must be claimable. The order they are listed in is not checked: a claim's
+    /// `RETURNING` has none (decision 67). For checking an implementation
     /// whose claim may skip rows another transaction holds locked (`SKIP LOCKED`): it returns a
     /// subset of what this table would, never a row it would refuse. `Err` names the first row
     /// that breaks the rule, with the reason.
@@ -453,13 +451,6 @@ impl Outbox {
         }
         if rows.len() > req.batch as usize {
             return Ok(Err((ids[req.batch as usize], ClaimRefusal::OverBatch)));
-        }
-        for pair in rows.windows(2) {
-            if Self::order_key(policy.claim_order, &self.rows[pair[0]])
-                > Self::order_key(policy.claim_order, &self.rows[pair[1]])
-            {
-                return Ok(Err((self.rows[pair[1]].message_id, ClaimRefusal::OutOfOrder)));
-            }
         }
         Ok(Ok(rows.into_iter().map(|i| self.lease_row(policy, req, i)).collect()))
     }

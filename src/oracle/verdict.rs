@@ -257,8 +257,9 @@ pub enum Finding {
     EnqueueResult { model: EnqueueResult, got: String },
     /// A claim returned a row the design's claim refuses.
     ClaimRefused { message: MessageId, refusal: ClaimRefusal },
-    /// A serial claim returned other rows than the design's, or in another order.
-    ClaimOrder { model: Vec<MessageId>, got: Vec<MessageId> },
+    /// A serial claim returned other rows than the design's, or in another order; the line of a
+    /// write of unknown outcome to a row it passed over, where there is one.
+    ClaimOrder { model: Vec<MessageId>, got: Vec<MessageId>, unknown_write_at: Option<usize> },
     /// A claim's attempts differ from the model's.
     Attempts { message: MessageId, model: u32, got: u32 },
     /// A claim handed out a token the row had had (at the claim on line `at`).
@@ -372,11 +373,11 @@ impl Finding {
             Finding::ClaimRefused { message, refusal } => {
                 (format!("no claim of {} ({refusal})", m(*message)), format!("a claim of {}", m(*message)))
             }
-            Finding::ClaimOrder { model, got } => {
+            Finding::ClaimOrder { model, got, unknown_write_at } => {
                 let rows = |ids: &[MessageId]| if ids.is_empty() { "no row".to_string() } else { list(ids) };
                 (
                     format!("a claim of {} (the history's claims run one at a time: concurrency serial)", rows(model)),
-                    format!("a claim of {}", rows(got)),
+                    format!("a claim of {}{}", rows(got), unknown_write_hint(*unknown_write_at)),
                 )
             }
             Finding::Attempts { message, model, got } => {
@@ -422,9 +423,7 @@ impl Finding {
             }
             Finding::Skipped { message, unknown_write_at } => {
                 let name = m(*message);
-                let hint = unknown_write_at
-                    .map(|at| format!(" (the write of unknown outcome at line {at} may have applied where the design refuses it: S1 if so)"))
-                    .unwrap_or_default();
+                let hint = unknown_write_hint(*unknown_write_at);
                 (
                     format!("a claim of {name} too"),
                     format!(
@@ -674,6 +673,15 @@ impl Verdict {
     pub fn design_breaks(&self) -> Option<Property> {
         self.first().filter(|d| d.finding.by_the_design()).and_then(|d| d.blame.property())
     }
+}
+
+/// " (the write of unknown outcome at line N may have applied where the design refuses it: S1 if
+/// so)", where a claim passed over a row such a write had written to.
+fn unknown_write_hint(at: Option<usize>) -> String {
+    at.map(|at| {
+        format!(" (the write of unknown outcome at line {at} may have applied where the design refuses it: S1 if so)")
+    })
+    .unwrap_or_default()
 }
 
 /// The divergence to report when every resolution of the unknown outcomes failed at one event:
