@@ -642,3 +642,23 @@ fn a_claim_is_judged_by_its_rows_not_the_order_it_lists_them_in() {
     assert!(said.contains("line 4: C1"), "{said}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Issue 27, item 7: a publication without a token counts in the budget of the lease its relay
+/// still holds, from before a requeue too — and a fourth there is still S3.
+#[test]
+fn a_paused_relays_publication_counts_in_its_own_budget() {
+    let fixture = "tests/traces/valid-paused-relay-publishes-in-its-own-budget-after-a-requeue.jsonl";
+    let out = run(&["trace", "--strict", fixture]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    let history = std::fs::read_to_string(fixture).unwrap();
+    let last = history.lines().last().unwrap().to_string();
+    let dir = std::env::temp_dir().join(format!("outbox-check-budget-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let twice = dir.join("twice.jsonl");
+    std::fs::write(&twice, format!("{}\n{last}\n", history.trim_end())).unwrap();
+    let out = run(&["trace", twice.to_str().unwrap()]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("line 21: S3") && said.contains("published 4 times in one budget"), "{said}");
+    std::fs::remove_dir_all(&dir).ok();
+}

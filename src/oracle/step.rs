@@ -417,10 +417,10 @@ impl Oracle {
             Event::Publish { message, key, answer, stored, token, .. } => {
                 let id = messages[0];
                 // The lease the publication counts against (S3): the one whose token it names,
-                // else the relay's lease of the message that is still open — not one its own
-                // write already ended, nor one from before a requeue. Without either it counts
-                // against the current budget.
-                let requeued = b.auditor.ghost(id).map_or(0, |g| g.requeued_after_claim);
+                // else the relay's latest lease of the message that is still open (not one its
+                // own write already ended) — in the budget that lease was claimed in, from before
+                // a requeue if it is (decision 68). Without either it counts against the current
+                // budget.
                 let lease = b
                     .held
                     .iter()
@@ -430,7 +430,7 @@ impl Oracle {
                             && h.lease.message_id == id
                             && match token {
                                 Some(t) => h.token.is(t),
-                                None => !h.ended && h.lease.claim_seq > requeued,
+                                None => !h.ended,
                             }
                     })
                     .map(|h| h.lease)
