@@ -585,7 +585,29 @@ impl Oracle {
                 // release is taken as the history reports it (checked both ways).
                 let latest_known = b.held.iter().any(|h| h.lease.message_id == id && h.lease.claim_seq == latest);
                 let named = token.is_some() || attempt.is_some();
-                let stale = named && (latest_known || result != "applied");
+                // Under a counter design every claim's token is greater than the one before it
+                // (S2 holds the history to that): after the latest claim the history knows, with
+                // token K, the `n` claims it never learnt of hold tokens of at least K+1, …, K+n.
+                // A token below K+n cannot be the latest lease's (decision 69).
+                let below_latest = || {
+                    let named = token.as_deref().and_then(TokenName::number)?;
+                    let known = b
+                        .held
+                        .iter()
+                        .filter(|h| h.lease.message_id == id)
+                        .filter_map(|h| match h.token {
+                            TokenName::Number(n) => Some((h.lease.claim_seq, n)),
+                            TokenName::Text(_) => None,
+                        })
+                        .max()?;
+                    let lost = u64::from(latest.saturating_sub(known.0));
+                    Some(lost > 0 && named < known.1.saturating_add(lost))
+                };
+                let counter = self.policy.token_kind == crate::core::policy::TokenKind::Counter;
+                let stale = named
+                    && (latest_known
+                        || result != "applied"
+                        || (counter && read.is_none() && below_latest() == Some(true)));
                 let lease = read.unwrap_or(Lease {
                     message_id: id,
                     tenant_id: row.tenant_id,
