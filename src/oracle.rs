@@ -244,7 +244,8 @@ struct RowLock {
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Open {
     Row(MessageId),
-    Any,
+    /// Any row (of this tenant, where the design's claim is scoped to one).
+    Any(Option<TenantId>),
 }
 
 /// A terminal write whose outcome the implementation could not learn, resolved lazily.
@@ -319,10 +320,11 @@ pub struct Oracle {
     actor_open: Vec<Option<Open>>,
     /// Per message (by id): its locks as the history shows them.
     locks: Vec<RowLock>,
-    /// Claims of unknown outcome (which may hold any row): the latest line one may have been
-    /// open at, and the actors of those still open.
-    any_end: usize,
-    any_open: SmallVec<[u16; 2]>,
+    /// Claims of unknown outcome (which may hold any row, or any of their tenant's where the
+    /// design's claim is scoped to one): per tenant (`None`: every tenant) the latest line one
+    /// may have been open at, and the actors of those still open with their tenant.
+    any_end: SmallVec<[(Option<TenantId>, usize); 2]>,
+    any_open: SmallVec<[(u16, Option<TenantId>); 2]>,
     /// How far [`Oracle::check_event`] goes, what it found so far, and whether it stopped.
     mode: Mode,
     found: Vec<Divergence>,
@@ -448,7 +450,7 @@ impl Oracle {
             declared: None,
             actor_open: Vec::new(),
             locks: Vec::new(),
-            any_end: 0,
+            any_end: SmallVec::new(),
             any_open: SmallVec::new(),
             mode: Mode::First,
             found: Vec::new(),
@@ -535,7 +537,7 @@ impl Oracle {
             actors.iter().map(|a| self.actor_last.get(*a as usize).copied().unwrap_or(0)).min().unwrap_or(0)
         });
         let settled = (seen, declared);
-        let locked = locked_by(event, &plan);
+        let locked = locked_by(event, &plan, self.policy.claim_by_tenant);
         let mut token_divergence = None;
         if let Err(d) = self.check_tokens(line, event, &plan) {
             if !self.keep_going() {
@@ -675,9 +677,12 @@ impl Oracle {
                     lock.end = lock.end.max(line);
                 }
             }
-            Some(Open::Any) => {
-                self.any_open.retain(|x| *x != actor);
-                self.any_end = self.any_end.max(line);
+            Some(Open::Any(tenant)) => {
+                self.any_open.retain(|(x, _)| *x != actor);
+                match self.any_end.iter_mut().find(|(t, _)| *t == tenant) {
+                    Some((_, end)) => *end = (*end).max(line),
+                    None => self.any_end.push((tenant, line)),
+                }
             }
             None => {}
         }
@@ -693,10 +698,10 @@ impl Oracle {
         );
         match locked {
             Locked::Nothing => {}
-            Locked::Any => {
+            Locked::Any(tenant) => {
                 if let Some(a) = actor {
-                    self.any_open.push(a);
-                    self.actor_open[a as usize] = Some(Open::Any);
+                    self.any_open.push((a, *tenant));
+                    self.actor_open[a as usize] = Some(Open::Any(*tenant));
                 }
             }
             Locked::Rows(ids) => {
@@ -723,9 +728,12 @@ impl Oracle {
     /// Whether a transaction of the history may have held `id`'s lock while a claim that began
     /// after line `begin` ran (and committed at the current line): one that locked it and
     /// committed after `begin`, or one of unknown outcome whose actor has logged nothing since.
-    fn held_elsewhere(&self, id: MessageId, begin: usize) -> bool {
+    fn held_elsewhere(&self, id: MessageId, tenant: TenantId, begin: usize) -> bool {
         let row = self.locks.get(id.0 as usize).is_some_and(|l| l.end > begin || !l.open.is_empty());
-        row || self.any_end > begin || !self.any_open.is_empty()
+        // A claim scoped to another tenant never locked this row.
+        let covers = |t: &Option<TenantId>| t.is_none_or(|t| t == tenant);
+        row || self.any_end.iter().any(|(t, end)| covers(t) && *end > begin)
+            || self.any_open.iter().any(|(_, t)| covers(t))
     }
 
     /// The skip-locked rule on a branch's pending skips, as this event (whose actor's previous
@@ -749,7 +757,7 @@ impl Oracle {
         b.skips.retain_mut(|skip| {
             let (touched, certain) = match locked {
                 Locked::Nothing => (false, false),
-                Locked::Any => (true, false),
+                Locked::Any(tenant) => (tenant.is_none_or(|t| t == skip.row.tenant_id), false),
                 Locked::Rows(ids) => (ids.contains(&skip.message), true),
             };
             if touched && begin < skip.line {

@@ -404,7 +404,7 @@ impl Oracle {
                         // A passed-over row waits for evidence that another transaction held it.
                         let mut claim = None;
                         for (id, row) in skipped {
-                            if !self.held_elsewhere(id, begin) {
+                            if !self.held_elsewhere(id, row.tenant_id, begin) {
                                 let claim = claim.get_or_insert_with(|| std::sync::Arc::new(event.clone())).clone();
                                 b.skips.push(Skip { line, settled: false, message: id, row, claim });
                             }
@@ -834,14 +834,15 @@ pub(super) fn implicit_enqueue(b: &mut Branch, tenant: TenantId, id: MessageId, 
 /// outcome), the rows a reap took, a requeued row. A statement that matched nothing took no lock.
 pub(super) enum Locked {
     Nothing,
-    Any,
+    /// Any row — of the claim's tenant, where the design's claim is scoped to one.
+    Any(Option<TenantId>),
     Rows(SmallVec<[MessageId; 2]>),
 }
 
-pub(super) fn locked_by(event: &Event, plan: &Plan) -> Locked {
-    let Plan::Ids { messages, .. } = plan else { return Locked::Nothing };
+pub(super) fn locked_by(event: &Event, plan: &Plan, claim_by_tenant: bool) -> Locked {
+    let Plan::Ids { messages, tenant, .. } = plan else { return Locked::Nothing };
     match event {
-        Event::Claim { outcome: Outcome::Unknown, .. } => Locked::Any,
+        Event::Claim { outcome: Outcome::Unknown, .. } => Locked::Any(claim_by_tenant.then_some(*tenant)),
         Event::Claim { .. } | Event::Reap { .. } => Locked::Rows(messages.clone()),
         Event::Write { result: WriteReport::Applied | WriteReport::Unknown, .. } => Locked::Rows(messages.clone()),
         Event::Release { result, .. } | Event::Requeue { result, .. } if result == "applied" => {
