@@ -466,6 +466,12 @@ pub fn merge_shards(reports: Vec<(String, CheckReport)>) -> Result<CheckReport, 
                 shard.index, shard.count, info.count
             ));
         }
+        if shard.depth != info.depth {
+            return Err(format!(
+                "{name} split the search at depth {} but {first_name} at depth {}: the shards of one check split at one depth",
+                shard.depth, info.depth
+            ));
+        }
         if report.config != first.config || report.fleet != first.fleet {
             return Err(format!(
                 "{name} checked another configuration than {first_name} ({})",

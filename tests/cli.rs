@@ -562,6 +562,16 @@ fn shards_of_a_design_file_merge_with_the_file() {
             .collect::<Vec<_>>()
     };
     assert_eq!(statuses(&merged.stdout), statuses(&whole.stdout));
+    // A shard whose split depth was edited is not one of this check's shards (issue 27, item 11).
+    let mut edited: serde_json::Value = serde_json::from_slice(&std::fs::read(&files[1]).unwrap()).unwrap();
+    let depth = edited["shard"]["depth"].as_u64().expect("a shard's depth");
+    edited["shard"]["depth"] = serde_json::json!(depth + 1);
+    let moved = dir.join("shard-1-edited.json");
+    std::fs::write(&moved, edited.to_string()).unwrap();
+    let refused = run(&["merge", "--design", design, &files[0], moved.to_str().unwrap()]);
+    let err = text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(err.contains("split the search at depth") && err.lines().count() == 1, "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
