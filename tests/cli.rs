@@ -117,6 +117,19 @@ fn verify_writes_the_findings_report() {
     let dir = std::env::temp_dir().join(format!("outbox-check-report-{}", std::process::id()));
     let out = run(&["verify", "--quiet", "--messages", "1", "--report", dir.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // Every complete check bounds the chance a fingerprint collision hid a state (issue 27, item 12).
+    let said = text(&out.stdout);
+    let bound = said
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(
+                "A state missed by a fingerprint collision (64-bit) in any of these checks: probability at most ",
+            )
+        })
+        .expect("the collision bound")
+        .trim_end_matches('.');
+    let bound: f64 = bound.parse().expect("a number");
+    assert!(bound > 0.0 && bound < 1e-6, "{said}");
     let index = std::fs::read_to_string(dir.join("index.md")).expect("index.md");
     assert!(index.contains("| `reference` | ✓ | ✓ |"), "{index}");
     assert!(index.contains("[✗](counterexamples/legacy-v1-x2/S1.md)"), "{index}");

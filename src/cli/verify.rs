@@ -569,6 +569,17 @@ fn print_matrix<S: SimLike>(rows: &[Row<'_, S>], args: &VerifyArgs, seconds: f64
     println!("✗s violated in simulation only (a scenario beyond the model's bounds) — the failing seed is below");
     println!("–  not exercised: nothing in the checked worlds could have broken it (the reason is below)");
     println!("?  undecided: the check stopped before it could decide");
+    // Each complete check keeps its states as 64-bit fingerprints (docs/model-checking.md): the
+    // chance that any of them missed a state is at most the sum of their bounds.
+    let bound: f64 = rows
+        .iter()
+        .flat_map(|(_, reports, _, _)| reports.iter())
+        .filter(|r| r.complete)
+        .map(|r| r.collision_bound)
+        .sum();
+    println!(
+        "A state missed by a fingerprint collision (64-bit) in any of these checks: probability at most {bound:.1e}."
+    );
     println!("SQL: the design's SQL against its own core, step by step (agrees: the model's verdicts carry over to the SQL);\n     \"(your SQL: conform --profile)\": a design our SQL does not cover (deletion, a visibility timeout, a rescuer)");
     for (fleet, reports, sim, _) in rows {
         for id in &ids {
