@@ -685,3 +685,22 @@ fn a_paused_relays_publication_counts_in_its_own_budget() {
     assert!(said.contains("line 21: S3") && said.contains("published 4 times in one budget"), "{said}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Issue 27, item 10: `check` can set up the world that kills write-owner-only (one owner id
+/// for two relays); without it the mutant passes.
+#[test]
+fn check_kills_write_owner_only_with_a_shared_owner() {
+    let s1 = |extra: &[&str]| {
+        let mut args = vec!["check", "--design", "write-owner-only", "--no-liveness", "--json", "--quiet"];
+        args.extend_from_slice(extra);
+        let out = run(&args);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        let status = v["properties"].as_array().unwrap().iter().find(|p| p["id"] == "S1").unwrap()["status"].clone();
+        (out.status.code(), status)
+    };
+    assert_eq!(s1(&["--shared-owner"]), (Some(1), serde_json::json!("violated")));
+    assert_eq!(s1(&[]), (Some(0), serde_json::json!("holds")));
+    let bad = run(&["check", "--design", "write-owner-only", "--relays", "1", "--shared-owner"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert_eq!(text(&bad.stderr).lines().count(), 1, "{}", text(&bad.stderr));
+}

@@ -237,6 +237,10 @@ pub struct FleetArgs {
     /// in ticks (0–8). Default: one lease.
     #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(0..=8))]
     skew: Option<i64>,
+    /// The last relay runs under the first relay's owner id: one worker name started twice, which
+    /// a write fenced by owner alone cannot tell apart (the mutant write-owner-only).
+    #[arg(long)]
+    shared_owner: bool,
 }
 
 impl FleetArgs {
@@ -251,6 +255,9 @@ impl FleetArgs {
                 self.backoff_cap, self.backoff_base
             ));
         }
+        if self.shared_owner && designs.len() < 2 {
+            return Err("--shared-owner needs at least two relays (--relays 2 or more)".to_string());
+        }
         let mut config = WorldConfig::fleet(&designs, self.messages, self.tenants, self.max_attempts, self.faults);
         config.requeues = self.requeues;
         config.enqueue_actions = self.enqueues;
@@ -260,6 +267,12 @@ impl FleetArgs {
         let skew = self.skew.unwrap_or(self.lease as i64);
         for relay in config.relays.iter_mut().filter(|r| r.skew != 0) {
             relay.skew = skew;
+        }
+        if self.shared_owner {
+            let first = config.relays[0].owner;
+            if let Some(last) = config.relays.last_mut() {
+                last.owner = first;
+            }
         }
         Ok(config)
     }
