@@ -10,6 +10,14 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// `trace` on a fixture that diverges: its words, after asserting exit 1.
+fn diverging(args: &[&str]) -> String {
+    let out = run(args);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}{}", text(&out.stderr));
+    said
+}
+
 #[test]
 fn help_lists_every_command() {
     let out = run(&["--help"]);
@@ -598,9 +606,7 @@ fn safety_only_fails_while_some_resolution_breaks_a_property() {
         ("tests/traces/invalid-s1-unknown-write-by-id-committed-or-c1.jsonl", "at line 7: C1"),
         ("tests/traces/invalid-s1-release-after-an-unknown-claim-or-c2.jsonl", "at line 6: C2"),
     ] {
-        let out = run(&["trace", "--strict", "--safety-only", fixture]);
-        let said = text(&out.stdout);
-        assert_eq!(out.status.code(), Some(1), "{fixture}: {said}{}", text(&out.stderr));
+        let said = diverging(&["trace", "--strict", "--safety-only", fixture]);
         assert!(said.contains(": S1 no stale terminal write succeeds"), "{fixture}: {said}");
         assert!(
             said.contains(&format!("or, where the unknown outcomes resolve otherwise: {other}")),
@@ -618,9 +624,7 @@ fn safety_only_fails_while_some_resolution_breaks_a_property() {
 #[test]
 fn a_stopped_check_says_where_it_stopped_in_what_it_did_not_judge() {
     let fixture = "tests/traces/invalid-s6-live-lease-taken-before-the-first-publish.jsonl";
-    let out = run(&["trace", fixture]);
-    let said = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{said}");
+    let said = diverging(&["trace", fixture]);
     assert!(said.contains("the history has no publish up to line 4, where the check stopped"), "{said}");
     let all = text(&run(&["trace", "--all", fixture]).stdout);
     assert!(!all.contains("has no publish"), "the whole history has a publish: {all}");
@@ -632,9 +636,7 @@ fn a_stopped_check_says_where_it_stopped_in_what_it_did_not_judge() {
 #[test]
 fn a_serial_claim_past_an_unknown_write_hints_at_s1() {
     let fixture = "tests/traces/invalid-c1-serial-claim-passes-over-a-row-an-unknown-write-touched.jsonl";
-    let out = run(&["trace", fixture]);
-    let said = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{said}");
+    let said = diverging(&["trace", fixture]);
     assert!(said.contains(": C1 "), "{said}");
     assert!(
         said.contains("the write of unknown outcome at line 6 may have applied where the design refuses it: S1 if so"),
@@ -659,9 +661,7 @@ fn a_claim_is_judged_by_its_rows_not_the_order_it_lists_them_in() {
         r#""batch":1,"lease_ms":30000,"now":1000,"leases":[{"message":"m2","token":"1","attempts":1}]"#,
     );
     std::fs::write(&other, history.lines().take(4).collect::<Vec<_>>().join("\n")).unwrap();
-    let out = run(&["trace", other.to_str().unwrap()]);
-    let said = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{said}");
+    let said = diverging(&["trace", other.to_str().unwrap()]);
     assert!(said.contains("line 4: C1"), "{said}");
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -679,9 +679,7 @@ fn a_paused_relays_publication_counts_in_its_own_budget() {
     std::fs::create_dir_all(&dir).unwrap();
     let twice = dir.join("twice.jsonl");
     std::fs::write(&twice, format!("{}\n{last}\n", history.trim_end())).unwrap();
-    let out = run(&["trace", twice.to_str().unwrap()]);
-    let said = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{said}");
+    let said = diverging(&["trace", twice.to_str().unwrap()]);
     assert!(said.contains("line 21: S3") && said.contains("published 4 times in one budget"), "{said}");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -276,7 +276,7 @@ impl Auditor {
             let message = old.message_id;
             self.check_absorbing(old, &new, by);
             if old.tenant_id != req.tenant_id {
-                let breach = Breach::ClaimedOtherTenant { by, tenant: req.tenant_id, message, of: old.tenant_id };
+                let breach = Breach::OtherTenant { by, tenant: req.tenant_id, message, of: old.tenant_id };
                 self.violated(Property::S9, breach);
             }
             if let Some(until) = old.lease_expires_at.filter(|&at| old.status == Status::InFlight && at > true_now) {
@@ -335,8 +335,7 @@ impl Auditor {
                     self.violated(Property::S1, breach);
                 }
                 if old.tenant_id != req.lease.tenant_id {
-                    let breach =
-                        Breach::WroteOtherTenant { by, tenant: req.lease.tenant_id, message, of: old.tenant_id };
+                    let breach = Breach::OtherTenant { by, tenant: req.lease.tenant_id, message, of: old.tenant_id };
                     self.violated(Property::S9, breach);
                 }
                 if matches!(req.kind, WriteKind::Ambiguous { .. } | WriteKind::Retry { .. })
@@ -514,10 +513,8 @@ pub enum Breach {
     EnqueueTorn { message: MessageId, inserted: bool, transitioned: bool },
     /// S10: a stale enqueue changed something.
     StaleEnqueueChanged { message: MessageId },
-    /// S9: a claim for one tenant returned another's row.
-    ClaimedOtherTenant { by: Doer, tenant: TenantId, message: MessageId, of: TenantId },
-    /// S9: a write for one tenant applied to another's row.
-    WroteOtherTenant { by: Doer, tenant: TenantId, message: MessageId, of: TenantId },
+    /// S9: a claim or write for one tenant returned, or applied to, another's row.
+    OtherTenant { by: Doer, tenant: TenantId, message: MessageId, of: TenantId },
     /// S6: a claim took a row whose lease was still live.
     TookLiveLease { by: Doer, message: MessageId, owner: Option<RelayId>, until: Instant, now: Instant },
     /// S7: a claim took a row before its retry time.
@@ -554,8 +551,7 @@ impl Breach {
             | Breach::TokenReused { message, .. }
             | Breach::EnqueueTorn { message, .. }
             | Breach::StaleEnqueueChanged { message }
-            | Breach::ClaimedOtherTenant { message, .. }
-            | Breach::WroteOtherTenant { message, .. }
+            | Breach::OtherTenant { message, .. }
             | Breach::TookLiveLease { message, .. }
             | Breach::TookBeforeRetry { message, .. }
             | Breach::RetryNotLater { message, .. }
@@ -609,17 +605,11 @@ impl Breach {
             Breach::StaleEnqueueChanged { message } => {
                 format!("stale enqueue of {} still inserted a row or moved the business row", m(*message))
             }
-            Breach::ClaimedOtherTenant { by, tenant, message, of } => format!(
-                "{} for {} returned {} of {}",
+            Breach::OtherTenant { by, tenant, message, of } => format!(
+                "{} for {} {} {} of {}",
                 by.words(names),
                 names.tenant_name(*tenant),
-                m(*message),
-                names.tenant_name(*of)
-            ),
-            Breach::WroteOtherTenant { by, tenant, message, of } => format!(
-                "{} for {} applied to {} of {}",
-                by.words(names),
-                names.tenant_name(*tenant),
+                if matches!(by, Doer::Claim { .. }) { "returned" } else { "applied to" },
                 m(*message),
                 names.tenant_name(*of)
             ),
@@ -722,7 +712,7 @@ mod tests {
             breach.words(&Theirs),
             "mark_retry by worker-1 with #3 left job-2 pending with retry time t=4, not later than t=5"
         );
-        let tenant = Breach::ClaimedOtherTenant {
+        let tenant = Breach::OtherTenant {
             by: Doer::Claim { owner: RelayId(0) },
             tenant: TenantId(0),
             message: MessageId(7),
