@@ -200,6 +200,40 @@ struct Branch {
     /// A safety property this resolution broke (a claim of unknown outcome that, committed, broke
     /// one by the design's own rule): reported if no resolution without one survives.
     broke: Option<Box<Divergence>>,
+    /// The rows each open claim of unknown outcome is taken to hold locked in this resolution
+    /// (see [`Oracle::held_elsewhere`]).
+    holds: SmallVec<[ClaimHolds; 1]>,
+}
+
+/// The rows a claim of unknown outcome, still open, has been taken to hold: the rows its
+/// committed resolution took (`full`: it holds no other), or the passed-over rows it was the
+/// only excuse for — never more than its batch, for a transaction keeps the rows it locked.
+#[derive(Clone, Debug, PartialEq, Hash)]
+struct ClaimHolds {
+    actor: u16,
+    rows: SmallVec<[MessageId; 2]>,
+    full: bool,
+}
+
+/// A claim of unknown outcome whose relay has not logged since: its transaction may still hold
+/// up to `batch` rows it could take (of its tenant, where the design's claim is scoped to one),
+/// none enqueued after its line — its statement began before it was logged, and saw no row
+/// committed later.
+#[derive(Clone, Copy, Debug)]
+struct OpenClaim {
+    actor: u16,
+    tenant: Option<TenantId>,
+    line: usize,
+    batch: u32,
+}
+
+/// A claim of unknown outcome that is over: it may have held a row it could see, of its tenant
+/// where scoped, until `end`, the line where its relay logged again.
+#[derive(Clone, Copy, Debug)]
+struct ClaimEnded {
+    tenant: Option<TenantId>,
+    line: usize,
+    end: usize,
 }
 
 /// A claimable row a skip-locked claim did not return: excused once the history shows another
@@ -244,8 +278,8 @@ struct RowLock {
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Open {
     Row(MessageId),
-    /// Any row (of this tenant, where the design's claim is scoped to one).
-    Any(Option<TenantId>),
+    /// Rows a claim could take (see [`OpenClaim`]).
+    Any,
 }
 
 /// A terminal write whose outcome the implementation could not learn, resolved lazily.
@@ -320,11 +354,12 @@ pub struct Oracle {
     actor_open: Vec<Option<Open>>,
     /// Per message (by id): its locks as the history shows them.
     locks: Vec<RowLock>,
-    /// Claims of unknown outcome (which may hold any row, or any of their tenant's where the
-    /// design's claim is scoped to one): per tenant (`None`: every tenant) the latest line one
-    /// may have been open at, and the actors of those still open with their tenant.
-    any_end: SmallVec<[(Option<TenantId>, usize); 2]>,
-    any_open: SmallVec<[(u16, Option<TenantId>); 2]>,
+    /// Claims of unknown outcome (which may hold any row they could take): those over, and
+    /// those whose relay has logged nothing since.
+    any_end: Vec<ClaimEnded>,
+    any_open: SmallVec<[OpenClaim; 2]>,
+    /// Per message (by id): the line of its enqueue (0 where the history has none).
+    enqueued_at: Vec<usize>,
     /// How far [`Oracle::check_event`] goes, what it found so far, and whether it stopped.
     mode: Mode,
     found: Vec<Divergence>,
@@ -434,6 +469,7 @@ impl Oracle {
                 open: Vec::new(),
                 skips: Vec::new(),
                 broke: None,
+                holds: SmallVec::new(),
             }],
             events: 0,
             dropped: false,
@@ -450,8 +486,9 @@ impl Oracle {
             declared: None,
             actor_open: Vec::new(),
             locks: Vec::new(),
-            any_end: SmallVec::new(),
+            any_end: Vec::new(),
             any_open: SmallVec::new(),
+            enqueued_at: Vec::new(),
             mode: Mode::First,
             found: Vec::new(),
             stopped: false,
@@ -526,6 +563,15 @@ impl Oracle {
             (_, Plan::Ids { relay, .. }) => Some(relay.0),
         };
         let begin = actor.map_or(0, |a| self.enter(a, line, matches!(event, Event::Claim { .. })));
+        if let (Event::Enqueue { .. }, Plan::Ids { messages, .. }) = (event, &plan) {
+            let i = messages[0].0 as usize;
+            if self.enqueued_at.len() <= i {
+                self.enqueued_at.resize(i + 1, 0);
+            }
+            if self.enqueued_at[i] == 0 {
+                self.enqueued_at[i] = line;
+            }
+        }
         // The line every relay that claims has logged an event after: a skip older than that can
         // be excused by no later statement.
         // Every relay the header lists, or else every relay seen claiming so far (one that first
@@ -677,11 +723,13 @@ impl Oracle {
                     lock.end = lock.end.max(line);
                 }
             }
-            Some(Open::Any(tenant)) => {
-                self.any_open.retain(|(x, _)| *x != actor);
-                match self.any_end.iter_mut().find(|(t, _)| *t == tenant) {
-                    Some((_, end)) => *end = (*end).max(line),
-                    None => self.any_end.push((tenant, line)),
+            Some(Open::Any) => {
+                for claim in self.any_open.iter().filter(|c| c.actor == actor) {
+                    self.any_end.push(ClaimEnded { tenant: claim.tenant, line: claim.line, end: line });
+                }
+                self.any_open.retain(|c| c.actor != actor);
+                for b in &mut self.branches {
+                    b.holds.retain(|h| h.actor != actor);
                 }
             }
             None => {}
@@ -698,10 +746,10 @@ impl Oracle {
         );
         match locked {
             Locked::Nothing => {}
-            Locked::Any(tenant) => {
+            &Locked::Any { tenant, batch } => {
                 if let Some(a) = actor {
-                    self.any_open.push((a, *tenant));
-                    self.actor_open[a as usize] = Some(Open::Any(*tenant));
+                    self.any_open.push(OpenClaim { actor: a, tenant, line, batch });
+                    self.actor_open[a as usize] = Some(Open::Any);
                 }
             }
             Locked::Rows(ids) => {
@@ -728,12 +776,42 @@ impl Oracle {
     /// Whether a transaction of the history may have held `id`'s lock while a claim that began
     /// after line `begin` ran (and committed at the current line): one that locked it and
     /// committed after `begin`, or one of unknown outcome whose actor has logged nothing since.
-    fn held_elsewhere(&self, id: MessageId, tenant: TenantId, begin: usize) -> bool {
-        let row = self.locks.get(id.0 as usize).is_some_and(|l| l.end > begin || !l.open.is_empty());
-        // A claim scoped to another tenant never locked this row.
-        let covers = |t: &Option<TenantId>| t.is_none_or(|t| t == tenant);
-        row || self.any_end.iter().any(|(t, end)| covers(t) && *end > begin)
-            || self.any_open.iter().any(|(_, t)| covers(t))
+    /// A claim of unknown outcome could lock only rows of its tenant (where the design's claim
+    /// is scoped to one) committed before it was logged; while open, it holds at most its batch
+    /// of them, the same ones throughout: a row it is the only excuse for is noted as one it
+    /// holds in this resolution (decision 71).
+    fn held_elsewhere(&self, b: &mut Branch, id: MessageId, tenant: TenantId, begin: usize) -> bool {
+        if self.locks.get(id.0 as usize).is_some_and(|l| l.end > begin || !l.open.is_empty()) {
+            return true;
+        }
+        let enqueued = self.enqueued_at.get(id.0 as usize).copied().unwrap_or(0);
+        let could = |t: Option<TenantId>, line: usize| t.is_none_or(|t| t == tenant) && enqueued < line;
+        if self.any_end.iter().any(|c| could(c.tenant, c.line) && c.end > begin) {
+            return true;
+        }
+        let open = self.any_open.iter().filter(|c| could(c.tenant, c.line));
+        if open.clone().any(|c| b.holds.iter().any(|h| h.actor == c.actor && h.rows.contains(&id))) {
+            return true;
+        }
+        // Can the open claims (those whose committed resolution did not fix their rows) hold
+        // every row they already excuse and this one, each at most its batch? A matching.
+        let claims: SmallVec<[OpenClaim; 2]> =
+            self.any_open.iter().filter(|c| !b.holds.iter().any(|h| h.actor == c.actor && h.full)).copied().collect();
+        let mut rows: SmallVec<[(MessageId, TenantId, usize); 4]> = SmallVec::new();
+        for h in b.holds.iter().filter(|h| !h.full) {
+            for &r in &h.rows {
+                let t = b.outbox.row(r).map_or(tenant, |row| row.tenant_id);
+                rows.push((r, t, self.enqueued_at.get(r.0 as usize).copied().unwrap_or(0)));
+            }
+        }
+        rows.push((id, tenant, enqueued));
+        let Some(owner) = holders(&rows, &claims) else { return false };
+        b.holds.retain(|h| h.full);
+        for (c, claim) in claims.iter().enumerate() {
+            let mine = rows.iter().zip(&owner).filter(|(_, o)| **o == c).map(|((r, ..), _)| *r).collect();
+            b.holds.push(ClaimHolds { actor: claim.actor, rows: mine, full: false });
+        }
+        true
     }
 
     /// The skip-locked rule on a branch's pending skips, as this event (whose actor's previous
@@ -757,7 +835,7 @@ impl Oracle {
         b.skips.retain_mut(|skip| {
             let (touched, certain) = match locked {
                 Locked::Nothing => (false, false),
-                Locked::Any(tenant) => (tenant.is_none_or(|t| t == skip.row.tenant_id), false),
+                Locked::Any { tenant, .. } => (tenant.is_none_or(|t| t == skip.row.tenant_id), false),
                 Locked::Rows(ids) => (ids.contains(&skip.message), true),
             };
             if touched && begin < skip.line {
@@ -818,6 +896,7 @@ impl Oracle {
                     &branch.held,
                     &branch.deferred,
                     &branch.skips,
+                    &branch.holds,
                 ));
                 let same = seen.get(&key).is_some_and(|ids| {
                     ids.iter().any(|&i| {
@@ -827,6 +906,7 @@ impl Oracle {
                             && b.held == branch.held
                             && b.deferred == branch.deferred
                             && b.skips == branch.skips
+                            && b.holds == branch.holds
                             && b.broke.is_some() == branch.broke.is_some()
                     })
                 });
@@ -935,4 +1015,47 @@ impl Oracle {
         }
         Accepted { events: self.events, resolutions, not_judged }
     }
+}
+
+/// Which open claim holds each row (by index into `claims`), each claim at most its batch, a
+/// claim only rows of its tenant (where scoped) enqueued before its line; `None` if no
+/// assignment exists. Augmenting paths: rows and claims are few.
+fn holders(rows: &[(MessageId, TenantId, usize)], claims: &[OpenClaim]) -> Option<Vec<usize>> {
+    fn can(claim: &OpenClaim, row: &(MessageId, TenantId, usize)) -> bool {
+        claim.tenant.is_none_or(|t| t == row.1) && row.2 < claim.line
+    }
+    fn place(
+        r: usize,
+        rows: &[(MessageId, TenantId, usize)],
+        claims: &[OpenClaim],
+        owner: &mut [usize],
+        visited: &mut [bool],
+    ) -> bool {
+        for c in 0..claims.len() {
+            if visited[c] || !can(&claims[c], &rows[r]) {
+                continue;
+            }
+            visited[c] = true;
+            let load = owner.iter().filter(|o| **o == c).count();
+            if load < claims[c].batch as usize {
+                owner[r] = c;
+                return true;
+            }
+            for other in 0..rows.len() {
+                if owner[other] == c && place(other, rows, claims, owner, visited) {
+                    owner[r] = c;
+                    return true;
+                }
+            }
+        }
+        false
+    }
+    let mut owner = vec![usize::MAX; rows.len()];
+    for r in 0..rows.len() {
+        let mut visited = vec![false; claims.len()];
+        if !place(r, rows, claims, &mut owner, &mut visited) {
+            return None;
+        }
+    }
+    Some(owner)
 }

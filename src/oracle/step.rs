@@ -294,7 +294,11 @@ impl Oracle {
                 if *outcome == Outcome::Unknown {
                     // Not committed, or committed with leases nobody learnt of.
                     let mut committed = b.clone();
-                    let _ = committed.auditor.claim(&mut committed.outbox, &self.policy, &req, Instant(*now));
+                    let taken = committed.auditor.claim(&mut committed.outbox, &self.policy, &req, Instant(*now));
+                    // Committed, it locked the rows it took and no other.
+                    let rows = taken.map(|l| l.iter().map(|l| l.message_id).collect()).unwrap_or_default();
+                    committed.holds.retain(|h| h.actor != relay.0);
+                    committed.holds.push(ClaimHolds { actor: relay.0, rows, full: true });
                     committed.resolutions.push(format!("line {line}: claim committed"));
                     // Committed, the design's own claim may break a property (legacy-v1's keeps
                     // the token): that resolution lives on, carrying the finding, in case it is
@@ -404,7 +408,7 @@ impl Oracle {
                         // A passed-over row waits for evidence that another transaction held it.
                         let mut claim = None;
                         for (id, row) in skipped {
-                            if !self.held_elsewhere(id, row.tenant_id, begin) {
+                            if !self.held_elsewhere(b, id, row.tenant_id, begin) {
                                 let claim = claim.get_or_insert_with(|| std::sync::Arc::new(event.clone())).clone();
                                 b.skips.push(Skip { line, settled: false, message: id, row, claim });
                             }
@@ -834,15 +838,21 @@ pub(super) fn implicit_enqueue(b: &mut Branch, tenant: TenantId, id: MessageId, 
 /// outcome), the rows a reap took, a requeued row. A statement that matched nothing took no lock.
 pub(super) enum Locked {
     Nothing,
-    /// Any row — of the claim's tenant, where the design's claim is scoped to one.
-    Any(Option<TenantId>),
+    /// Up to `batch` rows the claim could take — of its tenant, where the design's claim is
+    /// scoped to one.
+    Any {
+        tenant: Option<TenantId>,
+        batch: u32,
+    },
     Rows(SmallVec<[MessageId; 2]>),
 }
 
 pub(super) fn locked_by(event: &Event, plan: &Plan, claim_by_tenant: bool) -> Locked {
     let Plan::Ids { messages, tenant, .. } = plan else { return Locked::Nothing };
     match event {
-        Event::Claim { outcome: Outcome::Unknown, .. } => Locked::Any(claim_by_tenant.then_some(*tenant)),
+        Event::Claim { outcome: Outcome::Unknown, batch, .. } => {
+            Locked::Any { tenant: claim_by_tenant.then_some(*tenant), batch: *batch }
+        }
         Event::Claim { .. } | Event::Reap { .. } => Locked::Rows(messages.clone()),
         Event::Write { result: WriteReport::Applied | WriteReport::Unknown, .. } => Locked::Rows(messages.clone()),
         Event::Release { result, .. } | Event::Requeue { result, .. } if result == "applied" => {
