@@ -666,6 +666,14 @@ fn settling_a_property_hides_no_other_finding() {
     let mut configs: Vec<WorldConfig> =
         every_fleet().iter().map(|d| WorldConfig::fleet(d, 1, 1, 3, Faults::all())).collect();
     configs.extend([fleet(&["reference", "reference"], 2), fleet(&["seed-tenant", "seed-tenant"], 2)]);
+    // One relay writing by id alone that republishes after a lost connection: its only S1 is a
+    // rewrite that changed nothing (whole rows compared, published_at included), which erasing
+    // S4's published_at hid (issue 27, item 9). With one relay no superseded write breaks S1
+    // too, so the first search cannot have settled S1 itself.
+    let text = "name = \"by-id-republish\"\nbased_on = \"reference\"\n[write]\nfence = \"message-id-only\"\n\
+                [relay]\nrepublish_after_db_loss = true\n";
+    let by_id = outbox_check::design::from_text(text, "by-id-republish.toml").expect("a design file");
+    configs.push(WorldConfig::fleet(&[by_id], 1, 1, 3, Faults::all()));
     let mut merged = 0;
     for config in configs {
         let name = config.relays.iter().map(|r| r.design.name().to_string()).collect::<Vec<_>>().join("+");

@@ -14,8 +14,8 @@ impl World {
     ///   `now − W` (W the largest negative clock skew of the fleet), now and later, so instants
     ///   at or before it are past for good: as order keys (due order) they are only compared
     ///   with each other and become their ranks; expiries among them only ever say "expired", so
-    ///   they become 0; `published_at`, read only by S4 where a design may write a terminal row,
-    ///   keeps its distance from now when it could still equal a write's `now` (else 0); later
+    ///   they become 0; `published_at`, read only by S4 and S1's "changed nothing" where a design
+    ///   may write a terminal row, keeps its distance from now when it could still equal a write's `now` (else 0); later
     ///   instants keep their distance from `now`. A quiet tick then leads back to the same
     ///   state, and time needs no bound.
     /// - **tokens** (counter kind): a row's token and the tokens of the leases held for it are
@@ -214,8 +214,9 @@ impl World {
     ///   every write of PUBLISHED follows its own relay's stored publication, which sets `stored`
     ///   again, so nothing is flagged that the exact world would not flag.
     /// - **Failure code dropped.** `last_failure_code` is read by no rule, by S4's comparison of a
-    ///   terminal row (whose fields are dead anyway where [`Self::erase_dead_fields`] erases
-    ///   them, or no longer looked at once S4 is settled) and by the "AMBIGUOUS later PUBLISHED"
+    ///   terminal row and S1's "reported applied but changed nothing" (whose fields are dead
+    ///   anyway where [`Self::erase_dead_fields`] erases them, or no longer looked at once S1 and
+    ///   S4 are settled) and by the "AMBIGUOUS later PUBLISHED"
     ///   flag: once that flag is not tracked, it goes. (The "claimed again" flag reads whether a
     ///   code is set, but a row with a code has been claimed and counted an attempt or left
     ///   PENDING, unless an operator requeued it: so not while requeues are left.)
@@ -232,8 +233,9 @@ impl World {
     /// erased; no rule, no liveness check and no other property reads them, so the steps and
     /// every other property's verdict stay exactly those of the exact world:
     /// - S3 settled: the publication counts become 0.
-    /// - S4 settled: `published_at` (read by S4's comparison of a terminal row alone) becomes 0,
-    ///   and the failure code goes as above, in fleets whose designs touch terminal rows too.
+    /// - S1 and S4 settled: `published_at` (read by S4's comparison of a terminal row and S1's
+    ///   "reported applied but changed nothing", which compares whole rows) becomes 0, and the
+    ///   failure code goes as above, in fleets whose designs touch terminal rows too.
     /// - S5 settled and the "published twice" flag (R-S8) not tracked: `stored` becomes `false`.
     pub(super) fn abstract_for_safety(&mut self, config: &WorldConfig, facts: &FleetFacts, abstraction: Abstraction) {
         // What each property and situation reads is declared in the catalogue (core::property);
