@@ -689,16 +689,17 @@ pub fn explorer_path_of(config: &WorldConfig, real: &[Action]) -> Option<String>
     Some(std::iter::once(root.to_string()).chain(indices).collect::<Vec<_>>().join("/"))
 }
 
-/// The world every mutant is checked in: three relays competing for one message, the third
-/// reusing the first one's id (a restarted relay while its paused predecessor still lives), a
-/// second tenant (so a write can be mis-routed to it), one operator requeue, every fault.
-/// `reference` keeps every safety property in this world (a test checks it), so a violation
-/// here is the mutant's doing.
+/// The flags that give `check` the world every mutant is checked in: three relays competing for
+/// one message, the third reusing the first one's id (a restarted relay while its paused
+/// predecessor still lives: one owner holding two attempts), a second tenant (so a write can be
+/// mis-routed to it), one operator requeue, every fault.
+pub const MUTANT_WORLD: &str = "--relays 3 --messages 1 --tenants 2 --requeues 1 --shared-owner";
+
+/// The world of [`MUTANT_WORLD`], as `check` builds it from those flags (a test runs `check`
+/// with them on every mutant). `reference` keeps every safety property in this world (a test
+/// checks it), so a violation here is the mutant's doing.
 pub fn mutant_config(design: outbox_check::design::Design) -> WorldConfig {
     let mut config = WorldConfig::fleet(&[design, design, design], 1, 2, 3, outbox_check::world::Faults::all());
-    for relay in &mut config.relays {
-        relay.tenant_id = outbox_check::core::TenantId(0);
-    }
     config.relays[2].owner = config.relays[0].owner;
     config.requeues = 1;
     config

@@ -702,3 +702,35 @@ fn check_kills_write_owner_only_with_a_shared_owner() {
     assert_eq!(bad.status.code(), Some(2));
     assert_eq!(text(&bad.stderr).lines().count(), 1, "{}", text(&bad.stderr));
 }
+
+/// Issue 27, item 10: `mutants` checks each mutant in a world `check` sets up from flags a user
+/// can give, and names that command; running it kills the mutant with the same property at the
+/// same depth, and `reference` survives it.
+#[test]
+fn every_mutant_is_killed_by_the_check_command_mutants_names() {
+    let out = run(&["mutants", "--json", "--quiet"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let mutants = report["mutants"].as_array().unwrap();
+    assert_eq!(mutants.len(), 14);
+    let check = |command: &str| {
+        let args: Vec<&str> =
+            command.split_whitespace().skip(1).chain(["--no-liveness", "--json", "--quiet"]).collect();
+        let out = run(&args);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        (out.status.code(), v)
+    };
+    for m in mutants {
+        let command = m["check"].as_str().unwrap();
+        assert!(command.starts_with("outbox-check check --design "), "{command}");
+        let (code, v) = check(command);
+        assert_eq!(code, Some(1), "{command}");
+        let killer = m["killed_by"].as_str().unwrap();
+        let p = v["properties"].as_array().unwrap().iter().find(|p| p["id"] == killer).unwrap();
+        assert_eq!(p["status"], "violated", "{command}: {killer}");
+        assert_eq!(p["counterexample"].as_array().unwrap().len() as u64, m["depth"].as_u64().unwrap(), "{command}");
+    }
+    let reference = mutants[0]["check"].as_str().unwrap().replace(mutants[0]["mutant"].as_str().unwrap(), "reference");
+    let (code, v) = check(&reference);
+    assert_eq!(code, Some(0), "{reference}: {v}");
+}

@@ -48,6 +48,7 @@ pub(crate) fn mutants(threads: usize, json: bool, quiet: bool) -> ExitCode {
                     "mutant": m.name(), "mistake": m.mistake(), "killed": !killers.is_empty(),
                     "killed_by": killers.first().map(|k| &k.0), "depth": killers.first().map(|k| k.1),
                     "expected_to_break": m.expected_kills(), "unique_states": states, "seconds": seconds,
+                    "check": format!("outbox-check check --design {} {}", m.name(), outbox_check_models::check::MUTANT_WORLD),
                 })
             })
             .collect();
@@ -59,7 +60,14 @@ pub(crate) fn mutants(threads: usize, json: bool, quiet: bool) -> ExitCode {
             .expect("JSON")
         );
     } else {
-        println!("outbox-check mutants — each mutant's fleet: 3 relays on one message (the third reusing the first's id), 2 tenants, budget 3, every fault, 1 requeue\n");
+        println!(
+            "outbox-check mutants — each mutant's fleet: 3 relays on one message (the third reusing the first's id), \
+             2 tenants, budget 3, every fault, 1 requeue"
+        );
+        println!(
+            "the world of `outbox-check check --design MUTANT {}`: that command shows each kill\n",
+            outbox_check_models::check::MUTANT_WORLD
+        );
         println!("  {:<24} {:<8} {:>6} {:>10}  expected (docs/designs.md)", "mutant", "killed by", "depth", "states");
         for (m, killers, states, _) in &rows {
             match killers.first() {
