@@ -256,8 +256,56 @@ fn the_auditor_stamps_the_latest_claim_and_catches_a_superseded_write() {
     assert_eq!((first.claim_seq, second.claim_seq), (1, 2));
     assert!(auditor.violations().is_empty());
     auditor.write(&mut outbox, &p, &write(first, WriteKind::Published, 11)).unwrap();
+    let seen = auditor.violations().to_vec();
     let violations = auditor.take_violations();
+    assert_eq!(seen, violations, "violations() shows what take_violations() then takes");
+    assert!(auditor.violations().is_empty(), "taken means gone");
     assert_eq!(violations.iter().map(|v| v.property).collect::<Vec<_>>(), [Property::S1, Property::S5]);
+    let (s1, s5) = (&violations[0], &violations[1]);
+    assert_eq!((s1.message(), s5.message()), (Some(MessageId(0)), Some(MessageId(0))));
+    assert!(s1.superseded() && !s5.superseded(), "only the S1 of a superseded lease is one");
+    assert_eq!(
+        s1.detail(),
+        "mark_published by r0 with #1 applied to m0 from claim 1 of the row while claim 2 is the latest"
+    );
+    assert_eq!(s1.to_string(), format!("S1: {}", s1.detail()));
+}
+
+/// The model checker tells states apart by a 64-bit fingerprint of their hash: ghosts that differ
+/// in any one field must hash apart, or two different states are taken for one.
+#[test]
+fn ghosts_that_differ_in_any_field_hash_apart() {
+    use std::hash::{Hash, Hasher};
+    fn hash(g: &RowGhost) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        g.hash(&mut h);
+        h.finish()
+    }
+    let base = RowGhost {
+        message_id: 3,
+        claims: 5,
+        tokens_seen: vec![LeaseToken(7)],
+        publications: 2,
+        publications_previous: 1,
+        requeued_after_claim: 4,
+        publications_total: 6,
+        stored: false,
+    };
+    let variants: Vec<(&str, RowGhost)> = vec![
+        ("message_id", RowGhost { message_id: 9, ..base.clone() }),
+        ("claims", RowGhost { claims: 8, ..base.clone() }),
+        ("tokens_seen", RowGhost { tokens_seen: vec![LeaseToken(8)], ..base.clone() }),
+        ("tokens_seen length", RowGhost { tokens_seen: vec![LeaseToken(7), LeaseToken(9)], ..base.clone() }),
+        ("publications", RowGhost { publications: 3, ..base.clone() }),
+        ("publications_previous", RowGhost { publications_previous: 0, ..base.clone() }),
+        ("requeued_after_claim", RowGhost { requeued_after_claim: 1, ..base.clone() }),
+        ("publications_total", RowGhost { publications_total: 9, ..base.clone() }),
+        ("stored", RowGhost { stored: true, ..base.clone() }),
+    ];
+    for (field, other) in &variants {
+        assert_ne!(hash(&base), hash(other), "ghosts differing only in {field} hash alike");
+    }
+    assert_eq!(hash(&base), hash(&base.clone()), "equal ghosts hash alike");
 }
 
 #[test]
