@@ -31,11 +31,12 @@ pub enum Op {
         batch: u32,
     },
     /// A terminal write presenting the `pick`-th lease ever issued (mod their number): current
-    /// or superseded.
+    /// or superseded; `misrouted`, with the other tenant's id in place of the lease's.
     Write {
         pick: usize,
         kind: u8,
         code: u8,
+        misrouted: bool,
     },
     Reap,
     /// The rescuer reads the first expired lease (designs with a rescuer).
@@ -50,7 +51,8 @@ pub enum Op {
     },
 }
 
-/// The fixed parameters of a sequence.
+/// The fixed parameters of a sequence. `max_attempts` is the budget of a store whose
+/// statements do not take `:max_attempts`; the others run the budget each case draws.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Bounds {
     pub max_attempts: u32,
@@ -58,32 +60,58 @@ pub struct Bounds {
     pub tenants: u16,
     pub owners: u16,
     pub max_ops: usize,
+    /// The model's backoff cap: the retry ladders wait this long between attempts.
+    pub backoff_cap_ms: u64,
 }
 
 impl Default for Bounds {
     fn default() -> Self {
-        Bounds { max_attempts: 3, lease_ms: 100, tenants: 2, owners: 3, max_ops: 40 }
+        Bounds { max_attempts: 3, lease_ms: 100, tenants: 2, owners: 3, max_ops: 40, backoff_cap_ms: 60_000 }
     }
 }
 
-pub fn ops(bounds: Bounds) -> impl Strategy<Value = Vec<Op>> {
+/// One random case: the budget it runs with and its operations.
+pub type Case = (u32, Vec<Op>);
+
+/// Most cases are random operations under a budget of 1 to 6; one in eight is a retry ladder —
+/// one row claimed and failed 4 to 7 times under a budget of 8 to 10, waiting out the backoff's
+/// cap between attempts — so the backoff reaches its cap (at the 7th attempt for a base 64
+/// times smaller), which a budget of 3 never lets it do. A ladder never spends its budget, so
+/// every write in it presents the row's live lease.
+pub fn cases(bounds: Bounds) -> impl Strategy<Value = Case> {
     let tenants = bounds.tenants.max(1);
     let owners = bounds.owners.max(1);
     let op = prop_oneof![
         3 => (0..tenants, 0..4u32, prop::bool::weighted(0.15)).prop_map(|(tenant, aggregate, stale)| Op::Enqueue { tenant, aggregate, stale }),
         4 => (0..owners, 0..tenants, 1..4u32).prop_map(|(owner, tenant, batch)| Op::Claim { owner, tenant, batch }),
-        5 => (any::<usize>(), 0..5u8, 0..4u8).prop_map(|(pick, kind, code)| Op::Write { pick, kind, code }),
+        5 => (any::<usize>(), 0..5u8, 0..4u8, prop::bool::weighted(0.15))
+            .prop_map(|(pick, kind, code, misrouted)| Op::Write { pick, kind, code, misrouted }),
         1 => Just(Op::Reap),
         1 => Just(Op::RescueRead),
         1 => any::<usize>().prop_map(|pick| Op::Rescue { pick }),
         3 => prop_oneof![Just(1u64), Just(50), Just(100), Just(150), Just(1000), Just(20_000)].prop_map(|ms| Op::Advance { ms }),
     ];
-    prop::collection::vec(op, 1..=bounds.max_ops.max(1))
+    let random = (1..=6u32, prop::collection::vec(op, 1..=bounds.max_ops.max(1)));
+    let wait = bounds.backoff_cap_ms.max(bounds.lease_ms) + 1;
+    let ladder = (8..=10u32, 0..tenants, prop::collection::vec((0..owners, 1..3u8, 0..4u8), 4..=7)).prop_map(
+        move |(budget, tenant, rungs)| {
+            let mut ops = vec![Op::Enqueue { tenant, aggregate: 0, stale: false }];
+            for (pick, (owner, kind, code)) in rungs.into_iter().enumerate() {
+                ops.push(Op::Claim { owner, tenant, batch: 1 });
+                ops.push(Op::Write { pick, kind, code, misrouted: false });
+                ops.push(Op::Advance { ms: wait });
+            }
+            (budget, ops)
+        },
+    );
+    prop_oneof![7 => random, 1 => ladder]
 }
 
 /// Where a store first disagreed with the model.
 #[derive(Clone, Debug, Serialize)]
 pub struct Divergence {
+    /// The attempt budget the sequence ran with.
+    pub budget: u32,
     /// 1-based step of the sequence.
     pub step: usize,
     pub op: Op,
@@ -109,8 +137,12 @@ impl std::fmt::Display for Op {
             Op::Claim { owner, tenant, batch } => {
                 write!(f, "claim by {} for {}, batch {batch}", RelayId(owner), TenantId(tenant))
             }
-            Op::Write { pick, kind: k, code } => {
-                write!(f, "{} presenting one of the leases issued so far (pick {pick})", kind(k, code).name())
+            Op::Write { pick, kind: k, code, misrouted } => {
+                write!(f, "{} presenting one of the leases issued so far (pick {pick})", kind(k, code).name())?;
+                if misrouted {
+                    f.write_str(" with the other tenant's id")?;
+                }
+                Ok(())
             }
             Op::Reap => f.write_str("reap"),
             Op::RescueRead => f.write_str("the rescuer reads the first expired lease"),
@@ -123,7 +155,12 @@ impl std::fmt::Display for Op {
 impl std::fmt::Display for Divergence {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "step {} ({}) diverged:\n  model: {}\n  store: {}", self.step, self.op, self.expected, self.got)?;
-        writeln!(f, "sequence ({}):", outbox_check::report::count(self.ops.len() as u64, "step"))?;
+        writeln!(
+            f,
+            "sequence ({}, budget {}):",
+            outbox_check::report::count(self.ops.len() as u64, "step"),
+            self.budget
+        )?;
         for (i, op) in self.ops.iter().enumerate() {
             writeln!(f, "  {:>2}. {op}", i + 1)?;
         }
@@ -213,19 +250,102 @@ fn kind(kind: u8, code: u8) -> WriteKind {
     }
 }
 
+/// What the random cases exercised, counted over every case run: the situations a store's
+/// statements can get wrong and a run may never present. A conformance report lists the ones
+/// no case reached ([`Exercised::missing`]), so "agrees" says what it covered.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Exercised {
+    /// Enqueues presenting an aggregate version one too far.
+    pub stale_enqueues: u64,
+    /// Writes sent with the other tenant's id in place of their lease's.
+    pub misrouted_writes: u64,
+    /// Claims run while another tenant's rows waited.
+    pub claims_beside_another_tenant: u64,
+    /// Writes presenting a lease that is not the latest its row was given.
+    pub superseded_writes: u64,
+    /// The budgets the cases ran with.
+    pub budgets: std::collections::BTreeSet<u32>,
+    /// Steps after which a row had spent its budget (its attempts at the budget, or EXHAUSTED).
+    pub budgets_spent: u64,
+    /// Retries and ambiguous writes whose backoff was the cap.
+    pub retries_at_the_cap: u64,
+    /// Reaps that moved a row.
+    pub reaps: u64,
+    /// Rescues that moved a row.
+    pub rescues: u64,
+    /// The store takes `:max_attempts`; it has a reaper; it has a rescuer (`None` before a case).
+    pub takes_budget: Option<bool>,
+    pub reaper: Option<bool>,
+    pub rescuer: Option<bool>,
+    /// The model's backoff cap, in milliseconds.
+    pub backoff_cap_ms: u64,
+}
+
+impl Exercised {
+    /// What no case exercised, in words, each with why where the store's statements decide it.
+    pub fn missing(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut gap = |count: u64, what: &str| {
+            if count == 0 {
+                out.push(what.to_string());
+            }
+        };
+        gap(self.stale_enqueues, "an enqueue with a stale aggregate version");
+        gap(self.misrouted_writes, "a write presenting another tenant's id");
+        gap(self.claims_beside_another_tenant, "a claim while another tenant's rows waited");
+        gap(self.superseded_writes, "a write presenting a superseded lease");
+        gap(self.budgets_spent, "a row that spent its budget");
+        gap(self.retries_at_the_cap, &format!("a retry whose backoff reached its cap ({} ms)", self.backoff_cap_ms));
+        if self.reaper == Some(true) {
+            gap(self.reaps, "a reap that moved a row");
+        }
+        if self.rescuer == Some(true) {
+            gap(self.rescues, "a rescue that moved a row");
+        }
+        if self.budgets.iter().all(|&b| b == 3) {
+            out.push(if self.takes_budget == Some(false) {
+                "a budget other than 3 (no statement takes :max_attempts)".to_string()
+            } else {
+                "a budget other than 3".to_string()
+            });
+        }
+        out
+    }
+
+    fn spent(&mut self, rows: &[Row], budget: u32) {
+        let spent = |r: &Row| r.attempts >= budget || r.status == outbox_check::core::Status::Exhausted;
+        self.budgets_spent += u64::from(rows.iter().any(spent));
+    }
+}
+
 /// Runs `ops` on the model and the store side by side; returns the number of operations run.
-pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dyn Store) -> Result<usize, Divergence> {
+/// `bounds.max_attempts` is the case's budget.
+pub fn execute(
+    ops: &[Op],
+    bounds: Bounds,
+    model: &mut dyn Store,
+    store: &mut dyn Store,
+    exercised: &mut Exercised,
+) -> Result<usize, Box<Divergence>> {
+    exercised.budgets.insert(bounds.max_attempts);
+    exercised.takes_budget = Some(store.takes_budget());
+    exercised.reaper = Some(store.can_reap());
+    exercised.rescuer = Some(model.can_rescue() && store.can_rescue());
+    exercised.backoff_cap_ms = bounds.backoff_cap_ms;
     let mut now = Instant(1_000);
     let mut next_message = 0u32;
     let mut leases: Vec<Lease> = Vec::new();
     let mut reads: Vec<(MessageId, outbox_check::core::LeaseToken)> = Vec::new();
-    let diverge = |step: usize, expected: String, got: String, store: &dyn Store| Divergence {
-        step: step + 1,
-        op: ops[step].clone(),
-        ops: ops.to_vec(),
-        expected,
-        got,
-        sql: store.log().to_vec(),
+    let diverge = |step: usize, expected: String, got: String, store: &dyn Store| {
+        Box::new(Divergence {
+            budget: bounds.max_attempts,
+            step: step + 1,
+            op: ops[step].clone(),
+            ops: ops.to_vec(),
+            expected,
+            got,
+            sql: store.log().to_vec(),
+        })
     };
     for (step, op) in ops.iter().enumerate() {
         match *op {
@@ -249,6 +369,7 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
                 if matches!(a, Ok(outbox_check::core::EnqueueResult::Applied { .. })) {
                     next_message += 1;
                 }
+                exercised.stale_enqueues += u64::from(stale);
                 if !same(&a, &b) {
                     return Err(diverge(step, show(&a), show(&b), store));
                 }
@@ -262,25 +383,59 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
                     now,
                     max_attempts: bounds.max_attempts,
                 };
+                let waiting = model.rows().unwrap_or_default();
+                if waiting
+                    .iter()
+                    .any(|r| r.tenant_id != req.tenant_id && r.status == outbox_check::core::Status::Pending)
+                {
+                    exercised.claims_beside_another_tenant += 1;
+                }
                 let (a, b) = (model.claim(&req), store.claim(&req));
                 if !same(&a, &b) {
                     return Err(diverge(step, show(&a), show(&b), store));
                 }
                 leases.extend(a.unwrap_or_default());
             }
-            Op::Write { pick, kind: k, code } => {
-                // A write the store's table has no state for is not sent (outbox_events has no
-                // FAILED or EXHAUSTED; its design never writes them).
-                if leases.is_empty() || !store.can_write(&kind(k, code)) {
+            Op::Write { pick, kind: k, code, misrouted } => {
+                if leases.is_empty() {
                     continue;
                 }
-                let req = WriteRequest {
-                    lease: leases[pick % leases.len()],
-                    kind: kind(k, code),
-                    now,
-                    max_attempts: bounds.max_attempts,
+                let mut lease = leases[pick % leases.len()];
+                // The write a relay of the design sends: a failure that spends the lease's budget
+                // goes as the exhaustion write (decision 74).
+                let kind = match model.core_policy() {
+                    Some(policy) => policy.failure_write(kind(k, code), lease.attempts, bounds.max_attempts),
+                    None => kind(k, code),
                 };
+                // A write the store's table has no state for is not sent (outbox_events has no
+                // FAILED or EXHAUSTED; its design never writes them).
+                if !store.can_write(&kind) {
+                    continue;
+                }
+                if leases.iter().rposition(|l| l.message_id == lease.message_id) != Some(pick % leases.len()) {
+                    exercised.superseded_writes += 1;
+                }
+                if misrouted {
+                    lease.tenant_id = TenantId((lease.tenant_id.0 + 1) % bounds.tenants.max(2));
+                    exercised.misrouted_writes += 1;
+                }
+                let req = WriteRequest { lease, kind, now, max_attempts: bounds.max_attempts };
                 let (a, b) = (model.write(&req), store.write(&req));
+                match &a {
+                    Ok(WriteResult::Applied { .. })
+                        if matches!(req.kind, WriteKind::Retry { .. } | WriteKind::Ambiguous { .. }) =>
+                    {
+                        let row =
+                            model.rows().unwrap_or_default().into_iter().find(|r| r.message_id == lease.message_id);
+                        if row
+                            .and_then(|r| r.retry_at())
+                            .is_some_and(|at| at.0.saturating_sub(now.0) == bounds.backoff_cap_ms)
+                        {
+                            exercised.retries_at_the_cap += 1;
+                        }
+                    }
+                    _ => {}
+                }
                 let same = match (&a, &b) {
                     (Ok(x), Ok(y)) => same_write(x, y),
                     _ => same(&a, &b),
@@ -295,6 +450,7 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
                 if !same(&a, &b) {
                     return Err(diverge(step, show(&a), show(&b), store));
                 }
+                exercised.reaps += u64::from(a.is_ok_and(|moved| !moved.is_empty()));
             }
             Op::RescueRead | Op::Rescue { .. } if !(model.can_rescue() && store.can_rescue()) => continue,
             Op::RescueRead => {
@@ -311,6 +467,7 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
                 let req = rescue_request(model, reads[pick % reads.len()], now, bounds.max_attempts)
                     .map_err(|e| diverge(step, "rows".into(), e.to_string(), store))?;
                 let (a, b) = (model.rescue(&req, bounds.max_attempts), store.rescue(&req, bounds.max_attempts));
+                exercised.rescues += u64::from(matches!(a, Ok(WriteResult::Applied { .. })));
                 let same = match (&a, &b) {
                     (Ok(x), Ok(y)) => same_write(x, y),
                     _ => same(&a, &b),
@@ -320,6 +477,9 @@ pub fn execute(ops: &[Op], bounds: Bounds, model: &mut dyn Store, store: &mut dy
                 }
             }
             Op::Advance { ms } => now = now.plus(Duration(ms)),
+        }
+        if let Ok(rows) = model.rows() {
+            exercised.spent(&rows, bounds.max_attempts);
         }
         let (a, b) =
             (model.rows().map(|rows| rows.into_iter().map(|r| store.view(r)).collect::<Vec<_>>()), store.rows());
@@ -413,6 +573,8 @@ pub struct Report {
     pub seconds: f64,
     /// The minimal sequence proptest shrank a divergence to.
     pub divergence: Option<Divergence>,
+    /// What the random cases presented to the statements.
+    pub exercised: Exercised,
     /// The schedules that matter, replayed (SQL profiles only).
     pub schedules: Vec<ScheduleResult>,
     /// Concurrent relays over the statements (SQL profiles on PostgreSQL only).
@@ -471,6 +633,7 @@ pub fn conform(
     tick: &dyn Fn(),
 ) -> Result<Report, StoreError> {
     let started = std::time::Instant::now();
+    let bounds = Bounds { backoff_cap_ms: model_policy.backoff.cap.0, ..bounds };
     let config = Config { cases, failure_persistence: None, ..Config::default() };
     let mut runner = TestRunner::new_with_rng(
         config,
@@ -479,7 +642,10 @@ pub fn conform(
     let operations = std::cell::Cell::new(0u64);
     let setup_error: std::cell::RefCell<Option<StoreError>> = std::cell::RefCell::new(None);
     let last: std::cell::RefCell<Option<Divergence>> = std::cell::RefCell::new(None);
-    let result = runner.run(&ops(bounds), |ops| {
+    let exercised = std::cell::RefCell::new(Exercised::default());
+    // A store whose statements never name :max_attempts has its budget written in: it runs 3.
+    let budget = |store: &dyn Store, drawn: u32| if store.takes_budget() { drawn } else { bounds.max_attempts };
+    let result = runner.run(&self::cases(bounds), |(drawn, ops)| {
         let mut store = match open() {
             Ok(store) => store,
             Err(e) => {
@@ -489,7 +655,8 @@ pub fn conform(
             }
         };
         let mut model = MemoryStore::new(model_policy);
-        let outcome = execute(&ops, bounds, &mut model, store.as_mut());
+        let bounds = Bounds { max_attempts: budget(store.as_ref(), drawn), ..bounds };
+        let outcome = execute(&ops, bounds, &mut model, store.as_mut(), &mut exercised.borrow_mut());
         tick();
         match outcome {
             Ok(n) => {
@@ -498,7 +665,7 @@ pub fn conform(
             }
             Err(d) => {
                 let message = d.to_string();
-                *last.borrow_mut() = Some(d);
+                *last.borrow_mut() = Some(*d);
                 Err(TestCaseError::fail(message))
             }
         }
@@ -509,10 +676,14 @@ pub fn conform(
     let divergence = match result {
         Ok(()) => None,
         // proptest re-runs the minimal case last, so `last` holds its divergence.
-        Err(TestError::Fail(_, minimal)) => {
+        Err(TestError::Fail(_, (drawn, minimal))) => {
             let mut store = open()?;
             let mut model = MemoryStore::new(model_policy);
-            execute(&minimal, bounds, &mut model, store.as_mut()).err().or_else(|| last.into_inner())
+            let bounds = Bounds { max_attempts: budget(store.as_ref(), drawn), ..bounds };
+            execute(&minimal, bounds, &mut model, store.as_mut(), &mut Exercised::default())
+                .err()
+                .map(|d| *d)
+                .or_else(|| last.into_inner())
         }
         Err(TestError::Abort(reason)) => return Err(StoreError::Setup(format!("proptest aborted: {reason}"))),
     };
@@ -521,6 +692,7 @@ pub fn conform(
         operations: operations.get(),
         seconds: started.elapsed().as_secs_f64(),
         divergence,
+        exercised: exercised.into_inner(),
         schedules: Vec::new(),
         concurrent: None,
     })
@@ -868,7 +1040,14 @@ pub fn schedules(declared: outbox_check::design::Design, progress: &dyn Fn(&str)
     for m in Mutant::ALL {
         worlds.push((m.name().to_string(), WorldConfig::fleet(&[Design::Mutant(m); 2], 1, 1, 3, Faults::all())));
     }
+    // And each in verify's isolation world (two tenants, misrouted writes, the application's
+    // enqueues), where S9 and S10 can fail: a hundredth of a second each.
+    let builtins = Variant::ALL.into_iter().map(Design::Variant).chain(Mutant::ALL.into_iter().map(Design::Mutant));
+    for design in builtins.collect::<Vec<_>>() {
+        worlds.push((format!("{} with two tenants", design.name()), WorldConfig::isolation(&[design; 2])));
+    }
     let own = WorldConfig::fleet(&[declared; 2], 1, 1, 3, Faults::all());
+    let own_isolation = WorldConfig::isolation(&[declared; 2]);
     let mut out: Vec<Schedule> = Vec::new();
     let mut add = |source: String,
                    property: String,
@@ -879,10 +1058,15 @@ pub fn schedules(declared: outbox_check::design::Design, progress: &dyn Fn(&str)
         events.extend(steps.iter().flat_map(|s| s.events.iter().cloned()));
         // One schedule per sequence of events.
         match out.iter_mut().find(|s| s.events == events) {
-            Some(same) if design_breaks && same.property == property => {
-                // The declared design's own counterexample, found for another design too.
-                same.source =
-                    format!("{source} (the same path as {}'s)", same.source.rsplit(" of ").next().unwrap_or_default());
+            Some(same) if design_breaks && same.property == property && !same.design_breaks => {
+                // The declared design's own counterexample, found for another design too (or
+                // for itself, where the declared design is a built-in).
+                let other = same.source.rsplit(" of ").next().unwrap_or_default().to_string();
+                same.source = if source.ends_with(&format!(" of {other}")) {
+                    source
+                } else {
+                    format!("{source} (the same path as for {other})")
+                };
                 same.design_breaks = true;
             }
             Some(_) => {}
@@ -922,6 +1106,21 @@ pub fn schedules(declared: outbox_check::design::Design, progress: &dyn Fn(&str)
     for p in report.properties.iter().filter(|p| p.kind == Kind::Reachability && p.status == Verdict::Reached) {
         if let Some(steps) = &p.counterexample {
             add(format!("{} {}: reached by {}", p.id, p.name, declared.name()), p.id.clone(), &own, steps, false);
+        }
+    }
+    // The declared design with two tenants: the S9 and S10 it breaks by itself (issue 27: a
+    // design without the tenant check in its claim and writes broke S9 here and agreed before).
+    progress(&format!("{} with two tenants", declared.name()));
+    let report = check(&own_isolation, &options, &|_, _| {});
+    for p in report.properties.iter().filter(|p| p.kind == Kind::Safety && p.status == Verdict::Violated) {
+        if let Some(steps) = &p.counterexample {
+            add(
+                format!("{} {}: the shortest counterexample of {} with two tenants", p.id, p.name, declared.name()),
+                p.id.clone(),
+                &own_isolation,
+                steps,
+                true,
+            );
         }
     }
     out

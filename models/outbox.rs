@@ -414,12 +414,13 @@ pub fn describe(event: &Event) -> String {
             };
             format!("r{relay} publishes {} ({key}): broker {}", lease.message_id, fate.words())
         }
-        Event::Wrote { relay, request, result, db: fate } => format!(
-            "r{relay} {}({}, token {}, attempts {}) at now={}: {}{}",
+        Event::Wrote { relay, request, result, db: fate, misrouted } => format!(
+            "r{relay} {}({}, token {}, attempts {}){} at now={}: {}{}",
             request.kind.name(),
             request.lease.message_id,
             request.lease.token,
             request.lease.attempts,
+            if *misrouted { format!(" with {}'s id", request.lease.tenant_id) } else { String::new() },
             request.now.0,
             match result {
                 Some(result) => result.to_string(),

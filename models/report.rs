@@ -157,7 +157,7 @@ fn mermaid_event(event: &Event, true_now: u64) -> String {
                 lease.message_id, lease.message_id
             )
         }
-        Event::Wrote { relay, request, result, db } => {
+        Event::Wrote { relay, request, result, db, .. } => {
             let mut s = format!(
                 "    r{relay}->>DB: {}({} token {}) at {}\n",
                 request.kind.name(),

@@ -330,16 +330,14 @@ fn write(config: &RelayConfig, lease: Lease, kind: WriteKind, clocks: Clocks) ->
 fn record(config: &RelayConfig, lease: &Lease, outcome: PublishOutcome) -> WriteKind {
     let policy = &config.policy;
     // The core decides whether this failure spends the budget, as its write will.
-    let spent = policy.failure_spends_budget(lease.attempts, config.max_attempts);
-    let retry = |code| if spent { WriteKind::Exhausted { code } } else { WriteKind::Retry { code } };
+    let failure = |kind| policy.failure_write(kind, lease.attempts, config.max_attempts);
     match outcome {
         PublishOutcome::Ack => WriteKind::Published,
-        PublishOutcome::RetryableFailure => retry(FailureCode::Unavailable),
-        PublishOutcome::Timeout if spent => WriteKind::Exhausted { code: FailureCode::Timeout },
-        PublishOutcome::Timeout => WriteKind::Ambiguous { code: FailureCode::Timeout },
+        PublishOutcome::RetryableFailure => failure(WriteKind::Retry { code: FailureCode::Unavailable }),
+        PublishOutcome::Timeout => failure(WriteKind::Ambiguous { code: FailureCode::Timeout }),
         PublishOutcome::Rejected => match policy.relay.rejection {
             RejectionWrite::MarkFailed => WriteKind::Failed { code: FailureCode::Rejected },
-            RejectionWrite::MarkRetry => retry(FailureCode::Rejected),
+            RejectionWrite::MarkRetry => failure(WriteKind::Retry { code: FailureCode::Rejected }),
         },
     }
 }

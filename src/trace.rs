@@ -987,7 +987,7 @@ pub fn from_world(config: &crate::world::WorldConfig, events: &[crate::world::Ev
                 stored: Some(fate.stores() > 0),
                 token: Some(lease.token.0.to_string()),
             }),
-            W::Wrote { relay: r, request, result, db } => {
+            W::Wrote { relay: r, request, result, db, .. } => {
                 let report = match (db, result) {
                     (DbFate::Ok, Some(result)) => WriteReport::from(*result),
                     _ => WriteReport::Unknown,

@@ -90,6 +90,16 @@ impl WorldConfig {
         }
     }
 
+    /// The isolation world, where S9 and S10 can fail: two tenants with a relay and a message
+    /// each, writes that may go out with the other tenant's id (`misrouted-write`, the only
+    /// fault), and the application's enqueues as steps, each with a stale attempt beside it.
+    /// `verify` checks every fleet in it; `conform` replays what it finds on a profile's SQL.
+    pub fn isolation(designs: &[Design]) -> WorldConfig {
+        let mut config = WorldConfig::fleet(designs, 2, 2, 3, Faults::none().with(Fault::MisroutedWrite));
+        config.enqueue_actions = true;
+        config
+    }
+
     /// A fleet with one relay per design, relay `i` serving tenant `i mod tenants`; with the
     /// `clock-skew` fault every odd relay's clock runs one lease ahead. Lease 2 ticks, backoff
     /// 1 doubling to 4 ticks.
@@ -417,6 +427,9 @@ pub enum Event {
         request: WriteRequest,
         result: Option<WriteResult>,
         db: DbFate,
+        /// The write went out with the other tenant's id in its lease (the misrouted-write fault).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        misrouted: bool,
     },
     Finished {
         relay: u16,
@@ -867,7 +880,7 @@ impl World {
                 WriteResult::Applied { .. } => {}
             }
         }
-        report.event(|| Event::Wrote { relay: r as u16, request, result, db });
+        report.event(|| Event::Wrote { relay: r as u16, request, result, db, misrouted });
         let reply = match (db, result) {
             (DbFate::Ok, Some(result)) => Reply::Written(result),
             _ => Reply::ConnectionLost,

@@ -7,7 +7,7 @@ use outbox_check::core::{
 };
 use outbox_check::design::{Design, Mutant, Variant};
 use outbox_check::store::{MemoryStore, PgStore, SqliteStore, Store, StoreError};
-use outbox_check_models::conform::{conform, execute, ops, Bounds};
+use outbox_check_models::conform::{cases, conform, execute, Bounds, Exercised};
 use proptest::strategy::{Strategy, ValueTree};
 
 fn sqlite(policy: Policy) -> impl Fn() -> Result<Box<dyn Store>, StoreError> {
@@ -75,18 +75,21 @@ fn legacy_sql_diverges_from_the_reference_model_exactly_where_the_legacy_model_d
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let (mut diverged, mut checked) = (0, 0);
     for _ in 0..200 {
-        let sequence = ops(bounds).new_tree(&mut runner).unwrap().current();
+        let (budget, sequence) = cases(bounds).new_tree(&mut runner).unwrap().current();
+        let bounds = Bounds { max_attempts: budget, ..bounds };
         let sql = execute(
             &sequence,
             bounds,
             &mut MemoryStore::new(Variant::Reference.policy()),
             &mut SqliteStore::in_memory(Variant::LegacyV1.policy()).unwrap(),
+            &mut Exercised::default(),
         );
         let model = execute(
             &sequence,
             bounds,
             &mut MemoryStore::new(Variant::Reference.policy()),
             &mut MemoryStore::new(Variant::LegacyV1.policy()),
+            &mut Exercised::default(),
         );
         match (sql, model) {
             (Ok(_), Ok(_)) => {}

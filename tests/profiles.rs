@@ -81,6 +81,85 @@ fn a_profile_that_does_what_its_design_says_agrees() {
     assert!(json(&out)["schedules"].as_array().unwrap().iter().all(|s| s["design_breaks"] == false));
 }
 
+/// What a world of one tenant and a budget of 3 hid from conform (issue 27, items 1 and 2):
+/// each part below was `agrees` (or, for the by-id twin, only the design's own breaks) before.
+#[test]
+fn conform_presents_two_tenants_misrouted_writes_other_budgets_and_the_backoffs_cap() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let conform = |profile: &Path| {
+        let out = run(&["conform", "--profile", profile.to_str().unwrap(), "--store", "sqlite", "--json"]);
+        (out.status.code(), json(&out))
+    };
+    // Statements that do exactly what a design without the tenant check does: that design
+    // breaks S9 with two tenants, so the run is violated, with S9 the design's.
+    let no_tenant = variant_of("no-tenant.toml", |t| {
+        t.replace("design = \"reference\"", "design = \"reference-no-tenant.toml\"")
+            .replace("WHERE tenant = :tenant AND state IN", "WHERE state IN")
+            .replace(" AND tenant = :tenant AND state = 'running'", " AND state = 'running'")
+    });
+    let design = std::fs::read_to_string(root.join("models/designs/reference.toml")).unwrap();
+    let design = design
+        .replace("tenant_scoped = true", "tenant_scoped = false")
+        .replace("checks_tenant = true", "checks_tenant = false")
+        .replace("name = \"reference\"", "name = \"reference-no-tenant\"");
+    assert_eq!(
+        design.matches("= false").count(),
+        std::fs::read_to_string(root.join("models/designs/reference.toml")).unwrap().matches("= false").count() + 2
+    );
+    std::fs::write(no_tenant.parent().unwrap().join("reference-no-tenant.toml"), design).unwrap();
+    let (code, report) = conform(&no_tenant);
+    assert_eq!((code, report["verdict"].as_str()), (Some(1), Some("violated")), "{report}");
+    assert!(report["divergence"].is_null(), "{}", report["divergence"]);
+    let schedules = report["schedules"].as_array().unwrap();
+    assert!(
+        schedules.iter().any(|s| s["property"] == "S9" && s["design_breaks"] == true && s["divergence"].is_null()),
+        "{schedules:?}"
+    );
+    // Declared reference, writes that ignore the tenant: a random write with the other tenant's
+    // id and the isolation world's S9 schedules both catch it.
+    let writes = variant_of("writes-ignore-tenant.toml", |t| {
+        t.replace(" AND tenant = :tenant AND state = 'running'", " AND state = 'running'")
+    });
+    let (code, report) = conform(&writes);
+    assert_eq!((code, report["verdict"].as_str()), (Some(1), Some("diverged")), "{report}");
+    assert_eq!(report["divergence"]["op"]["misrouted"], true, "{}", report["divergence"]);
+    let schedules = report["schedules"].as_array().unwrap();
+    assert!(schedules.iter().any(|s| s["property"] == "S9" && !s["divergence"].is_null()), "{schedules:?}");
+    // The by-id twin computes its backoff in SQL: without the cap, a retry ladder under a budget
+    // of 8 or more reaches the point where the cap applies.
+    let dir = no_tenant.parent().unwrap().parent().unwrap().join("no-cap");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(root.join("docs/examples/jobs/schema.sql"), dir.join("schema.sql")).unwrap();
+    std::fs::copy(root.join("docs/examples/job-queue-by-id.toml"), dir.join("job-queue-by-id.toml")).unwrap();
+    let by_id = std::fs::read_to_string(root.join("docs/examples/jobs/jobs-by-id.profile.toml")).unwrap();
+    let uncapped = by_id
+        .replace("\"../job-queue-by-id.toml\"", "\"job-queue-by-id.toml\"")
+        .replace(" OR :backoff_base_ms * (CAST(1 AS BIGINT) << (attempt - 1)) > :backoff_cap_ms THEN", " THEN");
+    assert_eq!(uncapped.matches(":backoff_cap_ms").count() + 2, by_id.matches(":backoff_cap_ms").count());
+    std::fs::write(dir.join("no-cap.profile.toml"), uncapped).unwrap();
+    let (code, report) = conform(&dir.join("no-cap.profile.toml"));
+    assert_eq!((code, report["verdict"].as_str()), (Some(1), Some("diverged")), "{report}");
+    let divergence = &report["divergence"];
+    assert!(divergence["budget"].as_u64().unwrap() >= 8, "{divergence}");
+    assert!(divergence["expected"].as_str().unwrap().contains("next_attempt_at"), "{divergence}");
+    // What ran is reported: the example exercises everything listed; with its budget written
+    // into the SQL, budgets other than 3 cannot run, and the report says so.
+    let (code, report) = conform(&root.join(JOBS));
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["not_exercised"], serde_json::json!([]), "{}", report["exercised"]);
+    let exercised = &report["exercised"];
+    assert!(exercised["budgets"].as_array().unwrap().len() > 3, "{exercised}");
+    for key in ["misrouted_writes", "retries_at_the_cap", "stale_enqueues", "superseded_writes", "budgets_spent"] {
+        assert!(exercised[key].as_u64().unwrap() > 0, "{key}: {exercised}");
+    }
+    let fixed = variant_of("fixed-budget.toml", |t| t.replace(":max_attempts", "3"));
+    let (code, report) = conform(&fixed);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["exercised"]["budgets"], serde_json::json!([3]));
+    let missing = report["not_exercised"].as_array().unwrap();
+    assert!(missing.iter().any(|m| m == "a budget other than 3 (no statement takes :max_attempts)"), "{missing:?}");
+}
+
 /// An edit of a profile's text, making one of the cases below.
 type Edit = fn(String) -> String;
 
@@ -553,6 +632,11 @@ fn a_rescuers_statements_are_held_against_the_designs_rescuer() {
         dir.join("job-queue.profile.toml").to_str().unwrap(),
         "--store",
         "sqlite",
+        // A rescue of a row claimed since its read needs a read, an expiry, a claim and the
+        // move in that order: a few hundred cases find it (256 did before the sequences also
+        // had to present other tenants, budgets and retry ladders).
+        "--cases",
+        "1000",
         "--json",
     ]);
     assert_eq!(out.status.code(), Some(1));

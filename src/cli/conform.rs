@@ -191,6 +191,8 @@ fn print(args: &ConformArgs, report: &Report) {
             "operations_per_second": report.operations as f64 / report.seconds.max(1e-9),
             "verdict": report.verdict(),
             "divergence": report.divergence,
+            "exercised": report.exercised,
+            "not_exercised": report.exercised.missing(),
             "schedules": report.schedules,
             "concurrent": report.concurrent,
         });
@@ -217,6 +219,10 @@ fn print(args: &ConformArgs, report: &Report) {
                 println!("  {line}");
             }
         }
+    }
+    let missing = report.exercised.missing();
+    if report.divergence.is_none() && !missing.is_empty() {
+        println!("  not exercised by any case (try more --cases): {}", missing.join("; "));
     }
     if let Some(c) = &report.concurrent {
         println!(

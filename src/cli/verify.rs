@@ -79,10 +79,7 @@ fn ids() -> Vec<&'static str> {
 /// each with a stale attempt beside it.
 fn worlds(fleet: &Fleet, messages: u32) -> [WorldConfig; 2] {
     let main = WorldConfig::fleet(&fleet.designs, messages, 1, 3, Faults::all());
-    let mut isolation =
-        WorldConfig::fleet(&fleet.designs, 2, 2, 3, Faults::parse("misrouted-write").expect("a fault name"));
-    isolation.enqueue_actions = true;
-    [main, isolation]
+    [main, WorldConfig::isolation(&fleet.designs)]
 }
 
 /// Everything `verify` needs from the environment, checked before the long work: the

@@ -318,6 +318,27 @@ impl Policy {
         self.exhausted_status && used_up(self.attempts_after_failure(attempts), max_attempts)
     }
 
+    /// The write a relay sends to record a retryable failure (`Ambiguous` or `Retry`) of a
+    /// lease that had `attempts`: the exhaustion write, with the same code, where this failure
+    /// spends the budget (SPEC §4). The model's relays and conformance's random writes both
+    /// ask here, so neither sends a write no relay of the design sends.
+    pub fn failure_write(
+        &self,
+        kind: super::outbox::WriteKind,
+        attempts: u32,
+        max_attempts: u32,
+    ) -> super::outbox::WriteKind {
+        use super::outbox::WriteKind;
+        match kind {
+            WriteKind::Ambiguous { code } | WriteKind::Retry { code }
+                if self.failure_spends_budget(attempts, max_attempts) =>
+            {
+                WriteKind::Exhausted { code }
+            }
+            other => other,
+        }
+    }
+
     /// Where the rescuer moves a row it found with an expired lease: back to PENDING with budget
     /// left, else to EXHAUSTED (FAILED in a design without it). The attempts stay.
     pub fn rescue_target(&self, attempts: u32, max_attempts: u32) -> super::row::Status {

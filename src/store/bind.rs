@@ -63,6 +63,11 @@ pub trait Store {
     fn can_reap(&self) -> bool {
         true
     }
+    /// Whether the statements take the attempt budget as a parameter (`:max_attempts`), so
+    /// conformance can run budgets other than 3.
+    fn takes_budget(&self) -> bool {
+        true
+    }
     /// A core row as this store's table can show it: fields the table has no column for are
     /// cleared, so the model's rows compare with the table's.
     fn view(&self, row: Row) -> Row {

@@ -71,6 +71,34 @@ pub struct Statements {
     pub rows: String,
 }
 
+impl Statements {
+    /// Every statement by its key, `None` where an optional one is not given.
+    pub fn each(&self) -> [(&'static str, Option<&String>); 11] {
+        [
+            ("enqueue", Some(&self.enqueue)),
+            ("claim", Some(&self.claim)),
+            ("mark_published", Some(&self.mark_published)),
+            ("mark_ambiguous", self.mark_ambiguous.as_ref()),
+            ("mark_retry", self.mark_retry.as_ref()),
+            ("mark_failed", self.mark_failed.as_ref()),
+            ("mark_exhausted", self.mark_exhausted.as_ref()),
+            ("reap", self.reap.as_ref()),
+            ("rescue_read", self.rescue_read.as_ref()),
+            ("rescue", self.rescue.as_ref()),
+            ("rows", Some(&self.rows)),
+        ]
+    }
+
+    /// Whether some statement takes the budget as `:max_attempts`: if none does, the budget is
+    /// written into the SQL and the random sequences keep the model's 3.
+    pub fn take_the_budget(&self) -> bool {
+        self.each()
+            .into_iter()
+            .flat_map(|(_, sql)| sql)
+            .any(|sql| named_params(sql).iter().any(|p| p.2 == "max_attempts"))
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Observe {
@@ -691,20 +719,7 @@ impl ProfileStore {
     /// the first case, as a problem of the profile (exit 2), not as a divergence.
     fn check_statements(&mut self) -> Result<(), StoreError> {
         let s = self.profile.file.statements.clone();
-        let all: [(&str, Option<&String>); 11] = [
-            ("enqueue", Some(&s.enqueue)),
-            ("claim", Some(&s.claim)),
-            ("mark_published", Some(&s.mark_published)),
-            ("mark_ambiguous", s.mark_ambiguous.as_ref()),
-            ("mark_retry", s.mark_retry.as_ref()),
-            ("mark_failed", s.mark_failed.as_ref()),
-            ("mark_exhausted", s.mark_exhausted.as_ref()),
-            ("reap", s.reap.as_ref()),
-            ("rescue_read", s.rescue_read.as_ref()),
-            ("rescue", s.rescue.as_ref()),
-            ("rows", Some(&s.rows)),
-        ];
-        for (key, sql) in all {
+        for (key, sql) in s.each() {
             let Some(sql) = sql else { continue };
             if let Some(reads) = reads_the_clock(sql) {
                 return Err(StoreError::Setup(format!(
@@ -1106,6 +1121,10 @@ impl Store for ProfileStore {
 
     fn can_reap(&self) -> bool {
         self.profile.file.statements.reap.is_some()
+    }
+
+    fn takes_budget(&self) -> bool {
+        self.profile.file.statements.take_the_budget()
     }
 
     fn can_rescue(&self) -> bool {
