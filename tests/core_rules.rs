@@ -268,7 +268,7 @@ fn the_auditor_stamps_the_latest_claim_and_catches_a_superseded_write() {
         s1.detail(),
         "mark_published by r0 with #1 applied to m0 from claim 1 of the row while claim 2 is the latest"
     );
-    assert_eq!(s1.to_string(), format!("S1: {}", s1.detail()));
+    assert_eq!(s1.to_string(), format!("S1 no stale terminal write succeeds: {}", s1.detail()));
 }
 
 /// The model checker tells states apart by a 64-bit fingerprint of their hash: ghosts that differ
