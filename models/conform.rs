@@ -478,11 +478,12 @@ pub fn execute(
             }
             Op::Advance { ms } => now = now.plus(Duration(ms)),
         }
-        if let Ok(rows) = model.rows() {
-            exercised.spent(&rows, bounds.max_attempts);
+        // The model's table, read once: for what the step exercised and for the comparison.
+        let rows = model.rows();
+        if let Ok(rows) = &rows {
+            exercised.spent(rows, bounds.max_attempts);
         }
-        let (a, b) =
-            (model.rows().map(|rows| rows.into_iter().map(|r| store.view(r)).collect::<Vec<_>>()), store.rows());
+        let (a, b) = (rows.map(|rows| rows.into_iter().map(|r| store.view(r)).collect::<Vec<_>>()), store.rows());
         if !same(&a, &b) {
             let (a, b) = (a.unwrap_or_default(), b.map_err(|e| diverge(step, "rows".into(), e.to_string(), store))?);
             let (x, y) = first_difference(&a, &b);
