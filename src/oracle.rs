@@ -203,45 +203,66 @@ struct Branch {
     /// The rows each open claim of unknown outcome is taken to hold locked in this resolution
     /// (see [`Oracle::held_elsewhere`]).
     holds: SmallVec<[ClaimHolds; 1]>,
+    /// The skips this event's claim of unknown outcome was taken to excuse (see
+    /// [`Oracle::any_holds`]): its committed resolution, which took the rows it took, keeps only
+    /// the excuses that still fit.
+    excused: Vec<Skip>,
 }
 
-/// The rows a claim of unknown outcome, still open, has been taken to hold: the rows its
+/// The rows a claim of unknown outcome (by its line) has been taken to hold: the rows its
 /// committed resolution took (`full`: it holds no other), or the passed-over rows it was the
 /// only excuse for — never more than its batch, for a transaction keeps the rows it locked.
 #[derive(Clone, Debug, PartialEq, Hash)]
 struct ClaimHolds {
-    actor: u16,
-    rows: SmallVec<[MessageId; 2]>,
+    claim: usize,
+    rows: SmallVec<[HeldRow; 2]>,
     full: bool,
 }
 
-/// A claim of unknown outcome whose relay has not logged since: its transaction may still hold
-/// up to `batch` rows it could take (of its tenant, where the design's claim is scoped to one),
-/// none enqueued after its line — its statement began before it was logged, and saw no row
-/// committed later.
+/// A row a claim of unknown outcome is taken to hold, and the skip that needs it held: the
+/// passing-over claim committed at line `skip`, its statement having begun after line `begin`.
+/// (A committed resolution's rows need no skip: `skip` 0.)
+#[derive(Clone, Copy, Debug, PartialEq, Hash)]
+struct HeldRow {
+    message: MessageId,
+    begin: usize,
+    skip: usize,
+}
+
+/// A claim of unknown outcome: its transaction may hold up to `batch` rows it could take (of
+/// its tenant, where the design's claim is scoped to one) — the same ones throughout — from
+/// after line `began` (its statement's start) until `end`, the line where its relay logged
+/// again (`None` while it has not). It saw no row enqueued after its own line.
 #[derive(Clone, Copy, Debug)]
-struct OpenClaim {
+struct AnyClaim {
     actor: u16,
     tenant: Option<TenantId>,
     line: usize,
+    began: usize,
     batch: u32,
+    end: Option<usize>,
 }
 
-/// A claim of unknown outcome that is over: it may have held a row it could see, of its tenant
-/// where scoped, until `end`, the line where its relay logged again.
-#[derive(Clone, Copy, Debug)]
-struct ClaimEnded {
-    tenant: Option<TenantId>,
-    line: usize,
-    end: usize,
+impl AnyClaim {
+    /// Whether it could have held the lock of a row of `tenant` enqueued at line `enqueued`
+    /// while a skip-locked claim that began after line `begin` and committed at line `skip`
+    /// passed over it.
+    fn could_hold(&self, tenant: TenantId, enqueued: usize, begin: usize, skip: usize) -> bool {
+        self.tenant.is_none_or(|t| t == tenant)
+            && enqueued < self.line
+            && self.began < skip
+            && self.end.is_none_or(|end| end > begin)
+    }
 }
 
 /// A claimable row a skip-locked claim did not return: excused once the history shows another
 /// transaction that could have held the row's lock while the claim ran.
 #[derive(Clone, Debug)]
 struct Skip {
-    /// The claim's line (its commit, in the history's order).
+    /// The claim's line (its commit, in the history's order), and the line after which its
+    /// statement began.
     line: usize,
+    begin: usize,
     /// Every relay known has logged since: only a relay not seen yet could still excuse it.
     settled: bool,
     message: MessageId,
@@ -278,7 +299,7 @@ struct RowLock {
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Open {
     Row(MessageId),
-    /// Rows a claim could take (see [`OpenClaim`]).
+    /// Rows a claim could take (see [`AnyClaim`]).
     Any,
 }
 
@@ -354,10 +375,9 @@ pub struct Oracle {
     actor_open: Vec<Option<Open>>,
     /// Per message (by id): its locks as the history shows them.
     locks: Vec<RowLock>,
-    /// Claims of unknown outcome (which may hold any row they could take): those over, and
-    /// those whose relay has logged nothing since.
-    any_end: Vec<ClaimEnded>,
-    any_open: SmallVec<[OpenClaim; 2]>,
+    /// Claims of unknown outcome (which may hold rows they could take): those over, and those
+    /// whose relay has logged nothing since.
+    any: Vec<AnyClaim>,
     /// Per message (by id): the line of its enqueue (0 where the history has none).
     enqueued_at: Vec<usize>,
     /// How far [`Oracle::check_event`] goes, what it found so far, and whether it stopped.
@@ -468,6 +488,7 @@ impl Oracle {
                 deferred: Vec::new(),
                 open: Vec::new(),
                 skips: Vec::new(),
+                excused: Vec::new(),
                 broke: None,
                 holds: SmallVec::new(),
             }],
@@ -486,8 +507,7 @@ impl Oracle {
             declared: None,
             actor_open: Vec::new(),
             locks: Vec::new(),
-            any_end: Vec::new(),
-            any_open: SmallVec::new(),
+            any: Vec::new(),
             enqueued_at: Vec::new(),
             mode: Mode::First,
             found: Vec::new(),
@@ -583,6 +603,16 @@ impl Oracle {
             actors.iter().map(|a| self.actor_last.get(*a as usize).copied().unwrap_or(0)).min().unwrap_or(0)
         });
         let settled = (seen, declared);
+        // A claim of unknown outcome that was over before this statement and every declared
+        // relay's next one began can excuse no skip to come: it and what it held are forgotten.
+        let floor = declared.min(begin);
+        if self.any.iter().any(|c| c.end.is_some_and(|end| end <= floor)) {
+            let over = |line: usize| self.any.iter().any(|c| c.line == line && c.end.is_some_and(|end| end <= floor));
+            for b in &mut self.branches {
+                b.holds.retain(|h| !over(h.claim));
+            }
+            self.any.retain(|c| c.end.is_none_or(|end| end > floor));
+        }
         let locked = locked_by(event, &plan, self.policy.claim_by_tenant);
         let mut token_divergence = None;
         if let Err(d) = self.check_tokens(line, event, &plan) {
@@ -597,6 +627,10 @@ impl Oracle {
         let before = branches.len();
         if branches.iter().any(|b| !b.deferred.is_empty()) {
             branches = branches.into_iter().flat_map(|b| self.resolve_deferred(b, event, &plan)).collect();
+        }
+        if let (&Locked::Any { tenant, batch }, Some(actor)) = (&locked, actor) {
+            let claim = AnyClaim { actor, tenant, line, began: begin, batch, end: None };
+            branches = branches.into_iter().flat_map(|b| self.any_holds(b, &claim)).collect();
         }
         // Each branch steps in place (a history without unknown outcomes has one, moved never);
         // a claim of unknown outcome adds its committed twin after the others. Going on after
@@ -674,13 +708,13 @@ impl Oracle {
                 for b in &mut branches {
                     b.broke = None;
                 }
-                self.record_locks(actor, line, event, &locked);
+                self.record_locks(actor, line, begin, event, &locked);
                 self.finish_step(branches, before);
                 return Err(d);
             }
         }
         any_ok |= !branches.is_empty();
-        self.record_locks(actor, line, event, &locked);
+        self.record_locks(actor, line, begin, event, &locked);
         let mut next = branches;
         let divergence = match (token_divergence, any_ok) {
             (Some(d), _) => Some(d),
@@ -724,12 +758,10 @@ impl Oracle {
                 }
             }
             Some(Open::Any) => {
-                for claim in self.any_open.iter().filter(|c| c.actor == actor) {
-                    self.any_end.push(ClaimEnded { tenant: claim.tenant, line: claim.line, end: line });
-                }
-                self.any_open.retain(|c| c.actor != actor);
-                for b in &mut self.branches {
-                    b.holds.retain(|h| h.actor != actor);
+                // The rows each resolution took it to hold stay its: a later skip's excuse must
+                // fit beside them.
+                for claim in self.any.iter_mut().filter(|c| c.actor == actor && c.end.is_none()) {
+                    claim.end = Some(line);
                 }
             }
             None => {}
@@ -739,7 +771,7 @@ impl Oracle {
     }
 
     /// Notes the rows this event's transaction held (as the implementation reported them).
-    fn record_locks(&mut self, actor: Option<u16>, line: usize, event: &Event, locked: &Locked) {
+    fn record_locks(&mut self, actor: Option<u16>, line: usize, begin: usize, event: &Event, locked: &Locked) {
         let open = matches!(
             event,
             Event::Claim { outcome: Outcome::Unknown, .. } | Event::Write { result: WriteReport::Unknown, .. }
@@ -748,7 +780,7 @@ impl Oracle {
             Locked::Nothing => {}
             &Locked::Any { tenant, batch } => {
                 if let Some(a) = actor {
-                    self.any_open.push(OpenClaim { actor: a, tenant, line, batch });
+                    self.any.push(AnyClaim { actor: a, tenant, line, began: begin, batch, end: None });
                     self.actor_open[a as usize] = Some(Open::Any);
                 }
             }
@@ -773,45 +805,107 @@ impl Oracle {
         }
     }
 
+    /// The line of `id`'s enqueue (0 where the history has none).
+    fn enqueued(&self, id: MessageId) -> usize {
+        self.enqueued_at.get(id.0 as usize).copied().unwrap_or(0)
+    }
+
     /// Whether a transaction of the history may have held `id`'s lock while a claim that began
-    /// after line `begin` ran (and committed at the current line): one that locked it and
-    /// committed after `begin`, or one of unknown outcome whose actor has logged nothing since.
-    /// A claim of unknown outcome could lock only rows of its tenant (where the design's claim
-    /// is scoped to one) committed before it was logged; while open, it holds at most its batch
-    /// of them, the same ones throughout: a row it is the only excuse for is noted as one it
-    /// holds in this resolution (decision 71).
-    fn held_elsewhere(&self, b: &mut Branch, id: MessageId, tenant: TenantId, begin: usize) -> bool {
+    /// after line `begin` ran and committed at line `skip`: one that locked it and committed
+    /// after `begin`, or one of unknown outcome that ran then (decision 71). A claim of unknown
+    /// outcome could lock only rows of its tenant (where the design's claim is scoped to one)
+    /// committed before it was logged, at most its batch of them, the same ones throughout: a
+    /// row it is the only excuse for is noted as one it holds in this resolution, and must fit
+    /// beside those it holds already — also once it is over.
+    fn held_elsewhere(&self, b: &mut Branch, id: MessageId, begin: usize, skip: usize) -> bool {
         if self.locks.get(id.0 as usize).is_some_and(|l| l.end > begin || !l.open.is_empty()) {
             return true;
         }
-        let enqueued = self.enqueued_at.get(id.0 as usize).copied().unwrap_or(0);
-        let could = |t: Option<TenantId>, line: usize| t.is_none_or(|t| t == tenant) && enqueued < line;
-        if self.any_end.iter().any(|c| could(c.tenant, c.line) && c.end > begin) {
+        self.hold(b, None, HeldRow { message: id, begin, skip })
+    }
+
+    /// Whether the claims of unknown outcome (and `extra`, one just logged) can hold `row` as
+    /// well as every row this resolution already takes them to hold, each at most its batch —
+    /// a matching; if so, the resolution notes the one found.
+    fn hold(&self, b: &mut Branch, extra: Option<&AnyClaim>, row: HeldRow) -> bool {
+        let tenant_of = |r: &HeldRow, b: &Branch| b.outbox.row(r.message).map(|row| row.tenant_id);
+        let Some(tenant) = tenant_of(&row, b) else { return false };
+        let enqueued = self.enqueued(row.message);
+        let claims = || self.any.iter().chain(extra);
+        // A claim whose rows are known (its committed resolution) or already taken to include
+        // this one, that ran at the time.
+        let holding =
+            |c: &AnyClaim| b.holds.iter().any(|h| h.claim == c.line && h.rows.iter().any(|r| r.message == row.message));
+        if claims().any(|c| c.could_hold(tenant, enqueued, row.begin, row.skip) && holding(c)) {
             return true;
         }
-        let open = self.any_open.iter().filter(|c| could(c.tenant, c.line));
-        if open.clone().any(|c| b.holds.iter().any(|h| h.actor == c.actor && h.rows.contains(&id))) {
-            return true;
+        let free: SmallVec<[AnyClaim; 2]> =
+            claims().filter(|c| !b.holds.iter().any(|h| h.claim == c.line && h.full)).copied().collect();
+        if !free.iter().any(|c| c.could_hold(tenant, enqueued, row.begin, row.skip)) {
+            return false;
         }
-        // Can the open claims (those whose committed resolution did not fix their rows) hold
-        // every row they already excuse and this one, each at most its batch? A matching.
-        let claims: SmallVec<[OpenClaim; 2]> =
-            self.any_open.iter().filter(|c| !b.holds.iter().any(|h| h.actor == c.actor && h.full)).copied().collect();
-        let mut rows: SmallVec<[(MessageId, TenantId, usize); 4]> = SmallVec::new();
+        let mut rows: SmallVec<[(HeldRow, TenantId, usize); 4]> = SmallVec::new();
         for h in b.holds.iter().filter(|h| !h.full) {
-            for &r in &h.rows {
-                let t = b.outbox.row(r).map_or(tenant, |row| row.tenant_id);
-                rows.push((r, t, self.enqueued_at.get(r.0 as usize).copied().unwrap_or(0)));
+            for r in &h.rows {
+                rows.push((*r, tenant_of(r, b).unwrap_or(tenant), self.enqueued(r.message)));
             }
         }
-        rows.push((id, tenant, enqueued));
-        let Some(owner) = holders(&rows, &claims) else { return false };
+        rows.push((row, tenant, enqueued));
+        let Some(owner) = holders(&rows, &free) else { return false };
         b.holds.retain(|h| h.full);
-        for (c, claim) in claims.iter().enumerate() {
-            let mine = rows.iter().zip(&owner).filter(|(_, o)| **o == c).map(|((r, ..), _)| *r).collect();
-            b.holds.push(ClaimHolds { actor: claim.actor, rows: mine, full: false });
+        for (c, claim) in free.iter().enumerate() {
+            let mine: SmallVec<[HeldRow; 2]> =
+                rows.iter().zip(&owner).filter(|(_, o)| **o == c).map(|((r, ..), _)| *r).collect();
+            if !mine.is_empty() {
+                b.holds.push(ClaimHolds { claim: claim.line, rows: mine, full: false });
+            }
         }
         true
+    }
+
+    /// A claim of unknown outcome, just logged, whose statement began before pending skips
+    /// committed may have held their rows (decision 71): as many as fit beside the rows the
+    /// claims of unknown outcome are taken to hold already, each at most its batch. Where not
+    /// all fit, one resolution per skip taken first (for a batch of one, every choice); the
+    /// others stay pending.
+    fn any_holds(&self, b: Branch, claim: &AnyClaim) -> Vec<Branch> {
+        let touched: Vec<usize> = (0..b.skips.len())
+            .filter(|&i| claim.tenant.is_none_or(|t| t == b.skips[i].row.tenant_id) && claim.began < b.skips[i].line)
+            .collect();
+        if touched.is_empty() {
+            return vec![b];
+        }
+        let excuse = |mut c: Branch, first: Option<usize>| {
+            let mut dropped = Vec::new();
+            let mut excused = Vec::new();
+            for i in first.into_iter().chain(touched.iter().copied().filter(|i| Some(*i) != first)) {
+                let skip = &c.skips[i];
+                let row = HeldRow { message: skip.message, begin: skip.begin, skip: skip.line };
+                if self.hold(&mut c, Some(claim), row) {
+                    excused.push(i);
+                } else {
+                    dropped.push(i);
+                }
+            }
+            let mut i = 0;
+            c.skips.retain(|skip| {
+                i += 1;
+                if excused.contains(&(i - 1)) {
+                    c.excused.push(skip.clone());
+                    false
+                } else {
+                    true
+                }
+            });
+            (c, dropped)
+        };
+        let (first, dropped) = excuse(b.clone(), None);
+        let mut out = vec![first];
+        for d in &dropped {
+            let (alternative, _) = excuse(b.clone(), Some(*d));
+            out.push(alternative);
+        }
+        out
     }
 
     /// The skip-locked rule on a branch's pending skips, as this event (whose actor's previous
@@ -835,7 +929,8 @@ impl Oracle {
         b.skips.retain_mut(|skip| {
             let (touched, certain) = match locked {
                 Locked::Nothing => (false, false),
-                Locked::Any { tenant, .. } => (tenant.is_none_or(|t| t == skip.row.tenant_id), false),
+                // A claim of unknown outcome excused what it could hold already (any_holds).
+                Locked::Any { .. } => (false, false),
                 Locked::Rows(ids) => (ids.contains(&skip.message), true),
             };
             if touched && begin < skip.line {
@@ -1017,17 +1112,17 @@ impl Oracle {
     }
 }
 
-/// Which open claim holds each row (by index into `claims`), each claim at most its batch, a
-/// claim only rows of its tenant (where scoped) enqueued before its line; `None` if no
-/// assignment exists. Augmenting paths: rows and claims are few.
-fn holders(rows: &[(MessageId, TenantId, usize)], claims: &[OpenClaim]) -> Option<Vec<usize>> {
-    fn can(claim: &OpenClaim, row: &(MessageId, TenantId, usize)) -> bool {
-        claim.tenant.is_none_or(|t| t == row.1) && row.2 < claim.line
+/// Which claim of unknown outcome holds each row (by index into `claims`), each claim at most
+/// its batch of distinct rows and only rows it could have held for the skip that needs them;
+/// `None` if no assignment exists. Augmenting paths: rows and claims are few.
+fn holders(rows: &[(HeldRow, TenantId, usize)], claims: &[AnyClaim]) -> Option<Vec<usize>> {
+    fn can(claim: &AnyClaim, &(row, tenant, enqueued): &(HeldRow, TenantId, usize)) -> bool {
+        claim.could_hold(tenant, enqueued, row.begin, row.skip)
     }
     fn place(
         r: usize,
-        rows: &[(MessageId, TenantId, usize)],
-        claims: &[OpenClaim],
+        rows: &[(HeldRow, TenantId, usize)],
+        claims: &[AnyClaim],
         owner: &mut [usize],
         visited: &mut [bool],
     ) -> bool {
@@ -1036,8 +1131,13 @@ fn holders(rows: &[(MessageId, TenantId, usize)], claims: &[OpenClaim]) -> Optio
                 continue;
             }
             visited[c] = true;
-            let load = owner.iter().filter(|o| **o == c).count();
-            if load < claims[c].batch as usize {
+            // One row skipped twice is still one lock.
+            let message = rows[r].0.message;
+            let mut held: SmallVec<[MessageId; 4]> =
+                (0..rows.len()).filter(|o| owner[*o] == c).map(|o| rows[o].0.message).collect();
+            held.sort_unstable();
+            held.dedup();
+            if held.contains(&message) || held.len() < claims[c].batch as usize {
                 owner[r] = c;
                 return true;
             }

@@ -10,6 +10,7 @@ impl Oracle {
     /// design may claim terminal rows). Resolutions of unknown outcomes that differ only there
     /// then become one branch instead of living on side by side.
     pub(super) fn forget(&self, branch: &mut Branch, plan: &Plan, event: &Event) {
+        branch.excused.clear();
         let all = matches!(event, Event::Reap { .. } | Event::Claim { outcome: Outcome::Unknown, .. });
         let claim_terminal = self.policy.claim_terminal;
         let forget = |row: &mut Row| {
@@ -296,16 +297,37 @@ impl Oracle {
                     let mut committed = b.clone();
                     let taken = committed.auditor.claim(&mut committed.outbox, &self.policy, &req, Instant(*now));
                     // Committed, it locked the rows it took and no other.
-                    let rows = taken.map(|l| l.iter().map(|l| l.message_id).collect()).unwrap_or_default();
-                    committed.holds.retain(|h| h.actor != relay.0);
-                    committed.holds.push(ClaimHolds { actor: relay.0, rows, full: true });
+                    let rows: SmallVec<[HeldRow; 2]> = taken
+                        .map(|l| l.iter().map(|l| HeldRow { message: l.message_id, begin: 0, skip: 0 }).collect())
+                        .unwrap_or_default();
+                    // (Only skips read them: a serial history has none.)
+                    if !self.serial {
+                        committed.holds.push(ClaimHolds { claim: line, rows, full: true });
+                    }
+                    // A skip taken as excused by this claim stays excused only if it took the
+                    // row, or another claim of unknown outcome can hold it.
+                    let claim = AnyClaim {
+                        actor: relay.0,
+                        tenant: self.policy.claim_by_tenant.then_some(tenant),
+                        line,
+                        began: begin,
+                        batch: *batch,
+                        end: None,
+                    };
+                    for skip in std::mem::take(&mut committed.excused) {
+                        let row = HeldRow { message: skip.message, begin: skip.begin, skip: skip.line };
+                        if !self.hold(&mut committed, Some(&claim), row) {
+                            committed.skips.push(skip);
+                        }
+                    }
                     committed.resolutions.push(format!("line {line}: claim committed"));
                     // Committed, the design's own claim may break a property (legacy-v1's keeps
                     // the token): that resolution lives on, carrying the finding, in case it is
                     // the only one the rest of the history allows.
                     let before: SmallVec<[Row; 1]> = SmallVec::new();
                     if let Err(d) = audited(&mut committed, &before) {
-                        let finding = Finding::IfClaimCommitted(Box::new(d.finding.clone()));
+                        let resolutions = vec![format!("line {line}: claim committed")];
+                        let finding = Finding::Under { resolutions, finding: Box::new(d.finding.clone()) };
                         let d = d.reworded(finding, self);
                         committed.broke = Some(Box::new(self.in_your_names(d, &committed)));
                     }
@@ -408,9 +430,9 @@ impl Oracle {
                         // A passed-over row waits for evidence that another transaction held it.
                         let mut claim = None;
                         for (id, row) in skipped {
-                            if !self.held_elsewhere(b, id, row.tenant_id, begin) {
+                            if !self.held_elsewhere(b, id, begin, line) {
                                 let claim = claim.get_or_insert_with(|| std::sync::Arc::new(event.clone())).clone();
-                                b.skips.push(Skip { line, settled: false, message: id, row, claim });
+                                b.skips.push(Skip { line, begin, settled: false, message: id, row, claim });
                             }
                         }
                         audited(b, &before)?;

@@ -244,8 +244,6 @@ pub enum Finding {
     KeptToken { relay: String, message: MessageId },
     /// S1: a write or release of the history applied for a lease a later claim had superseded.
     AppliedSuperseded { actor: Actor, message: MessageId, superseded_by: Option<Superseder> },
-    /// The finding of a resolution in which a claim of unknown outcome committed.
-    IfClaimCommitted(Box<Finding>),
     /// The finding of one resolution of the unknown outcomes (its resolutions, as the accepted
     /// part of a verdict lists them), where another went on further.
     Under { resolutions: Vec<String>, finding: Box<Finding> },
@@ -333,13 +331,6 @@ impl Finding {
                     superseded(superseded_by)
                 ),
             ),
-            Finding::IfClaimCommitted(finding) => {
-                let (expected, got) = finding.words(names);
-                (
-                    expected,
-                    format!("{got} (if the claim of unknown outcome committed: the only resolution the rest of the history allows)"),
-                )
-            }
             Finding::Under { resolutions, finding } => {
                 let (expected, got) = finding.words(names);
                 (expected, format!("{got} (where the unknown outcomes resolve as {})", resolutions.join(", ")))
@@ -443,7 +434,7 @@ impl Finding {
             | Finding::KeptToken { .. }
             | Finding::AppliedSuperseded { .. }
             | Finding::RetryNotLater { .. } => true,
-            Finding::IfClaimCommitted(finding) | Finding::Under { finding, .. } => finding.by_the_design(),
+            Finding::Under { finding, .. } => finding.by_the_design(),
             _ => false,
         }
     }
