@@ -61,7 +61,7 @@ pub(super) fn reap(
     let mut tx = db.client().transaction().ok()?;
     let reaped: Vec<String> =
         tx.query(&statement, &[&(at as i64), &(max_attempts as i32)]).ok()?.iter().map(|r| r.get(0)).collect();
-    let stamp: i64 = tx.query_one("SELECT nextval('outbox_check_order')", &[]).ok()?.get(0);
+    let stamp: i64 = tx.query_one(crate::store::postgres::COMMIT_STAMP, &[]).ok()?.get(0);
     tx.commit().ok()?;
     (!reaped.is_empty()).then(|| {
         let event = crate::trace::Event::Reap { now: at, messages: reaped };

@@ -569,7 +569,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<RunReport, Stri
             // Stamped inside its transaction, which no claim overlaps: its place in commit order.
             // Not yet when a paused relay holds the table: the loop resumes what is due first.
             let Some((_, stamp)) = store
-                .enqueue_stamped(&req, "SELECT nextval('outbox_check_order')")
+                .enqueue_stamped(&req, crate::store::postgres::COMMIT_STAMP)
                 .map_err(|e| format!("PostgreSQL: {e}"))?
             else {
                 return Ok(false);

@@ -96,8 +96,8 @@ struct Db {
     pid: i32,
 }
 
-/// The commit stamp: a sequence value taken inside the statement's transaction.
-const STAMP: &str = "SELECT nextval('outbox_check_order')";
+/// The commit stamp: drawn last inside the statement's transaction, in commit order.
+const STAMP: &str = crate::store::postgres::COMMIT_STAMP;
 
 impl Db {
     fn connect(setup: &RelaySetup) -> Result<Db, String> {

@@ -91,6 +91,16 @@ pub fn check_url(url: &str, disposable: bool) -> Result<postgres::Config, PgErro
 /// The comment every scratch schema carries, followed by ` (pid N)` of the process that made it.
 pub const MARKER: &str = "outbox-check scratch schema";
 
+/// A commit-order stamp, drawn as the last statement of a transaction that commits right after:
+/// the next value of the scratch schema's `outbox_check_order`, taken under a transaction-level
+/// advisory lock keyed by that sequence, so no other transaction of the schema draws one until
+/// this one has committed. Stamps then order as commits do. Without the lock they ordered as
+/// the draws did: a write that drew its stamp and then stalled (a busy machine) kept its row
+/// locked past the stamp, so a skip-locked claim of another relay, logged after it, passed over
+/// the row while the history said the write had committed (issue 27, item 13).
+pub const COMMIT_STAMP: &str = "SELECT nextval('outbox_check_order') \
+     FROM (SELECT pg_advisory_xact_lock('outbox_check_order'::regclass::oid::bigint)) AS serialised";
+
 /// The advisory lock class of scratch schemas ("obox"); the key is the low 32 bits of the
 /// schema's hex suffix.
 const LOCK_CLASS: i32 = 0x6f62_6f78;

@@ -652,7 +652,7 @@ impl ProfileStore {
         let mut scratch = scratch.borrow_mut();
         let client = scratch.client();
         if commit {
-            self.last_stamp = client.query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
+            self.last_stamp = client.query_one(super::postgres::COMMIT_STAMP, &[])?.get(0);
             client.batch_execute("COMMIT")?;
         } else {
             client.batch_execute("ROLLBACK")?;
@@ -817,7 +817,7 @@ impl ProfileStore {
                         let n = rows.len();
                         (rows, n)
                     };
-                    self.last_stamp = tx.query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
+                    self.last_stamp = tx.query_one(super::postgres::COMMIT_STAMP, &[])?.get(0);
                     tx.commit()?;
                     let mut out = Vec::with_capacity(rows.len());
                     for row in &rows {

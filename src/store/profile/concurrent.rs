@@ -129,7 +129,7 @@ impl crate::relay::Effects for ThreadRelay<'_> {
                 PublishOutcome::Ack
             }
         };
-        self.published_at = self.killer.client().query_one("SELECT nextval('outbox_check_order')", &[])?.get(0);
+        self.published_at = self.killer.client().query_one(crate::store::postgres::COMMIT_STAMP, &[])?.get(0);
         let event = crate::trace::Event::Publish {
             relay: format!("r{}", lease.owner.0),
             message: format!("m{}", lease.message_id.0),
