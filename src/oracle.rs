@@ -244,6 +244,13 @@ struct AnyClaim {
 }
 
 impl AnyClaim {
+    /// The claim of unknown outcome an event that locks `locked` is, where it is one: by
+    /// `actor`, logged at `line`, its statement begun after line `began`.
+    fn of(locked: &Locked, actor: u16, line: usize, began: usize) -> Option<AnyClaim> {
+        let &Locked::Any { tenant, batch } = locked else { return None };
+        Some(AnyClaim { actor, tenant, line, began, batch, end: None })
+    }
+
     /// Whether it could have held the lock of a row of `tenant` enqueued at line `enqueued`
     /// while a skip-locked claim that began after line `begin` and committed at line `skip`
     /// passed over it.
@@ -628,8 +635,7 @@ impl Oracle {
         if branches.iter().any(|b| !b.deferred.is_empty()) {
             branches = branches.into_iter().flat_map(|b| self.resolve_deferred(b, event, &plan)).collect();
         }
-        if let (&Locked::Any { tenant, batch }, Some(actor)) = (&locked, actor) {
-            let claim = AnyClaim { actor, tenant, line, began: begin, batch, end: None };
+        if let Some(claim) = actor.and_then(|a| AnyClaim::of(&locked, a, line, begin)) {
             branches = branches.into_iter().flat_map(|b| self.any_holds(b, &claim)).collect();
         }
         // Each branch steps in place (a history without unknown outcomes has one, moved never);
@@ -778,10 +784,10 @@ impl Oracle {
         );
         match locked {
             Locked::Nothing => {}
-            &Locked::Any { tenant, batch } => {
-                if let Some(a) = actor {
-                    self.any.push(AnyClaim { actor: a, tenant, line, began: begin, batch, end: None });
-                    self.actor_open[a as usize] = Some(Open::Any);
+            Locked::Any { .. } => {
+                if let Some(claim) = actor.and_then(|a| AnyClaim::of(locked, a, line, begin)) {
+                    self.actor_open[claim.actor as usize] = Some(Open::Any);
+                    self.any.push(claim);
                 }
             }
             Locked::Rows(ids) => {
@@ -887,16 +893,12 @@ impl Oracle {
                     dropped.push(i);
                 }
             }
-            let mut i = 0;
-            c.skips.retain(|skip| {
-                i += 1;
-                if excused.contains(&(i - 1)) {
-                    c.excused.push(skip.clone());
-                    false
-                } else {
-                    true
-                }
-            });
+            excused.sort_unstable();
+            for i in excused.into_iter().rev() {
+                let skip = c.skips.remove(i);
+                c.excused.push(skip);
+            }
+            c.excused.reverse();
             (c, dropped)
         };
         let (first, dropped) = excuse(b.clone(), None);
@@ -1116,9 +1118,6 @@ impl Oracle {
 /// its batch of distinct rows and only rows it could have held for the skip that needs them;
 /// `None` if no assignment exists. Augmenting paths: rows and claims are few.
 fn holders(rows: &[(HeldRow, TenantId, usize)], claims: &[AnyClaim]) -> Option<Vec<usize>> {
-    fn can(claim: &AnyClaim, &(row, tenant, enqueued): &(HeldRow, TenantId, usize)) -> bool {
-        claim.could_hold(tenant, enqueued, row.begin, row.skip)
-    }
     fn place(
         r: usize,
         rows: &[(HeldRow, TenantId, usize)],
@@ -1127,12 +1126,13 @@ fn holders(rows: &[(HeldRow, TenantId, usize)], claims: &[AnyClaim]) -> Option<V
         visited: &mut [bool],
     ) -> bool {
         for c in 0..claims.len() {
-            if visited[c] || !can(&claims[c], &rows[r]) {
+            let (row, tenant, enqueued) = rows[r];
+            if visited[c] || !claims[c].could_hold(tenant, enqueued, row.begin, row.skip) {
                 continue;
             }
             visited[c] = true;
             // One row skipped twice is still one lock.
-            let message = rows[r].0.message;
+            let message = row.message;
             let mut held: SmallVec<[MessageId; 4]> =
                 (0..rows.len()).filter(|o| owner[*o] == c).map(|o| rows[o].0.message).collect();
             held.sort_unstable();

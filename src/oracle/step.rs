@@ -306,27 +306,22 @@ impl Oracle {
                     }
                     // A skip taken as excused by this claim stays excused only if it took the
                     // row, or another claim of unknown outcome can hold it.
-                    let claim = AnyClaim {
-                        actor: relay.0,
-                        tenant: self.policy.claim_by_tenant.then_some(tenant),
-                        line,
-                        began: begin,
-                        batch: *batch,
-                        end: None,
-                    };
+                    let locked = locked_by(event, plan, self.policy.claim_by_tenant);
+                    let claim = AnyClaim::of(&locked, relay.0, line, begin);
                     for skip in std::mem::take(&mut committed.excused) {
                         let row = HeldRow { message: skip.message, begin: skip.begin, skip: skip.line };
-                        if !self.hold(&mut committed, Some(&claim), row) {
+                        if !self.hold(&mut committed, claim.as_ref(), row) {
                             committed.skips.push(skip);
                         }
                     }
-                    committed.resolutions.push(format!("line {line}: claim committed"));
+                    let resolution = format!("line {line}: claim committed");
+                    committed.resolutions.push(resolution.clone());
                     // Committed, the design's own claim may break a property (legacy-v1's keeps
                     // the token): that resolution lives on, carrying the finding, in case it is
                     // the only one the rest of the history allows.
                     let before: SmallVec<[Row; 1]> = SmallVec::new();
                     if let Err(d) = audited(&mut committed, &before) {
-                        let resolutions = vec![format!("line {line}: claim committed")];
+                        let resolutions = vec![resolution];
                         let finding = Finding::Under { resolutions, finding: Box::new(d.finding.clone()) };
                         let d = d.reworded(finding, self);
                         committed.broke = Some(Box::new(self.in_your_names(d, &committed)));
