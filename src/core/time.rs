@@ -23,11 +23,6 @@ impl Instant {
     pub fn plus(self, duration: Duration) -> Instant {
         Instant(self.0.saturating_add(duration.0))
     }
-
-    /// `self - earlier`, or zero when `earlier` is later.
-    pub fn since(self, earlier: Instant) -> Duration {
-        Duration(self.0.saturating_sub(earlier.0))
-    }
 }
 
 impl fmt::Display for Instant {
