@@ -308,6 +308,33 @@ fn ghosts_that_differ_in_any_field_hash_apart() {
     assert_eq!(hash(&base), hash(&base.clone()), "equal ghosts hash alike");
 }
 
+/// A ghost's token count shares a hashed word with `stored`, and its tokens follow: were two
+/// counts to give one word, a ghost with two tokens followed by one with none would hash as a
+/// ghost with none followed by one whose first words are those two tokens. Worlds hash their
+/// ghosts as a list, so the lists must hash apart.
+#[test]
+fn ghost_lists_hash_apart_where_a_token_count_could_run_into_the_next_ghost() {
+    use std::hash::{Hash, Hasher};
+    fn hash(g: &[RowGhost]) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        g.hash(&mut h);
+        h.finish()
+    }
+    let ghost = |message_id: u32, publications: u32, requeued_after_claim: u32, stored: bool, tokens: &[u64]| RowGhost {
+        message_id,
+        claims: 0,
+        tokens_seen: tokens.iter().map(|t| LeaseToken(*t)).collect(),
+        publications,
+        publications_previous: 0,
+        requeued_after_claim,
+        publications_total: 0,
+        stored,
+    };
+    let two_then_none = [ghost(0, 0, 0, false, &[5, 6]), ghost(1, 1, 0, false, &[])];
+    let none_then_two = [ghost(0, 0, 0, true, &[]), ghost(5, 6, 1, false, &[0, 0])];
+    assert_ne!(hash(&two_then_none), hash(&none_then_two));
+}
+
 #[test]
 fn a_release_ends_a_lease_where_its_fence_matches_and_keeps_the_count() {
     let reference = Design::Variant(Variant::Reference).policy();
