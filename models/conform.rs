@@ -505,7 +505,6 @@ fn rescue_request(
     let policy = model.core_policy().ok_or_else(|| StoreError::Setup("the model is the core".into()))?;
     let rows = model.rows()?;
     let row = rows.iter().find(|r| r.message_id == read.0);
-    let to = policy.rescue_target(row.map_or(0, |r| r.attempts), max_attempts);
     let lease = Lease {
         message_id: read.0,
         tenant_id: row.map_or(TenantId(0), |r| r.tenant_id),
@@ -515,7 +514,7 @@ fn rescue_request(
         claim_seq: 0,
     };
     let fence = policy.rescue.ok_or_else(|| StoreError::Setup("the design has no rescuer".into()))?;
-    Ok(outbox_check::core::ReleaseRequest { lease, fence, to, retry_at: None, now })
+    Ok(policy.rescue_request(lease, fence, lease.attempts, max_attempts, now))
 }
 
 /// The first row where two tables differ, in words: the fields that differ, by name.
@@ -977,6 +976,10 @@ fn claim_finding(
                 let until = row.lease_expires_at.map_or(0, |u| u.0);
                 format!("your claim takes {id} at t={} while {owner}'s lease runs until t={until} (S6)", now.0)
             }
+            ClaimRefusal::InFlight => format!(
+                "your claim takes {id} at t={}, in flight with its lease expired: the design's claim never takes an in-flight row, only its rescuer",
+                now.0
+            ),
             ClaimRefusal::BudgetSpent => format!(
                 "your claim takes {id} with its budget spent ({} attempts of {}) (S3)",
                 row.attempts, request.max_attempts

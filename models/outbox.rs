@@ -444,10 +444,11 @@ pub fn describe(event: &Event) -> String {
             now.0, lease.message_id, lease.token, lease.attempts
         ),
         Event::Rescued { request, result } => format!(
-            "rescuer at t={} moves {} to {} by {} (fence {}): {result}",
+            "rescuer at t={} moves {} to {}{} by {} (fence {}): {result}",
             request.now.0,
             request.lease.message_id,
             request.to,
+            request.retry_at.map_or(String::new(), |at| format!(" to retry at t={}", at.0)),
             match request.fence {
                 outbox_check::core::ReleaseFence::Expired => "its expiry".to_string(),
                 outbox_check::core::ReleaseFence::Token => format!("the token it read, {}", request.lease.token),

@@ -196,10 +196,11 @@ fn mermaid_event(event: &Event, true_now: u64) -> String {
             )
         }
         Event::Rescued { request, result } => format!(
-            "    Note over DB: rescuer at t={} moves {} to {} (fence: {}): {result}\n",
+            "    Note over DB: rescuer at t={} moves {} to {}{} (fence: {}): {result}\n",
             request.now.0,
             request.lease.message_id,
             request.to,
+            request.retry_at.map_or(String::new(), |at| format!(" to retry at t={}", at.0)),
             request.fence.name()
         ),
     }

@@ -399,9 +399,14 @@ async fn database(shared: Shared) {
                 let mut st = s.lock();
                 let now = st.now_ms();
                 let attempts = st.outbox.row(lease.message_id).map_or(0, |row| row.attempts);
-                let to = s.setup.world.policy(0).rescue_target(attempts, s.setup.world.max_attempts);
-                let request =
-                    outbox_check::core::ReleaseRequest { lease, fence, to, retry_at: None, now: Instant(now) };
+                let request = s.setup.world.policy(0).rescue_request(
+                    lease,
+                    fence,
+                    attempts,
+                    s.setup.world.max_attempts,
+                    Instant(now),
+                );
+                let to = request.to;
                 let State { outbox, auditor, .. } = &mut *st;
                 let Ok(result) = auditor.release(outbox, &request) else { continue };
                 st.audit();

@@ -615,7 +615,7 @@ impl Event {
             message,
             now: request.now.0,
             to: to.as_str().to_string(),
-            next_attempt_at: None,
+            next_attempt_at: request.retry_at.filter(|_| to == crate::core::Status::Pending).map(|at| at.0),
             fence: request.fence.name().into(),
             token: Some(request.lease.token.0.to_string()),
             attempt: None,

@@ -747,8 +747,7 @@ impl World {
         report: &mut StepReport,
     ) {
         let attempts = self.outbox.row(lease.message_id).map_or(0, |row| row.attempts);
-        let to = config.policy(0).rescue_target(attempts, config.max_attempts);
-        let request = crate::core::ReleaseRequest { lease, fence, to, retry_at: None, now: self.now };
+        let request = config.policy(0).rescue_request(lease, fence, attempts, config.max_attempts, self.now);
         if let Ok(result) = self.auditor.release(&mut self.outbox, &request) {
             self.step.seen.exhausted |= matches!(result, WriteResult::Applied { status: Status::Exhausted });
             self.step.seen.stale_refused |= matches!(result, WriteResult::Stale { .. });

@@ -43,6 +43,27 @@ fn every_bound_design_agrees_with_the_core_on_sqlite() {
     }
 }
 
+/// The SQL of the axes real job queues added — a claim that never takes an in-flight row, a
+/// write fenced on the status alone — agrees with its own core, and could have disagreed: run
+/// against reference's core, each diverges.
+#[test]
+fn the_job_queue_clauses_agree_with_their_core_and_differ_from_reference() {
+    let reference = Variant::Reference.policy();
+    let axes = [
+        ("claim never takes an in-flight row", Policy { claim_expired_leases: false, ..reference }),
+        (
+            "write fenced on the status alone",
+            Policy { write_fence: outbox_check::core::WriteFence::StatusOnly, ..reference },
+        ),
+    ];
+    for (axis, policy) in axes {
+        let own = conform(policy, &sqlite(policy), Bounds::default(), 150, 1, &|| {}).expect("SQLite opens");
+        assert!(own.divergence.is_none(), "{axis}: {}", own.divergence.unwrap());
+        let other = conform(reference, &sqlite(policy), Bounds::default(), 300, 1, &|| {}).expect("SQLite opens");
+        assert!(other.divergence.is_some(), "{axis}: the SQL agrees with reference's core as well");
+    }
+}
+
 #[test]
 fn every_bound_design_agrees_with_the_core_on_postgres() {
     let Some(url) = pg_url() else { return };

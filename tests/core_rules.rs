@@ -320,16 +320,17 @@ fn ghost_lists_hash_apart_where_a_token_count_could_run_into_the_next_ghost() {
         g.hash(&mut h);
         h.finish()
     }
-    let ghost = |message_id: u32, publications: u32, requeued_after_claim: u32, stored: bool, tokens: &[u64]| RowGhost {
-        message_id,
-        claims: 0,
-        tokens_seen: tokens.iter().map(|t| LeaseToken(*t)).collect(),
-        publications,
-        publications_previous: 0,
-        requeued_after_claim,
-        publications_total: 0,
-        stored,
-    };
+    let ghost =
+        |message_id: u32, publications: u32, requeued_after_claim: u32, stored: bool, tokens: &[u64]| RowGhost {
+            message_id,
+            claims: 0,
+            tokens_seen: tokens.iter().map(|t| LeaseToken(*t)).collect(),
+            publications,
+            publications_previous: 0,
+            requeued_after_claim,
+            publications_total: 0,
+            stored,
+        };
     let two_then_none = [ghost(0, 0, 0, false, &[5, 6]), ghost(1, 1, 0, false, &[])];
     let none_then_two = [ghost(0, 0, 0, true, &[]), ghost(5, 6, 1, false, &[0, 0])];
     assert_ne!(hash(&two_then_none), hash(&none_then_two));
@@ -448,4 +449,103 @@ fn the_publication_span_follows_lease_backoff_and_budget() {
     ] {
         assert!(unbounded.policy().publication_span(Duration(1_000), 3, Duration(100)).is_err(), "{unbounded}");
     }
+}
+
+/// `claim.takes_expired_leases = false` (River, Graphile Worker, Oban): a claim never takes an
+/// in-flight row, expired or not, and says why; the rescuer's read still finds it.
+#[test]
+fn a_claim_that_never_takes_in_flight_rows_leaves_expired_leases_to_the_rescuer() {
+    let reference = Design::Variant(Variant::Reference).policy();
+    let river = Policy { claim_expired_leases: false, ..reference };
+    let mut outbox = table(1);
+    let first = outbox.claim(&river, &claim(0, 1, 100)).unwrap()[0];
+    let row = *outbox.row(MessageId(0)).unwrap();
+    // The lease ran out at 110; at 200 the reference claim takes it back, this one does not.
+    assert!(Outbox::is_claimable(&reference, &row, TenantId(0), Instant(200), MAX));
+    assert!(!Outbox::is_claimable(&river, &row, TenantId(0), Instant(200), MAX));
+    assert_eq!(Outbox::refusal(&river, &row, TenantId(0), Instant(200), MAX), Some(ClaimRefusal::InFlight));
+    assert_eq!(Outbox::refusal(&river, &row, TenantId(0), Instant(105), MAX), Some(ClaimRefusal::LiveLease));
+    assert_eq!(ClaimRefusal::InFlight.to_string(), "it is in flight, and only a rescuer takes an in-flight row back");
+    assert!(outbox.claim(&river, &claim(1, 1, 200)).unwrap().is_empty());
+    assert_eq!(outbox.rescuable(Instant(200)).map(|r| r.message_id), Some(first.message_id));
+    // Rows that are not in flight are claimed as before, a retry time in the lease column too.
+    let vt = Policy { claim_expired_leases: false, retry_in_lease: true, ..reference };
+    let mut waiting = row;
+    waiting.status = Status::Pending;
+    waiting.lease_expires_at = Some(Instant(150));
+    assert!(!Outbox::is_claimable(&vt, &waiting, TenantId(0), Instant(149), MAX));
+    assert!(Outbox::is_claimable(&vt, &waiting, TenantId(0), Instant(150), MAX));
+}
+
+/// The rescuer's target and budget rule: back to PENDING (at once, or after the backoff of its
+/// attempts), or FAILED; a spent budget to EXHAUSTED unless the rescuer ignores it.
+#[test]
+fn the_rescuer_moves_a_row_to_its_target_and_checks_the_budget_as_told() {
+    let reference = Design::Variant(Variant::Reference).policy();
+    let rescuer = Policy { rescue: Some(ReleaseFence::Expired), ..reference };
+    let lease = |attempts: u32| Lease {
+        message_id: MessageId(0),
+        tenant_id: TenantId(0),
+        owner: RelayId(0),
+        token: LeaseToken(attempts as u64),
+        attempts,
+        claim_seq: 0,
+    };
+    let at = Instant(1_000);
+    let cases: [(RescueTarget, RescueBudget, u32, Status, Option<u64>); 8] = [
+        (RescueTarget::Pending, RescueBudget::Exhausts, 1, Status::Pending, None),
+        (RescueTarget::Pending, RescueBudget::Exhausts, MAX, Status::Exhausted, None),
+        (RescueTarget::Pending, RescueBudget::Ignored, MAX, Status::Pending, None),
+        // River: retryable after its backoff, base 1 s doubling: 2 s after the second attempt.
+        (RescueTarget::Retry, RescueBudget::Exhausts, 2, Status::Pending, Some(3_000)),
+        (RescueTarget::Retry, RescueBudget::Exhausts, MAX, Status::Exhausted, None),
+        (RescueTarget::Retry, RescueBudget::Ignored, MAX, Status::Pending, Some(5_000)),
+        (RescueTarget::Failed, RescueBudget::Exhausts, 1, Status::Failed, None),
+        (RescueTarget::Failed, RescueBudget::Ignored, MAX, Status::Failed, None),
+    ];
+    for (target, budget, attempts, to, retry_at) in cases {
+        let policy = Policy { rescue_to: target, rescue_budget: budget, ..rescuer };
+        let request = policy.rescue_request(lease(attempts), ReleaseFence::Expired, attempts, MAX, at);
+        assert_eq!(
+            (request.to, request.retry_at, request.fence, request.now),
+            (to, retry_at.map(Instant), ReleaseFence::Expired, at),
+            "{target:?} {budget:?} at {attempts} attempts"
+        );
+    }
+    // Without EXHAUSTED a spent budget fails the row.
+    let no_exhausted = Policy { exhausted_status: false, ..rescuer };
+    assert_eq!(no_exhausted.rescue_target(MAX, MAX), Status::Failed);
+    assert_eq!(no_exhausted.rescue_target(MAX - 1, MAX), Status::Pending);
+    // The retry time goes on the row the release moves back.
+    let mut outbox = table(1);
+    let held = outbox.claim(&reference, &claim(0, 1, 100)).unwrap()[0];
+    let river = Policy { rescue_to: RescueTarget::Retry, ..rescuer };
+    let request = river.rescue_request(held, ReleaseFence::Expired, held.attempts, MAX, Instant(200));
+    assert_eq!(outbox.release(&request).unwrap(), WriteResult::Applied { status: Status::Pending });
+    assert_eq!(outbox.row(MessageId(0)).unwrap().next_attempt_at, Some(Instant(1_200)));
+}
+
+/// `write.fence = "status-only"` (River's completer): a write applies to any IN_FLIGHT row of
+/// its id, whoever holds it, and to nothing else.
+#[test]
+fn a_status_only_fence_ends_whatever_lease_the_row_has() {
+    let reference = Design::Variant(Variant::Reference).policy();
+    let river = Policy { write_fence: WriteFence::StatusOnly, ..reference };
+    let mut outbox = table(1);
+    let first = outbox.claim(&river, &claim(0, 1, 100)).unwrap()[0];
+    let second = outbox.claim(&river, &claim(1, 1, 200)).unwrap()[0];
+    assert_ne!(first.token, second.token);
+    let mut fenced = outbox.clone();
+    assert_eq!(
+        fenced.write(&reference, &write(first, WriteKind::Published, 201)).unwrap(),
+        WriteResult::Stale { reason: StaleReason::WrongOwner }
+    );
+    assert_eq!(
+        outbox.write(&river, &write(first, WriteKind::Published, 201)).unwrap(),
+        WriteResult::Applied { status: Status::Published }
+    );
+    assert_eq!(
+        outbox.write(&river, &write(second, WriteKind::Published, 202)).unwrap(),
+        WriteResult::Stale { reason: StaleReason::NotInFlight }
+    );
 }

@@ -89,6 +89,40 @@ fn the_builtin_files_match_the_schema_and_the_docs_name_every_key() {
     for key in &keys {
         assert!(docs.contains(&format!("`{key}`")), "docs/design-file.md does not explain {key}");
     }
+    // Every key the parser takes is in the schema, with the words `variants --toml` prints, and
+    // in the docs: the three cannot drift apart.
+    for (dotted, words) in outbox_check::core::design_file::KEY_DOCS {
+        let mut at = &schema;
+        for part in dotted.split('.') {
+            at = &at["properties"][part];
+        }
+        assert_eq!(at["description"].as_str(), Some(words), "docs/json/design-file.schema.json: {dotted}");
+        assert!(docs.contains(&format!("`{dotted}`")), "docs/design-file.md does not explain {dotted}");
+    }
+    // The examples of real queues and real bugs are design files of the schema too.
+    let mut examples = 0;
+    let mut dirs = vec![root.join("docs/examples")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            // SQL profiles (`*.profile.toml`, docs/sql-profile.md) live beside the designs.
+            let name = path.file_name().unwrap().to_string_lossy();
+            if !name.ends_with(".toml") || name.ends_with(".profile.toml") {
+                continue;
+            }
+            let value: toml::Value = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            let value = serde_json::to_value(&value).unwrap();
+            let errors: Vec<String> =
+                validator.iter_errors(&value).map(|e| format!("{e} at {}", e.instance_path())).collect();
+            assert!(errors.is_empty(), "{}: {errors:?}", path.display());
+            examples += 1;
+        }
+    }
+    assert!(examples >= 4, "{examples} example design files");
     // Each mutant's file is reference with one key changed.
     for entry in std::fs::read_dir(root.join("models/designs/mutants")).unwrap() {
         let path = entry.unwrap().path();
@@ -424,4 +458,44 @@ fn verify_takes_a_design_our_sql_does_not_cover() {
     let row = text.lines().find(|l| l.starts_with("job-queue ")).expect("its row");
     assert!(row.contains("(your SQL: conform --profile)"), "{row}");
     assert!(!text.contains("could not run"), "{text}");
+}
+
+/// River, issue 1302 (docs/examples/real-bugs/river-1302.toml): the rescuer writes the jobs it
+/// read by id alone, and `check` finds the documented failure by that route — a job completed
+/// between the rescuer's read and its write is moved back (S4), the violating step being the
+/// rescuer's. River after PR 1373 (docs/examples/river.toml, the write guarded by `running` and
+/// the horizon) keeps S4; what it still breaks is for the tool to say, and it says S1 by
+/// another route: the completer's `state = 'running'` fence lets a rescued attempt's result end
+/// its successor's lease.
+#[test]
+fn river_1302_is_found_through_its_rescuer_and_river_after_the_fix_keeps_s4() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let check = |file: &str| {
+        let path = root.join(file);
+        let out = run(&["check", "--design", path.to_str().unwrap(), "--json", "--quiet", "--no-liveness"]);
+        assert_eq!(out.status.code(), Some(1), "{file}: {}", String::from_utf8_lossy(&out.stderr));
+        json(&out)
+    };
+    let property = |report: &serde_json::Value, id: &str| {
+        report["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap().clone()
+    };
+    let last_step = |p: &serde_json::Value| {
+        let steps = p["counterexample"].as_array().expect("a counterexample");
+        steps.last().unwrap()["text"][0].as_str().unwrap().to_string()
+    };
+    let bug = check("docs/examples/real-bugs/river-1302.toml");
+    let s4 = property(&bug, "S4");
+    assert_eq!(s4["status"], "violated");
+    let last = last_step(&s4);
+    assert!(last.starts_with("rescuer at t=") && last.contains("by id alone"), "{last}");
+    let fixed = check("docs/examples/river.toml");
+    assert_eq!(property(&fixed, "S4")["status"], "holds");
+    let s1 = property(&fixed, "S1");
+    assert_eq!(s1["status"], "violated");
+    let steps = s1["counterexample"].as_array().unwrap();
+    assert!(
+        steps.iter().any(|s| s["text"][0].as_str().unwrap().contains("by its expiry (fence expired)")),
+        "River's S1 comes through its rescuer: {s1}"
+    );
+    assert!(last_step(&s1).contains("mark_published"), "{}", last_step(&s1));
 }

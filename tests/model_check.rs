@@ -157,6 +157,22 @@ fn queue_axes() -> Vec<Design> {
             "[write]\nfence = \"message-id-only\"\ncompletion = \"delete\"\n[retry]\nin_lease_column = true\n",
         ),
         ("vt-steals", "[claim]\ntakes_live_leases = true\n[retry]\nin_lease_column = true\n"),
+        // Claims that never take an in-flight row (River, Graphile Worker, Oban): the reaper
+        // alone, or a rescuer with each target and budget rule, and River's status-only fence.
+        ("no-retake", "[claim]\ntakes_expired_leases = false\n"),
+        (
+            "river",
+            "[claim]\ntakes_expired_leases = false\n[write]\nfence = \"status-only\"\n[maintenance]\njob = \"rescue-expired\"\ntarget = \"retry\"\n",
+        ),
+        (
+            "river-by-id",
+            "[claim]\ntakes_expired_leases = false\n[write]\nfence = \"status-only\"\n[maintenance]\njob = \"rescue-expired\"\nfence = \"id\"\ntarget = \"retry\"\n",
+        ),
+        (
+            "rescue-ignores-budget",
+            "[claim]\ntakes_expired_leases = false\n[maintenance]\njob = \"rescue-expired\"\nbudget = \"ignored\"\n",
+        ),
+        ("pruner-fails", "[claim]\ntakes_expired_leases = false\n[maintenance]\njob = \"rescue-expired\"\ntarget = \"failed\"\n"),
     ]
     .iter()
     .map(|(name, keys)| {

@@ -105,6 +105,10 @@ pub struct ClaimSection {
     /// The claim also takes IN_FLIGHT rows whose lease is still live.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub takes_live_leases: Option<bool>,
+    /// The claim takes back IN_FLIGHT rows whose lease has expired (false: only the
+    /// maintenance job does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub takes_expired_leases: Option<bool>,
     /// The claim also takes PUBLISHED, FAILED and EXHAUSTED rows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub takes_terminal_rows: Option<bool>,
@@ -135,7 +139,7 @@ pub struct AttemptsSection {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WriteSection {
-    /// `status-owner-token`, `status-token`, `status-owner` or `message-id-only`.
+    /// `status-owner-token`, `status-token`, `status-owner`, `status-only` or `message-id-only`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<WriteFence>,
     /// The write checks the row's tenant.
@@ -215,6 +219,12 @@ pub struct MaintenanceSection {
     /// read, if its token is still the row's) or `id` (moves the row it read, whatever holds it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<super::policy::ReleaseFence>,
+    /// Where the rescuer moves a row: `pending`, `retry` (pending with a retry time) or `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<super::policy::RescueTarget>,
+    /// `exhausts` (a row whose budget is spent goes to EXHAUSTED) or `ignored`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<super::policy::RescueBudget>,
 }
 
 /// `[relay]`: what the relay process does.
@@ -280,6 +290,7 @@ impl DesignFile {
         if let Some(c) = &self.claim {
             set(&mut p.claim_by_tenant, c.tenant_scoped);
             set(&mut p.claim_live_leases, c.takes_live_leases);
+            set(&mut p.claim_expired_leases, c.takes_expired_leases);
             set(&mut p.claim_terminal, c.takes_terminal_rows);
             set(&mut p.budget, c.budget);
             set(&mut p.claim_order, c.order);
@@ -346,6 +357,16 @@ impl DesignFile {
                 let rescue = p.rescue.as_mut().ok_or("maintenance.fence goes with job = \"rescue-expired\"")?;
                 *rescue = fence;
             }
+            for (key, given) in [("target", m.target.is_some()), ("budget", m.budget.is_some())] {
+                if given && p.rescue.is_none() {
+                    return Err(format!("maintenance.{key} goes with job = \"rescue-expired\""));
+                }
+            }
+            set(&mut p.rescue_to, m.target);
+            set(&mut p.rescue_budget, m.budget);
+        }
+        if p.claim_live_leases && !p.claim_expired_leases {
+            return Err("claim.takes_expired_leases = false with takes_live_leases = true: a claim that takes live leases takes expired ones too".into());
         }
         if let Some(r) = &self.relay {
             set(&mut p.relay.clock, r.clock);
@@ -379,6 +400,9 @@ impl DesignFile {
                         | "maintenance.fence"
                         | "write.completion"
                         | "retry.in_lease_column"
+                        | "claim.takes_expired_leases"
+                        | "maintenance.target"
+                        | "maintenance.budget"
                 )
             })
             .filter(|key| !key.starts_with("statuses."))
@@ -443,6 +467,7 @@ impl DesignFile {
             claim: Some(ClaimSection {
                 tenant_scoped: Some(p.claim_by_tenant),
                 takes_live_leases: Some(p.claim_live_leases),
+                takes_expired_leases: Some(p.claim_expired_leases),
                 takes_terminal_rows: Some(p.claim_terminal),
                 budget: Some(p.budget),
                 order: Some(p.claim_order),
@@ -473,6 +498,8 @@ impl DesignFile {
                     (None, false) => MaintenanceJob::None,
                 }),
                 fence: p.rescue,
+                target: p.rescue.map(|_| p.rescue_to),
+                budget: p.rescue.map(|_| p.rescue_budget),
             }),
             relay: Some(RelaySection {
                 clock: Some(p.relay.clock),
@@ -530,19 +557,20 @@ pub const SECTION_DOCS: [(&str, &str); 9] = [
 ];
 
 /// Every key of a design file, dotted, with its meaning and allowed values.
-pub const KEY_DOCS: [(&str, &str); 37] = [
+pub const KEY_DOCS: [(&str, &str); 40] = [
     ("name", "The design's name, as fleets and reports name it (letters, digits, - and _)."),
     ("description", "One line saying what the design is."),
     ("based_on", "A built-in design to start from; the file then says only what differs."),
     ("claim.tenant_scoped", "true: a claim takes only its relay's tenant's rows."),
     ("claim.takes_live_leases", "true: a claim also takes IN_FLIGHT rows whose lease has not expired."),
+    ("claim.takes_expired_leases", "true: a claim takes back IN_FLIGHT rows whose lease has expired; false: it never takes an in-flight row, only the maintenance job ends such a lease (River, Graphile Worker, Oban). Optional, default true."),
     ("claim.takes_terminal_rows", "true: a claim also takes PUBLISHED, FAILED and EXHAUSTED rows."),
     ("claim.budget", "\"strict\" (attempts < max), \"one-over\" (attempts <= max) or \"absent\" (no budget predicate)."),
     ("claim.order", "\"due\" (retry time, else creation, then id) or \"created\" (creation, tenant, id)."),
     ("claim.sets", "\"owner-and-token\" (owner and a fresh token), \"owner-only\" (the token stays) or \"unfenced\" (status and expiry only)."),
     ("claim.token", "\"counter\" (token + 1) or \"random\" (a fresh value, compared for equality only)."),
     ("attempts.counted_at", "\"claim\" (the claim's statement counts) or \"failure-write\" (the AMBIGUOUS and retry writes count)."),
-    ("write.fence", "\"status-owner-token\", \"status-token\", \"status-owner\" or \"message-id-only\" (by id alone)."),
+    ("write.fence", "\"status-owner-token\", \"status-token\", \"status-owner\", \"status-only\" (IN_FLIGHT and the id, whoever holds it: River's completer) or \"message-id-only\" (by id alone)."),
     ("write.checks_tenant", "true: a terminal write also checks the row's tenant."),
     ("write.unmatched_reported_as_applied", "true: a write that matched no row is reported as applied."),
     ("write.completion", "\"mark\" (mark_published sets PUBLISHED) or \"delete\" (it deletes the row: no later statement matches it)."),
@@ -556,6 +584,8 @@ pub const KEY_DOCS: [(&str, &str); 37] = [
     ("exhaustion.status", "true: the design has EXHAUSTED; a failure past the budget moves there."),
     ("maintenance.job", "\"none\", \"exhaust-expired\" (expired leases whose budget is spent move to EXHAUSTED) or \"rescue-expired\" (expired leases move back to PENDING; budget spent: EXHAUSTED)."),
     ("maintenance.fence", "The rescuer's fence: \"expired\" (finds and moves a row in one statement), \"token\" (moves the row it read if the token is still the one it read) or \"id\" (moves the row it read by id, whatever holds it now)."),
+    ("maintenance.target", "Where the rescuer moves a row: \"pending\" (claimable at once: Oban's Lifeline), \"retry\" (PENDING with a retry time, the backoff of its attempts: River's rescuer) or \"failed\" (Solid Queue's pruner). Optional, default \"pending\"."),
+    ("maintenance.budget", "Whether the rescuer checks the budget: \"exhausts\" (a row whose budget is spent goes to EXHAUSTED, FAILED without it: River) or \"ignored\" (back to the target whatever its attempts: oban#137). Optional, default \"exhausts\"."),
     ("relay.clock", "\"database\" (one clock for all) or \"relay\" (each relay's own, bound as a parameter; may be skewed)."),
     ("relay.idempotency_key", "\"message-id\" on every attempt, or \"per-attempt\" (a new key each time)."),
     ("relay.on_rejection", "What a permanent rejection writes: \"mark-failed\" or \"mark-retry\"."),

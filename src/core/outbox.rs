@@ -143,6 +143,8 @@ pub enum ClaimRefusal {
     OtherTenant,
     Terminal,
     LiveLease,
+    /// An in-flight row whose lease expired, to a claim that never takes one.
+    InFlight,
     RetryClock,
     BudgetSpent,
     /// More rows than the batch asked for.
@@ -190,6 +192,7 @@ impl std::fmt::Display for ClaimRefusal {
             ClaimRefusal::OtherTenant => "it belongs to another tenant",
             ClaimRefusal::Terminal => "it is terminal",
             ClaimRefusal::LiveLease => "its lease is still live",
+            ClaimRefusal::InFlight => "it is in flight, and only a rescuer takes an in-flight row back",
             ClaimRefusal::RetryClock => "its retry time has not come",
             ClaimRefusal::BudgetSpent => "its budget is spent",
             ClaimRefusal::OverBatch => "the batch is already full",
@@ -369,7 +372,9 @@ impl Outbox {
         // Only a claim sets the expiry and every write clears it, so a non-null expiry is a
         // live or expired lease whatever the status says — or, where the design keeps its retry
         // time there (a visibility timeout), the time a failed row becomes visible again.
-        let lease_ok = policy.claim_live_leases || row.lease_expires_at.is_none_or(|at| at <= now);
+        let lease_ok = policy.claim_live_leases
+            || (row.lease_expires_at.is_none_or(|at| at <= now)
+                && (policy.claim_expired_leases || row.status != Status::InFlight));
         let clock_ok = !policy.retry_clock || row.next_attempt_at.is_none_or(|at| at <= now);
         let budget_ok = !policy.budget.spent(row.attempts, max_attempts);
         lease_ok && clock_ok && budget_ok
@@ -472,6 +477,8 @@ impl Outbox {
             ClaimRefusal::Terminal
         } else if row.status == Status::InFlight && row.lease_expires_at.is_some_and(|at| at > now) {
             ClaimRefusal::LiveLease
+        } else if row.status == Status::InFlight && !policy.claim_expired_leases {
+            ClaimRefusal::InFlight
         } else if row.retry_at().is_some_and(|at| at > now) {
             ClaimRefusal::RetryClock
         } else {
@@ -525,6 +532,7 @@ impl Outbox {
             WriteFence::StatusOwnerToken => (true, true),
             WriteFence::StatusToken => (false, true),
             WriteFence::StatusOwner => (true, false),
+            WriteFence::StatusOnly => (false, false),
         };
         if row.status != Status::InFlight {
             Some(StaleReason::NotInFlight)

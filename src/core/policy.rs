@@ -31,6 +31,32 @@ impl ReleaseFence {
     }
 }
 
+/// Where the rescuer moves a row whose lease it ends (its budget left, or ignored).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RescueTarget {
+    /// Back to PENDING, claimable at once (Oban's Lifeline: `available`).
+    #[default]
+    Pending,
+    /// Back to PENDING with a retry time, the backoff of its attempts from now (River's rescuer:
+    /// `retryable`, `scheduled_at` in the future).
+    Retry,
+    /// To FAILED for good (Solid Queue's pruner fails the claimed executions of a dead process).
+    Failed,
+}
+
+/// Whether the rescuer looks at the budget before it returns a row.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RescueBudget {
+    /// A row whose budget is spent goes to EXHAUSTED (FAILED without it), not back (River
+    /// discards at `attempt >= max_attempts`).
+    #[default]
+    Exhausts,
+    /// Every row goes to the target, spent or not (Oban's orphan rescue before oban#137's fix).
+    Ignored,
+}
+
 /// When `attempts` is counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -66,6 +92,9 @@ pub enum WriteFence {
     StatusOwner,
     /// `message_id = ?` alone (the V1 AMBIGUOUS write; mutant `write-id-only`).
     MessageIdOnly,
+    /// `status = IN_FLIGHT` and the id, nothing of the lease (River's completer: `state =
+    /// 'running'`): any holder's write ends whatever lease the row has now.
+    StatusOnly,
 }
 
 /// The claim's budget predicate.
@@ -198,6 +227,11 @@ pub struct Policy {
     pub write_checks_tenant: bool,
     /// Claim takes IN_FLIGHT rows whose lease has not expired (mutant `steal-live-lease`).
     pub claim_live_leases: bool,
+    /// Claim takes IN_FLIGHT rows whose lease has expired (reference, seed 000). Without it a
+    /// claim never takes an in-flight row: only the rescuer or the reaper ends such a lease (River,
+    /// Graphile Worker, Oban, Solid Queue).
+    #[serde(default = "yes")]
+    pub claim_expired_leases: bool,
     /// Claim accepts PUBLISHED, FAILED and EXHAUSTED rows (mutant `claim-terminal`).
     pub claim_terminal: bool,
     /// A write that matched no row reports Applied (mutant `swallow-stale`).
@@ -210,6 +244,12 @@ pub struct Policy {
     /// statement after reading it (the job queue's "rescuer").
     #[serde(default)]
     pub rescue: Option<ReleaseFence>,
+    /// Where the rescuer moves a row it takes back.
+    #[serde(default)]
+    pub rescue_to: RescueTarget,
+    /// Whether the rescuer checks the budget first.
+    #[serde(default)]
+    pub rescue_budget: RescueBudget,
     /// What a successful publication's write does to the row: marks it PUBLISHED, or deletes it
     /// (a job queue's `DELETE … WHERE id = ?`): the row is gone, and no later statement matches it.
     #[serde(default)]
@@ -221,6 +261,10 @@ pub struct Policy {
     pub retry_in_lease: bool,
     pub backoff: Backoff,
     pub relay: RelayPolicy,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// What `mark_published` does to the row.
@@ -339,15 +383,40 @@ impl Policy {
         }
     }
 
-    /// Where the rescuer moves a row it found with an expired lease: back to PENDING with budget
-    /// left, else to EXHAUSTED (FAILED in a design without it). The attempts stay.
+    /// Where the rescuer moves a row it found with an expired lease: to its target (back to
+    /// PENDING, or FAILED); a row whose budget is spent to EXHAUSTED (FAILED in a design without
+    /// it) unless the rescuer ignores the budget. The attempts stay.
     pub fn rescue_target(&self, attempts: u32, max_attempts: u32) -> super::row::Status {
         use super::row::Status;
-        match (used_up(attempts, max_attempts), self.exhausted_status) {
-            (false, _) => Status::Pending,
-            (true, true) => Status::Exhausted,
-            (true, false) => Status::Failed,
+        let spent = self.rescue_budget == RescueBudget::Exhausts && used_up(attempts, max_attempts);
+        match (self.rescue_to, spent, self.exhausted_status) {
+            (RescueTarget::Failed, _, _) => Status::Failed,
+            (_, false, _) => Status::Pending,
+            (_, true, true) => Status::Exhausted,
+            (_, true, false) => Status::Failed,
         }
+    }
+
+    /// The retry time the rescuer gives a row it moves back to PENDING at `now`: the backoff of
+    /// its `attempts` where its target is a retry, none otherwise.
+    pub fn rescue_retry_at(&self, attempts: u32, now: super::time::Instant) -> Option<super::time::Instant> {
+        (self.rescue_to == RescueTarget::Retry).then(|| now.plus(self.backoff.delay(attempts)))
+    }
+
+    /// The rescuer's release of `lease` at `now`, the row having `attempts`: fenced by `fence`,
+    /// to [`Policy::rescue_target`], with [`Policy::rescue_retry_at`] where the row goes back to
+    /// PENDING. Every engine's rescuer asks here.
+    pub fn rescue_request(
+        &self,
+        lease: super::row::Lease,
+        fence: ReleaseFence,
+        attempts: u32,
+        max_attempts: u32,
+        now: super::time::Instant,
+    ) -> super::outbox::ReleaseRequest {
+        let to = self.rescue_target(attempts, max_attempts);
+        let retry_at = if to == super::row::Status::Pending { self.rescue_retry_at(attempts, now) } else { None };
+        super::outbox::ReleaseRequest { lease, fence, to, retry_at, now }
     }
 
     /// A policy every switch of which a complete design file sets: the base such a file is
@@ -366,10 +435,13 @@ impl Policy {
             claim_by_tenant: false,
             write_checks_tenant: false,
             claim_live_leases: false,
+            claim_expired_leases: true,
             claim_terminal: false,
             swallow_stale: false,
             requeue_resets_token: false,
             rescue: None,
+            rescue_to: RescueTarget::Pending,
+            rescue_budget: RescueBudget::Exhausts,
             completion: Completion::Mark,
             retry_in_lease: false,
             backoff: Backoff { base: super::time::Duration(1), cap: super::time::Duration(1) },
@@ -408,10 +480,13 @@ impl Policy {
             ("claim_by_tenant", s(&self.claim_by_tenant)),
             ("write_checks_tenant", s(&self.write_checks_tenant)),
             ("claim_live_leases", s(&self.claim_live_leases)),
+            ("claim_expired_leases", s(&self.claim_expired_leases)),
             ("claim_terminal", s(&self.claim_terminal)),
             ("swallow_stale", s(&self.swallow_stale)),
             ("requeue_resets_token", s(&self.requeue_resets_token)),
             ("rescue", self.rescue.map_or("none".to_string(), |f| format!("fenced by {}", f.name()))),
+            ("rescue_to", s(&self.rescue_to)),
+            ("rescue_budget", s(&self.rescue_budget)),
             ("backoff", format!("{}..{}", self.backoff.base, self.backoff.cap)),
             ("relay.idempotency_key", s(&self.relay.idempotency_key)),
             ("relay.rejection", s(&self.relay.rejection)),

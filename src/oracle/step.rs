@@ -380,6 +380,9 @@ impl Oracle {
                             ClaimRefusal::OtherTenant => Some(Property::S9),
                             ClaimRefusal::Terminal => Some(Property::S4),
                             ClaimRefusal::LiveLease => Some(Property::S6),
+                            // Taking an expired lease the design leaves to its rescuer breaks no
+                            // property: it is not what the design's claim does.
+                            ClaimRefusal::InFlight => None,
                             ClaimRefusal::RetryClock => Some(Property::S7),
                             ClaimRefusal::BudgetSpent => Some(Property::S3),
                             ClaimRefusal::OverBatch | ClaimRefusal::Twice => None,
@@ -702,6 +705,7 @@ impl Oracle {
         lax.claim_by_tenant = false;
         lax.write_checks_tenant = false;
         lax.claim_live_leases = true;
+        lax.claim_expired_leases = true;
         lax.claim_terminal = true;
         lax.budget = BudgetPredicate::Absent;
         lax.retry_clock = false;

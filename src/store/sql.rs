@@ -51,6 +51,10 @@ pub fn claim_select(d: Dialect, policy: &Policy) -> String {
     let now = d.p(2, "bigint");
     if !policy.claim_live_leases {
         predicate.push(format!("(lease_expires_at IS NULL OR lease_expires_at <= {now})"));
+        if !policy.claim_expired_leases {
+            // Only the maintenance job takes an in-flight row back.
+            predicate.push("status <> 'IN_FLIGHT'".to_string());
+        }
     }
     if policy.retry_clock {
         predicate.push(format!("(next_attempt_at IS NULL OR next_attempt_at <= {now})"));
@@ -132,6 +136,7 @@ pub fn write(d: Dialect, policy: &Policy, kind: WriteKind) -> String {
         WriteFence::StatusOwnerToken => (true, true),
         WriteFence::StatusToken => (false, true),
         WriteFence::StatusOwner => (true, false),
+        WriteFence::StatusOnly => (false, false),
     };
     if policy.write_fence != WriteFence::MessageIdOnly {
         fence.push("status = 'IN_FLIGHT'".into());
