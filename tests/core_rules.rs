@@ -549,3 +549,133 @@ fn a_status_only_fence_ends_whatever_lease_the_row_has() {
         WriteResult::Stale { reason: StaleReason::NotInFlight }
     );
 }
+
+/// S10's rule, fed what a torn enqueue would leave (the core's own enqueue never tears, so the
+/// rule is tested on its own): applied needs the row and exactly one version more; stale needs
+/// neither.
+#[test]
+fn an_enqueue_is_torn_unless_row_and_version_move_together() {
+    let m = MessageId(4);
+    let applied = EnqueueResult::Applied { version: 3 };
+    let stale = EnqueueResult::Stale { current_version: 2 };
+    assert_eq!(Auditor::enqueue_breach(m, &applied, true, 2, 3), None);
+    assert_eq!(
+        Auditor::enqueue_breach(m, &applied, false, 2, 3),
+        Some(Breach::EnqueueTorn { message: m, inserted: false, transitioned: true })
+    );
+    assert_eq!(
+        Auditor::enqueue_breach(m, &applied, true, 2, 2),
+        Some(Breach::EnqueueTorn { message: m, inserted: true, transitioned: false })
+    );
+    assert_eq!(
+        Auditor::enqueue_breach(m, &applied, true, 2, 4),
+        Some(Breach::EnqueueTorn { message: m, inserted: true, transitioned: false })
+    );
+    assert_eq!(Auditor::enqueue_breach(m, &stale, false, 2, 2), None);
+    assert_eq!(Auditor::enqueue_breach(m, &stale, true, 2, 2), Some(Breach::StaleEnqueueChanged { message: m }));
+    assert_eq!(Auditor::enqueue_breach(m, &stale, false, 2, 3), Some(Breach::StaleEnqueueChanged { message: m }));
+    // Through the auditor, the core's enqueue keeps it.
+    let mut outbox = Outbox::new();
+    let mut auditor = Auditor::new(MAX);
+    let req = EnqueueRequest {
+        tenant_id: TenantId(0),
+        aggregate_id: AggregateId(0),
+        expected_version: 0,
+        message_id: m,
+        now: Instant(0),
+    };
+    assert_eq!(auditor.enqueue(&mut outbox, &req), Ok(EnqueueResult::Applied { version: 1 }));
+    assert_eq!(
+        auditor.enqueue(&mut outbox, &EnqueueRequest { message_id: MessageId(5), ..req }).unwrap(),
+        EnqueueResult::Stale { current_version: 1 }
+    );
+    assert!(auditor.violations().is_empty(), "{:?}", auditor.violations());
+    assert!(auditor.ghost(m).is_some() && auditor.ghost(MessageId(5)).is_none());
+}
+
+/// S4's words for a terminal row a rescuer moved by id: what it was and what it is now.
+#[test]
+fn the_auditor_names_what_a_terminal_row_became() {
+    let reference = Design::Variant(Variant::Reference).policy();
+    let mut outbox = table(1);
+    let mut auditor = Auditor::new(MAX);
+    let lease = auditor.claim(&mut outbox, &reference, &claim(0, 1, 100), Instant(100)).unwrap()[0];
+    auditor.published(&lease, IdempotencyKey::Message { message_id: MessageId(0) }, true);
+    auditor.write(&mut outbox, &reference, &write(lease, WriteKind::Published, 101)).unwrap();
+    assert!(auditor.take_violations().is_empty());
+    let by_id =
+        ReleaseRequest { lease, fence: ReleaseFence::Id, to: Status::Pending, retry_at: None, now: Instant(102) };
+    assert_eq!(auditor.release(&mut outbox, &by_id).unwrap(), WriteResult::Applied { status: Status::Pending });
+    let v = auditor.take_violations();
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].property, Property::S4);
+    assert!(
+        matches!(v[0].breach, Breach::ChangedTerminal { was: Status::Published, now: Some(Status::Pending), .. }),
+        "{:?}",
+        v[0].breach
+    );
+}
+
+/// A random-token claim that leaves the token as it was reuses it (S2), even the first time;
+/// a random-token claim records the token it replaced, a counter claim records none.
+#[test]
+fn a_random_token_claim_that_keeps_the_token_reuses_it() {
+    let tenant = Design::Variant(Variant::SeedTenant).policy();
+    assert_eq!(tenant.token_kind, TokenKind::Random);
+    let keeps = Policy { claim_fence: ClaimFence::OwnerOnly, ..tenant };
+    let mut outbox = table(1);
+    let mut auditor = Auditor::new(MAX);
+    auditor.claim(&mut outbox, &keeps, &claim(0, 1, 100), Instant(100)).unwrap();
+    let v = auditor.take_violations();
+    assert!(v.iter().any(|v| v.property == Property::S2), "{v:?}");
+    // Fresh random tokens: no breach, and the ghost keeps the tokens the row had.
+    let mut outbox = table(1);
+    let mut auditor = Auditor::new(MAX);
+    let first = auditor.claim(&mut outbox, &tenant, &claim(0, 1, 100), Instant(100)).unwrap()[0];
+    auditor.claim(&mut outbox, &tenant, &claim(1, 1, 200), Instant(200)).unwrap();
+    assert!(auditor.take_violations().is_empty());
+    assert_eq!(auditor.ghost(MessageId(0)).unwrap().tokens_seen, vec![LeaseToken(0), first.token]);
+    let reference = Design::Variant(Variant::Reference).policy();
+    let mut outbox = table(1);
+    let mut auditor = Auditor::new(MAX);
+    auditor.claim(&mut outbox, &reference, &claim(0, 1, 100), Instant(100)).unwrap();
+    assert!(auditor.ghost(MessageId(0)).unwrap().tokens_seen.is_empty());
+}
+
+/// Publications are counted per budget: those of a lease from before a requeue go to the old
+/// budget (S3 past it), the rest to the new one, and every one to the lifetime count.
+#[test]
+fn publications_count_against_the_budget_their_claim_belongs_to() {
+    let reference = Design::Variant(Variant::Reference).policy();
+    let mut outbox = table(1);
+    let mut auditor = Auditor::new(1);
+    let one = |now: u64| ClaimRequest { max_attempts: 1, ..claim(0, 1, now) };
+    let old = auditor.claim(&mut outbox, &reference, &one(100), Instant(100)).unwrap()[0];
+    let key = IdempotencyKey::Message { message_id: MessageId(0) };
+    auditor.published(&old, key, false);
+    let fail = WriteRequest { max_attempts: 1, ..write(old, WriteKind::Failed { code: FailureCode::Rejected }, 101) };
+    assert_eq!(auditor.write(&mut outbox, &reference, &fail).unwrap(), WriteResult::Applied { status: Status::Failed });
+    auditor.requeue(&mut outbox, &reference, MessageId(0)).unwrap();
+    assert!(auditor.take_violations().is_empty());
+    let new = auditor.claim(&mut outbox, &reference, &one(200), Instant(200)).unwrap()[0];
+    auditor.published(&new, key, true);
+    assert!(auditor.take_violations().is_empty(), "one publication in each budget");
+    // The lease from before the requeue publishes again: its budget had one.
+    auditor.published(&old, key, false);
+    let v = auditor.take_violations();
+    assert!(
+        matches!(
+            v.as_slice(),
+            [Violation { property: Property::S3, breach: Breach::PublishedOverBudget { count: 2, max: 1, .. } }]
+        ),
+        "{v:?}"
+    );
+    let ghost = auditor.ghost(MessageId(0)).unwrap();
+    assert_eq!((ghost.publications, ghost.publications_previous, ghost.publications_total), (1, 2, 3));
+}
+
+#[test]
+fn the_model_names_tenants_as_it_prints_them() {
+    assert_eq!(ModelNames.tenant_name(TenantId(2)), "tenant2");
+    assert_eq!(ModelNames.tenant_name(TenantId(2)), TenantId(2).to_string());
+}

@@ -208,20 +208,34 @@ impl Auditor {
         let result = outbox.enqueue(req)?;
         let version_after = outbox.aggregate_version(req.tenant_id, req.aggregate_id);
         let inserted = outbox.rows().len() == rows_before + 1 && outbox.row(req.message_id).is_some();
-        let transitioned = version_after == version_before + 1;
-        match result {
-            EnqueueResult::Applied { .. } if !(inserted && transitioned) => {
-                self.violated(Property::S10, Breach::EnqueueTorn { message: req.message_id, inserted, transitioned })
-            }
-            EnqueueResult::Stale { .. } if inserted || version_after != version_before => {
-                self.violated(Property::S10, Breach::StaleEnqueueChanged { message: req.message_id })
-            }
-            _ => {}
+        if let Some(breach) = Self::enqueue_breach(req.message_id, &result, inserted, version_before, version_after) {
+            self.violated(Property::S10, breach);
         }
         if inserted {
             self.ghost_mut(req.message_id);
         }
         Ok(result)
+    }
+
+    /// S10 for one enqueue, from what the table shows after it: an applied enqueue inserted its
+    /// row and moved the aggregate one version on; a stale one did neither.
+    pub fn enqueue_breach(
+        message: MessageId,
+        result: &EnqueueResult,
+        inserted: bool,
+        version_before: u32,
+        version_after: u32,
+    ) -> Option<Breach> {
+        let transitioned = version_after == version_before + 1;
+        match result {
+            EnqueueResult::Applied { .. } if !(inserted && transitioned) => {
+                Some(Breach::EnqueueTorn { message, inserted, transitioned })
+            }
+            EnqueueResult::Stale { .. } if inserted || version_after != version_before => {
+                Some(Breach::StaleEnqueueChanged { message })
+            }
+            _ => None,
+        }
     }
 
     /// SPEC §3.2 with S2, S3, S4, S6, S7 and S9. `true_now` is the global clock (the model's or the
