@@ -679,3 +679,85 @@ fn the_model_names_tenants_as_it_prints_them() {
     assert_eq!(ModelNames.tenant_name(TenantId(2)), "tenant2");
     assert_eq!(ModelNames.tenant_name(TenantId(2)), TenantId(2).to_string());
 }
+
+/// Design files (the core's `design_file`): the rules a file is held to, each with the words
+/// of its error.
+mod design_file_rules {
+    use outbox_check::core::design_file::{DesignFile, StatusNames};
+    use outbox_check::core::*;
+    use outbox_check::design::{Design, Variant};
+
+    fn apply(base: Policy, text: &str) -> Result<Policy, String> {
+        DesignFile::parse(&format!("name = \"q\"\n{text}\n")).unwrap().apply(base)
+    }
+
+    #[test]
+    fn one_name_may_not_stand_for_two_statuses() {
+        assert_eq!(StatusNames::default().check(), Ok(()));
+        let river = StatusNames {
+            pending: Some("available".into()),
+            in_flight: Some("running".into()),
+            ..StatusNames::default()
+        };
+        assert_eq!(river.check(), Ok(()));
+        let twice = StatusNames {
+            failed: Some("discarded".into()),
+            exhausted: Some("discarded".into()),
+            ..StatusNames::default()
+        };
+        assert_eq!(twice.check(), Err("statuses: \"discarded\" names two statuses".to_string()));
+        assert_eq!(ModelNames.status_name(Status::InFlight), "IN_FLIGHT");
+    }
+
+    #[test]
+    fn an_error_names_its_key_once() {
+        let e = DesignFile::parse("name = \"q\"\n[attempts]\ncounted_at = \"never\"\n").unwrap_err();
+        assert!(e.message.starts_with("attempts.counted_at: unknown variant `never`"), "{e}");
+        // toml's own words already name it: not again.
+        let e = DesignFile::parse("name = \"q\"\nlive = true\n").unwrap_err();
+        assert!(e.message.starts_with("unknown field `live`"), "{e}");
+    }
+
+    #[test]
+    fn backoff_keys_go_with_their_kind() {
+        let exponential = Design::Variant(Variant::Reference).policy();
+        let fixed = Policy { backoff: Backoff { base: Duration(250), cap: Duration(250) }, ..exponential };
+        // Without `backoff`, the base's kind: a fixed base takes delay_ms, an exponential one not.
+        assert_eq!(
+            apply(fixed, "[retry]\ndelay_ms = 300").unwrap().backoff,
+            Backoff { base: Duration(300), cap: Duration(300) }
+        );
+        assert!(apply(exponential, "[retry]\ndelay_ms = 300").unwrap_err().contains("goes with backoff = \"fixed\""));
+        // Fixed takes no base or cap, either of them.
+        assert!(apply(exponential, "[retry]\nbackoff = \"fixed\"\ncap_ms = 5\ndelay_ms = 5")
+            .unwrap_err()
+            .contains("not base_ms or cap_ms"));
+        assert!(apply(exponential, "[retry]\nbackoff = \"fixed\"\nbase_ms = 5\ndelay_ms = 5")
+            .unwrap_err()
+            .contains("not base_ms or cap_ms"));
+        // Fixed needs a delay only where the base's backoff is not fixed already.
+        assert!(apply(exponential, "[retry]\nbackoff = \"fixed\"").unwrap_err().contains("needs delay_ms"));
+        assert_eq!(apply(fixed, "[retry]\nbackoff = \"fixed\"").unwrap().backoff, fixed.backoff);
+        // The cap may equal the base, not be below it.
+        assert_eq!(
+            apply(exponential, "[retry]\nbase_ms = 10\ncap_ms = 10").unwrap().backoff,
+            Backoff { base: Duration(10), cap: Duration(10) }
+        );
+        assert!(apply(exponential, "[retry]\nbase_ms = 10\ncap_ms = 9")
+            .unwrap_err()
+            .contains("cap_ms = 9 is below base_ms = 10"));
+    }
+
+    #[test]
+    fn a_file_without_based_on_names_the_keys_it_leaves_out() {
+        let reference = Design::Variant(Variant::Reference).policy();
+        let complete = DesignFile::complete("mine", "all of reference", &reference).to_toml();
+        assert_eq!(DesignFile::parse(&complete).unwrap().missing_keys(), Vec::<&str>::new());
+        let without: String =
+            complete.lines().filter(|l| !l.starts_with("budget =")).map(|l| format!("{l}\n")).collect();
+        let file = DesignFile::parse(&without).unwrap();
+        assert_eq!(file.missing_keys(), vec!["claim.budget"]);
+        let e = file.resolve(&|_| None).unwrap_err();
+        assert!(e.starts_with("claim.budget not given"), "{e}");
+    }
+}
