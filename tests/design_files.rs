@@ -499,3 +499,29 @@ fn river_1302_is_found_through_its_rescuer_and_river_after_the_fix_keeps_s4() {
     );
     assert!(last_step(&s1).contains("mark_published"), "{}", last_step(&s1));
 }
+
+/// Oban, issue 137 (docs/examples/real-bugs/oban-137.toml): the orphan rescue returned crashed
+/// jobs to `available` whatever their attempts, and the fetch had no budget check; `check`
+/// finds S3 by that route — the step before the claim over the budget is the rescuer's. After
+/// 304e190 (oban-137-fixed.toml, the rescue discards spent jobs) S3 holds.
+#[test]
+fn oban_137_is_found_through_its_orphan_rescue_and_the_fix_keeps_the_budget() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let check = |file: &str| {
+        let path = root.join(file);
+        json(&run(&["check", "--design", path.to_str().unwrap(), "--json", "--quiet", "--no-liveness"]))
+    };
+    let property = |report: &serde_json::Value, id: &str| {
+        report["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap().clone()
+    };
+    let bug = check("docs/examples/real-bugs/oban-137.toml");
+    let s3 = property(&bug, "S3");
+    assert_eq!(s3["status"], "violated");
+    let texts: Vec<String> =
+        s3["counterexample"].as_array().unwrap().iter().map(|s| s["text"][0].as_str().unwrap().to_string()).collect();
+    let n = texts.len();
+    assert!(texts[n - 1].contains("claims") && texts[n - 1].ends_with("attempts 4"), "{texts:?}");
+    assert!(texts[n - 2].starts_with("rescuer at t=") && texts[n - 2].contains("to PENDING"), "{texts:?}");
+    let fixed = check("docs/examples/real-bugs/oban-137-fixed.toml");
+    assert_eq!(property(&fixed, "S3")["status"], "holds");
+}
