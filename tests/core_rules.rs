@@ -760,4 +760,49 @@ mod design_file_rules {
         let e = file.resolve(&|_| None).unwrap_err();
         assert!(e.starts_with("claim.budget not given"), "{e}");
     }
+
+    #[test]
+    fn a_design_name_takes_letters_digits_dashes_and_underscores() {
+        let named = |name: &str| {
+            DesignFile::parse(&format!("name = {name:?}\nbased_on = \"reference\"\n"))
+                .unwrap()
+                .resolve(&|_| Some(Design::Variant(Variant::Reference).policy()))
+        };
+        assert!(named("rescue-by_id2").is_ok());
+        assert_eq!(
+            named("my queue").unwrap_err(),
+            "name = \"my queue\": a design's name takes letters, digits, - and _"
+        );
+        assert!(named("").is_err());
+    }
+
+    #[test]
+    fn a_complete_file_gives_back_its_policy_with_its_kind_of_backoff() {
+        let reference = Design::Variant(Variant::Reference).policy();
+        let fixed = Policy { backoff: Backoff { base: Duration(250), cap: Duration(250) }, ..reference };
+        for (policy, has, lacks) in [
+            (reference, &["base_ms = 1000", "cap_ms = 60000"][..], &["delay_ms"][..]),
+            (fixed, &["delay_ms = 250"][..], &["base_ms", "cap_ms"][..]),
+        ] {
+            let file = DesignFile::complete("mine", "all of it", &policy);
+            let text = file.to_toml();
+            for key in has {
+                assert!(text.contains(key), "{key} missing:\n{text}");
+            }
+            for key in lacks {
+                assert!(!text.contains(key), "{key} given:\n{text}");
+            }
+            assert_eq!(DesignFile::parse(&text).unwrap().resolve(&|_| None), Ok(policy));
+            let commented = file.to_commented_toml();
+            assert!(commented.starts_with("# An outbox-check design file (docs/design-file.md)."), "{commented}");
+            assert!(
+                commented.contains("# true: a claim takes only its relay's tenant's rows.\ntenant_scoped = "),
+                "{commented}"
+            );
+            assert!(
+                commented.contains("# Which rows a claim takes, in what order, and what it writes on them.\n[claim]"),
+                "{commented}"
+            );
+        }
+    }
 }
