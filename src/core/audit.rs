@@ -204,10 +204,11 @@ impl Auditor {
     /// SPEC §3.1 with S10: the outbox row exists if and only if the business transition committed.
     pub fn enqueue(&mut self, outbox: &mut Outbox, req: &EnqueueRequest) -> Result<EnqueueResult, CoreError> {
         let version_before = outbox.aggregate_version(req.tenant_id, req.aggregate_id);
-        let rows_before = outbox.rows().len();
         let result = outbox.enqueue(req)?;
         let version_after = outbox.aggregate_version(req.tenant_id, req.aggregate_id);
-        let inserted = outbox.rows().len() == rows_before + 1 && outbox.row(req.message_id).is_some();
+        // The core refuses an id the table holds (an error, not a result), so the row is there
+        // after a result if and only if this enqueue inserted it.
+        let inserted = outbox.row(req.message_id).is_some();
         if let Some(breach) = Self::enqueue_breach(req.message_id, &result, inserted, version_before, version_after) {
             self.violated(Property::S10, breach);
         }
