@@ -713,6 +713,7 @@ mod design_file_rules {
     fn an_error_names_its_key_once() {
         let e = DesignFile::parse("name = \"q\"\n[attempts]\ncounted_at = \"never\"\n").unwrap_err();
         assert!(e.message.starts_with("attempts.counted_at: unknown variant `never`"), "{e}");
+        assert_eq!((e.line, e.column), (3, 14), "the value's line and column, from 1");
         // toml's own words already name it: not again.
         let e = DesignFile::parse("name = \"q\"\nlive = true\n").unwrap_err();
         assert!(e.message.starts_with("unknown field `live`"), "{e}");
