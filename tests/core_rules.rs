@@ -55,6 +55,11 @@ fn enqueue_moves_the_aggregate_and_inserts_only_when_current() {
     let again = EnqueueRequest { expected_version: 2, ..stale };
     assert_eq!(outbox.enqueue(&again), Err(CoreError::DuplicateMessageId(MessageId(7))));
     assert_eq!(outbox.aggregate_version(TenantId(0), AggregateId(0)), 2, "a refused insert moves nothing");
+    assert_eq!(
+        outbox.aggregates(),
+        &[Aggregate { tenant_id: TenantId(0), aggregate_id: AggregateId(0), version: 2 }],
+        "the business table: one aggregate, at version 2"
+    );
 }
 
 #[test]
@@ -805,5 +810,40 @@ mod design_file_rules {
                 "{commented}"
             );
         }
+    }
+}
+
+/// The words every result of the core prints (reports, the explorer and the oracle show them to
+/// users), and the failure code each write records.
+#[test]
+fn the_cores_results_say_what_happened_in_words() {
+    assert_eq!(EnqueueResult::Applied { version: 2 }.to_string(), "applied (the aggregate is now at version 2)");
+    assert_eq!(
+        EnqueueResult::Stale { current_version: 3 }.to_string(),
+        "stale (the aggregate is at version 3: nothing inserted)"
+    );
+    let reasons = [
+        (StaleReason::WrongTenant, "the row belongs to another tenant"),
+        (StaleReason::NotInFlight, "the row is no longer IN_FLIGHT"),
+        (StaleReason::Deleted, "the row was deleted"),
+        (StaleReason::WrongOwner, "another relay holds the lease"),
+        (StaleReason::WrongToken, "the token was superseded"),
+    ];
+    for (reason, words) in reasons {
+        assert_eq!(reason.to_string(), words);
+        assert_eq!(WriteResult::Stale { reason }.to_string(), format!("stale: {words}"));
+    }
+    assert_eq!(ClaimRefusal::LiveLease.to_string(), "its lease is still live");
+    assert_eq!(RequeueResult::Applied.to_string(), "applied (back to PENDING with a new budget)");
+    assert_eq!(
+        RequeueResult::NotRequeueable { status: Status::Published }.to_string(),
+        "not requeueable (the row is PUBLISHED)"
+    );
+    assert_eq!(WriteKind::Published.code(), None);
+    for code in [FailureCode::Timeout, FailureCode::Unavailable, FailureCode::Rejected] {
+        assert_eq!(WriteKind::Ambiguous { code }.code(), Some(code));
+        assert_eq!(WriteKind::Retry { code }.code(), Some(code));
+        assert_eq!(WriteKind::Failed { code }.code(), Some(code));
+        assert_eq!(WriteKind::Exhausted { code }.code(), Some(code));
     }
 }
