@@ -60,6 +60,15 @@ fn the_builtin_files_match_the_schema_and_the_docs_name_every_key() {
         serde_json::from_str(&std::fs::read_to_string(root.join("docs/json/design-file.schema.json")).unwrap())
             .unwrap();
     let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+    // A design file read as data, with every schema error it has.
+    let validated = |path: &Path| {
+        let value: toml::Value = toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let value = serde_json::to_value(&value).unwrap();
+        let errors: Vec<String> =
+            validator.iter_errors(&value).map(|e| format!("{e} at {}", e.instance_path())).collect();
+        assert!(errors.is_empty(), "{}: {errors:?}", path.display());
+        value
+    };
     let docs = std::fs::read_to_string(root.join("docs/design-file.md")).unwrap();
     let mut files = 0;
     let mut keys = std::collections::BTreeSet::new();
@@ -69,11 +78,7 @@ fn the_builtin_files_match_the_schema_and_the_docs_name_every_key() {
             if path.extension().is_none_or(|e| e != "toml") {
                 continue;
             }
-            let value: toml::Value = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-            let value = serde_json::to_value(&value).unwrap();
-            let errors: Vec<String> =
-                validator.iter_errors(&value).map(|e| format!("{e} at {}", e.instance_path())).collect();
-            assert!(errors.is_empty(), "{}: {errors:?}", path.display());
+            let value = validated(&path);
             for (key, v) in value.as_object().unwrap() {
                 match v.as_object() {
                     Some(section) => keys.extend(section.keys().map(|k| format!("{key}.{k}"))),
@@ -114,11 +119,7 @@ fn the_builtin_files_match_the_schema_and_the_docs_name_every_key() {
             if !name.ends_with(".toml") || name.ends_with(".profile.toml") {
                 continue;
             }
-            let value: toml::Value = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-            let value = serde_json::to_value(&value).unwrap();
-            let errors: Vec<String> =
-                validator.iter_errors(&value).map(|e| format!("{e} at {}", e.instance_path())).collect();
-            assert!(errors.is_empty(), "{}: {errors:?}", path.display());
+            validated(&path);
             examples += 1;
         }
     }
@@ -460,6 +461,17 @@ fn verify_takes_a_design_our_sql_does_not_cover() {
     assert!(!text.contains("could not run"), "{text}");
 }
 
+/// `check --json` (safety only) of a design file under docs/examples.
+fn check_example(file: &str) -> std::process::Output {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    run(&["check", "--design", path.to_str().unwrap(), "--json", "--quiet", "--no-liveness"])
+}
+
+/// One property's entry in a `check --json` report.
+fn property(report: &serde_json::Value, id: &str) -> serde_json::Value {
+    report["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap().clone()
+}
+
 /// River, issue 1302 (docs/examples/real-bugs/river-1302.toml): the rescuer writes the jobs it
 /// read by id alone, and `check` finds the documented failure by that route — a job completed
 /// between the rescuer's read and its write is moved back (S4), the violating step being the
@@ -469,15 +481,10 @@ fn verify_takes_a_design_our_sql_does_not_cover() {
 /// its successor's lease.
 #[test]
 fn river_1302_is_found_through_its_rescuer_and_river_after_the_fix_keeps_s4() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let check = |file: &str| {
-        let path = root.join(file);
-        let out = run(&["check", "--design", path.to_str().unwrap(), "--json", "--quiet", "--no-liveness"]);
+        let out = check_example(file);
         assert_eq!(out.status.code(), Some(1), "{file}: {}", String::from_utf8_lossy(&out.stderr));
         json(&out)
-    };
-    let property = |report: &serde_json::Value, id: &str| {
-        report["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap().clone()
     };
     let last_step = |p: &serde_json::Value| {
         let steps = p["counterexample"].as_array().expect("a counterexample");
@@ -506,14 +513,7 @@ fn river_1302_is_found_through_its_rescuer_and_river_after_the_fix_keeps_s4() {
 /// 304e190 (oban-137-fixed.toml, the rescue discards spent jobs) S3 holds.
 #[test]
 fn oban_137_is_found_through_its_orphan_rescue_and_the_fix_keeps_the_budget() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let check = |file: &str| {
-        let path = root.join(file);
-        json(&run(&["check", "--design", path.to_str().unwrap(), "--json", "--quiet", "--no-liveness"]))
-    };
-    let property = |report: &serde_json::Value, id: &str| {
-        report["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap().clone()
-    };
+    let check = |file: &str| json(&check_example(file));
     let bug = check("docs/examples/real-bugs/oban-137.toml");
     let s3 = property(&bug, "S3");
     assert_eq!(s3["status"], "violated");
