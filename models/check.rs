@@ -233,6 +233,11 @@ impl CheckReport {
         self.properties.iter().any(|p| p.status == Verdict::Violated)
     }
 
+    /// Some property `verify` gates on ([`outbox_check::core::Property::gated`]) is violated.
+    pub fn violated_gated(&self) -> bool {
+        self.properties.iter().any(|p| p.status == Verdict::Violated && outbox_check::core::Property::gated_id(&p.id))
+    }
+
     /// Every safety and liveness property was decided (held, violated or not exercised).
     pub fn decided(&self) -> bool {
         self.complete && self.properties.iter().all(|p| p.status != Verdict::Unknown)
@@ -559,6 +564,7 @@ fn not_exercised_reason(config: &WorldConfig, witness: outbox_check::core::Situa
         "S10" if !config.enqueue_actions => {
             " (every message is in the table from the start: no enqueue is attempted; try --enqueues)"
         }
+        "S11" => " (only a lease's holder records a row FAILED or EXHAUSTED here: no reaper or rescuer fails a row, no superseded failure write applies)",
         _ => "",
     };
     let (_, situation) = witness.name().split_once(' ').unwrap_or(("", witness.name()));

@@ -15,7 +15,7 @@
 //! model. [`OutboxModel::for_safety`] adds the ghost abstractions of the complete safety check,
 //! which only ever add violations.
 //!
-//! Properties: S1–S10 as `always` over the last step's audit; SPEC §7's reachability list as
+//! Properties: S1–S11 as `always` over the last step's audit; SPEC §7's reachability list as
 //! `sometimes`, each paired with the safety property it exercises, so no check passes vacuously.
 //! Liveness is checked separately (see [`crate::liveness`]), because stateright's `eventually`
 //! is sound only on acyclic paths and this graph has cycles (a quiet tick returns to its state).
@@ -48,7 +48,7 @@ pub struct OutboxModel {
 /// §7's reachability list, then the witnesses that the other safety properties could have failed
 /// in the run. A safety property whose witness was not reached was not exercised, and is never
 /// reported as holding.
-pub const REACHABILITY: [Situation; 11] = Situation::ALL;
+pub const REACHABILITY: [Situation; 12] = Situation::ALL;
 
 /// The witness that `safety_id` could have failed: the situation exercising it.
 pub fn witness_of(safety_id: &str) -> Option<Situation> {
@@ -56,7 +56,7 @@ pub fn witness_of(safety_id: &str) -> Option<Situation> {
 }
 
 /// The `always` property names, `"S1 no stale terminal write succeeds"` and so on (the catalogue's).
-pub const SAFETY_NAMES: [&str; 10] = Spec::SAFETY_NAMES;
+pub const SAFETY_NAMES: [&str; 11] = Spec::SAFETY_NAMES;
 
 /// stateright's conditions are plain function pointers, so there is one per bit of the masks the
 /// world keeps (`StepFlags::violated` over the safety properties, `Seen` over the situations):

@@ -129,6 +129,12 @@ impl RunResult {
         !self.violations.is_empty() || self.oracle_contradicts()
     }
 
+    /// It failed for something `verify` gates on: a property other than S11
+    /// ([`outbox_check::core::Property::gated`]), or a contradiction between the checkers.
+    pub fn failed_gated(&self) -> bool {
+        self.violations.iter().any(|v| v.property.gated()) || self.oracle_contradicts()
+    }
+
     /// The oracle rejected a history the auditor accepted: one of the two checkers is wrong.
     pub fn oracle_contradicts(&self) -> bool {
         self.violations.is_empty() && matches!(self.oracle, OracleVerdict::Diverged { .. })
@@ -494,7 +500,8 @@ fn broker_publish(shared: &Shared, rpc: PublishRpc) -> Option<PublishOutcome> {
     }
     let now = s.now_ms();
     let (answer, copies) = broker_fate(&shared.setup.profile, s.faults_on, now);
-    s.auditor.published(&rpc.lease, rpc.key, copies > 0);
+    let State { outbox, auditor, .. } = &mut *s;
+    auditor.published(outbox, &rpc.lease, rpc.key, copies > 0);
     s.audit();
     let delivery = &mut s.deliveries[rpc.lease.message_id.0 as usize];
     for _ in 0..copies {
@@ -643,7 +650,8 @@ fn gave_up_publish(shared: &Shared, op: u64, relay: u16, lease: &Lease, key: Ide
         return;
     }
     // It never reached the broker: a publication that stored nothing, as the relay logs it.
-    s.auditor.published(lease, key, false);
+    let State { outbox, auditor, .. } = &mut *s;
+    auditor.published(outbox, lease, key, false);
     s.audit();
     s.recorder.events.push(Event::Publish {
         relay: names(relay),

@@ -122,6 +122,9 @@ pub struct Summary {
     pub seeds: Seeds,
     pub runs: u64,
     pub failed_runs: u64,
+    /// Failed runs that broke a property `verify` gates on (every one but S11), or whose
+    /// checkers contradicted each other.
+    pub failed_gated_runs: u64,
     /// Property id → runs that broke it.
     pub violations: BTreeMap<String, u64>,
     /// The oracle's verdicts on the histories: accepted, diverged, not_checked (mixed fleets),
@@ -158,6 +161,7 @@ impl Summary {
             seeds,
             runs: 0,
             failed_runs: 0,
+            failed_gated_runs: 0,
             violations: BTreeMap::new(),
             oracle: BTreeMap::new(),
             duplicates_delivered: 0,
@@ -216,6 +220,7 @@ impl Summary {
         self.permanent_outage_runs += u64::from(r.profile.permanent_outage);
         if r.failed() {
             self.failed_runs += 1;
+            self.failed_gated_runs += u64::from(r.failed_gated());
             let mut properties: Vec<String> = r.violations.iter().map(|v| v.property.id().to_string()).collect();
             let first = match (r.violations.first(), &r.oracle) {
                 (Some(v), _) => v.to_string(),

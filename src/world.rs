@@ -352,6 +352,9 @@ pub struct Seen {
     pub tenants_crossed: bool,
     /// The application attempted an enqueue with a stale version (S10).
     pub stale_enqueue: bool,
+    /// A row was recorded FAILED or EXHAUSTED by another than the holder of its latest lease: a
+    /// reaper, a rescuer, a superseded write (S11 asks whether the holder then delivers).
+    pub failed_for_holder: bool,
 }
 
 impl Seen {
@@ -370,6 +373,7 @@ impl Seen {
             Situation::Confirmed => &mut self.confirmed,
             Situation::TenantsCrossed => &mut self.tenants_crossed,
             Situation::StaleEnqueue => &mut self.stale_enqueue,
+            Situation::FailedForHolder => &mut self.failed_for_holder,
         }
     }
 
@@ -690,6 +694,7 @@ impl World {
             Action::Reap => {
                 let messages = self.auditor.reap(&mut self.outbox, self.now);
                 self.step.seen.exhausted |= !messages.is_empty();
+                self.step.seen.failed_for_holder |= !messages.is_empty();
                 report.event(|| Event::Reaped { now: self.now, messages });
             }
             Action::Rescue => {
@@ -750,6 +755,8 @@ impl World {
         let request = config.policy(0).rescue_request(lease, fence, attempts, config.max_attempts, self.now);
         if let Ok(result) = self.auditor.release(&mut self.outbox, &request) {
             self.step.seen.exhausted |= matches!(result, WriteResult::Applied { status: Status::Exhausted });
+            self.step.seen.failed_for_holder |=
+                matches!(result, WriteResult::Applied { status: Status::Failed | Status::Exhausted });
             self.step.seen.stale_refused |= matches!(result, WriteResult::Stale { .. });
             report.event(|| Event::Rescued { request, result });
         }
@@ -829,7 +836,7 @@ impl World {
         };
         let stores = fate.stores();
         let stored_before = self.auditor.ghost(lease.message_id).is_some_and(|g| g.stored);
-        self.auditor.published(&lease, key, stores > 0);
+        self.auditor.published(&self.outbox, &lease, key, stores > 0);
         // The consumer deduplicates by key: a second copy under the message id is no new effect.
         let stable_key = key == IdempotencyKey::Message { message_id: lease.message_id };
         self.step.seen.duplicate_deduplicated = stable_key && stores > 0 && (stored_before || stores > 1);
@@ -859,6 +866,7 @@ impl World {
             let was_ambiguous = row.is_some_and(|row| row.last_failure_code == Some(FailureCode::Timeout));
             self.step.seen.terminal_met = row.is_some_and(|row| row.status.is_terminal());
             self.step.seen.tenants_crossed = row.is_some_and(|row| row.tenant_id != request.lease.tenant_id);
+            let superseded = self.auditor.ghost(id).is_some_and(|g| g.claims != request.lease.claim_seq);
             let applied = self.auditor.write(&mut self.outbox, &relay_config.policy, &request);
             let Ok(applied) = applied else {
                 unreachable!("a relay's lease names a row of the table");
@@ -870,7 +878,10 @@ impl World {
                 !used_up(attempts_before, config.max_attempts) && used_up(attempts_after, config.max_attempts);
             match applied {
                 WriteResult::Stale { .. } => self.step.seen.stale_refused = true,
-                WriteResult::Applied { status: Status::Exhausted } => self.step.seen.exhausted = true,
+                WriteResult::Applied { status: status @ (Status::Failed | Status::Exhausted) } => {
+                    self.step.seen.exhausted |= status == Status::Exhausted;
+                    self.step.seen.failed_for_holder = superseded;
+                }
                 WriteResult::Applied { status: Status::Published } => {
                     self.step.seen.confirmed = true;
                     self.step.seen.ambiguous_then_published = was_ambiguous;

@@ -605,7 +605,7 @@ fn the_auditor_names_what_a_terminal_row_became() {
     let mut outbox = table(1);
     let mut auditor = Auditor::new(MAX);
     let lease = auditor.claim(&mut outbox, &reference, &claim(0, 1, 100), Instant(100)).unwrap()[0];
-    auditor.published(&lease, IdempotencyKey::Message { message_id: MessageId(0) }, true);
+    auditor.published(&outbox, &lease, IdempotencyKey::Message { message_id: MessageId(0) }, true);
     auditor.write(&mut outbox, &reference, &write(lease, WriteKind::Published, 101)).unwrap();
     assert!(auditor.take_violations().is_empty());
     let by_id =
@@ -657,16 +657,16 @@ fn publications_count_against_the_budget_their_claim_belongs_to() {
     let one = |now: u64| ClaimRequest { max_attempts: 1, ..claim(0, 1, now) };
     let old = auditor.claim(&mut outbox, &reference, &one(100), Instant(100)).unwrap()[0];
     let key = IdempotencyKey::Message { message_id: MessageId(0) };
-    auditor.published(&old, key, false);
+    auditor.published(&outbox, &old, key, false);
     let fail = WriteRequest { max_attempts: 1, ..write(old, WriteKind::Failed { code: FailureCode::Rejected }, 101) };
     assert_eq!(auditor.write(&mut outbox, &reference, &fail).unwrap(), WriteResult::Applied { status: Status::Failed });
     auditor.requeue(&mut outbox, &reference, MessageId(0)).unwrap();
     assert!(auditor.take_violations().is_empty());
     let new = auditor.claim(&mut outbox, &reference, &one(200), Instant(200)).unwrap()[0];
-    auditor.published(&new, key, true);
+    auditor.published(&outbox, &new, key, true);
     assert!(auditor.take_violations().is_empty(), "one publication in each budget");
     // The lease from before the requeue publishes again: its budget had one.
-    auditor.published(&old, key, false);
+    auditor.published(&outbox, &old, key, false);
     let v = auditor.take_violations();
     assert!(
         matches!(
@@ -846,4 +846,46 @@ fn the_cores_results_say_what_happened_in_words() {
         assert_eq!(WriteKind::Failed { code }.code(), Some(code));
         assert_eq!(WriteKind::Exhausted { code }.code(), Some(code));
     }
+}
+
+/// S11: the broker stores a message under a lease after its row was recorded failed over that
+/// lease (here by the reaper) — and only then: not a copy the broker dropped, not a delivery
+/// before the failure, not a lease a later claim superseded.
+#[test]
+fn a_delivery_under_a_lease_another_recorded_failed_breaks_s11() {
+    let reference = Design::Variant(Variant::Reference).policy();
+    let key = IdempotencyKey::Message { message_id: MessageId(0) };
+    let one = |now: u64| ClaimRequest { max_attempts: 1, ..claim(0, 1, now) };
+    // The holder delivers before the reaper: the row is IN_FLIGHT, no S11.
+    let mut outbox = table(1);
+    let mut auditor = Auditor::new(1);
+    let lease = auditor.claim(&mut outbox, &reference, &one(100), Instant(100)).unwrap()[0];
+    auditor.published(&outbox, &lease, key, true);
+    assert!(auditor.take_violations().is_empty());
+    // The lease runs out with the budget spent: the reaper exhausts the row the holder still
+    // holds; a copy the broker dropped is no delivery, a stored one is.
+    assert_eq!(auditor.reap(&mut outbox, Instant(110)), vec![MessageId(0)]);
+    let s11 = |v: Vec<Violation>| v.into_iter().filter(|v| v.property == Property::S11).collect::<Vec<_>>();
+    // (Each publication past the first is S3's too, with a budget of one.)
+    auditor.published(&outbox, &lease, key, false);
+    assert!(s11(auditor.take_violations()).is_empty(), "nothing stored, nothing delivered");
+    auditor.published(&outbox, &lease, key, true);
+    let v = s11(auditor.take_violations());
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(
+        v[0].detail(),
+        format!(
+            "the broker stored m0 from r0 under lease {} after its row was recorded EXHAUSTED, ending that lease",
+            lease.token
+        )
+    );
+    // A lease a later claim superseded is S1's business, not S11's: requeue and claim again,
+    // then fail the new lease by its holder's own write; the old lease delivers.
+    auditor.requeue(&mut outbox, &reference, MessageId(0)).unwrap();
+    let new = auditor.claim(&mut outbox, &reference, &one(200), Instant(200)).unwrap()[0];
+    let fail = WriteRequest { max_attempts: 1, ..write(new, WriteKind::Failed { code: FailureCode::Rejected }, 201) };
+    assert_eq!(auditor.write(&mut outbox, &reference, &fail).unwrap(), WriteResult::Applied { status: Status::Failed });
+    auditor.take_violations();
+    auditor.published(&outbox, &lease, key, true);
+    assert!(s11(auditor.take_violations()).is_empty());
 }

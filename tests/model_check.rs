@@ -44,7 +44,8 @@ fn owned(rows: &[(&str, &'static str, usize)]) -> Vec<(String, &'static str, usi
 #[test]
 fn reference_holds_everything_and_reaches_every_situation() {
     let report = run(&fleet(&["reference", "reference"], 1));
-    assert!(report.complete && !report.violated());
+    // S11 aside: the false failure reference's reaper records, which gates nothing (decision 77).
+    assert!(report.complete && !report.violated_gated());
     assert_eq!(report.unique_states, 295, "the model's shape changed");
     assert_eq!(
         findings(&report),
@@ -52,6 +53,8 @@ fn reference_holds_everything_and_reaches_every_situation() {
             // One tenant and no enqueue in this world: nothing could break S9 or S10.
             ("S9", "not exercised", 0),
             ("S10", "not exercised", 0),
+            // The reaper exhausts the row of a relay that holds its lease, and it publishes.
+            ("S11", "violated", 11),
             ("R-S1", "reached", 6),
             ("R-S8", "reached", 2),
             ("R-S6", "reached", 4),
@@ -65,6 +68,7 @@ fn reference_holds_everything_and_reaches_every_situation() {
             ("R-S5", "reached", 3),
             ("R-S9", "unreached", 0),
             ("R-S10", "unreached", 0),
+            ("R-S11", "reached", 10),
         ])
     );
 }
@@ -90,6 +94,7 @@ fn legacy_v1_breaks_s1_and_s3_with_shortest_counterexamples() {
             ("S7", "violated", 3),
             ("S9", "not exercised", 0),
             ("S10", "not exercised", 0),
+            ("S11", "violated", 5),
             ("R-S1", "unreached", 0),
             ("R-S8", "reached", 2),
             ("R-S6", "reached", 2),
@@ -102,6 +107,7 @@ fn legacy_v1_breaks_s1_and_s3_with_shortest_counterexamples() {
             ("R-S5", "reached", 3),
             ("R-S9", "unreached", 0),
             ("R-S10", "unreached", 0),
+            ("R-S11", "reached", 4),
             ("L2", "violated", 19),
             ("L3", "violated", 7),
         ])
@@ -122,7 +128,7 @@ fn the_other_variants_and_a_mixed_fleet_are_reported_as_found() {
     assert_eq!(violated(&seed_tenant), ["L1", "L2", "L3"]);
     // A rolling upgrade: the V1 relay's unfenced claim leaves the V2 relay's token standing.
     let mixed = run(&fleet(&["seed-v2", "legacy-v1"], 1));
-    assert_eq!(violated(&mixed), ["S1", "S2", "S3", "S4", "S6", "S7", "L2", "L3"]);
+    assert_eq!(violated(&mixed), ["S1", "S2", "S3", "S4", "S6", "S7", "S11", "L2", "L3"]);
     let s1 = mixed.property("S1").and_then(|p| p.counterexample.clone()).expect("a counterexample");
     let writer = s1.last().expect("a step").action;
     assert!(
@@ -347,7 +353,9 @@ fn every_mutant_is_killed_by_a_property_mutants_md_lists() {
         (Mutant::WriteIgnoresTenant, "S9", 3),
         (Mutant::TokenResetOnRequeue, "S2", 4),
     ];
-    let safety: BTreeSet<&'static str> = SAFETY_NAMES.into_iter().collect();
+    // A kill is a property verify gates on (not S11, which reference breaks too: decision 77).
+    let safety: BTreeSet<&'static str> =
+        SAFETY_NAMES.into_iter().filter(|n| OutboxModel::spec_property(n).is_some_and(|p| p.gated())).collect();
     for &(mutant, property, depth) in pinned {
         let model = OutboxModel::new(outbox_check_models::check::mutant_config(Design::Mutant(mutant)));
         let first = outbox_check_models::check::shortest_paths_until(&model, &safety, 1);
@@ -409,14 +417,14 @@ fn abstractions_hide_no_mutant(mutants: &[Mutant]) {
 }
 
 /// The world the mutants are checked in is one `reference` survives, so each kill is the
-/// mutant's doing.
+/// mutant's doing (S11 aside, which kills nothing: decision 77).
 #[test]
 fn reference_survives_the_mutants_world() {
     let model = OutboxModel::new(outbox_check_models::check::mutant_config(Design::Variant(Variant::Reference)));
     let checker = model.checker().threads(2).spawn_bfs().join();
     let violated: Vec<&str> =
         checker.discoveries().keys().copied().filter(|n| OutboxModel::spec_property(n).is_some()).collect();
-    assert!(violated.is_empty(), "{violated:?}");
+    assert_eq!(violated, ["S11 no false failure"]);
     assert!(checker.unique_state_count() > 10_000);
 }
 
@@ -425,7 +433,7 @@ fn two_messages_show_that_reference_does_not_keep_order_per_aggregate() {
     let mut config = fleet(&["reference"], 2);
     config.faults = Faults::parse("broker-drop").unwrap();
     let report = run(&config);
-    assert!(!report.violated());
+    assert!(!report.violated_gated());
     let order = report.property("R-order").expect("the ordering property");
     assert_eq!(order.status, Verdict::Reached);
     let steps = order.counterexample.as_ref().unwrap();

@@ -67,8 +67,14 @@ fn reference_survives_a_sweep_and_the_faults_were_real() {
     let config = config(Variant::Reference);
     let results = results(&config, 400);
     for r in &results {
-        assert!(r.violations.is_empty(), "seed {}: {:?}", r.seed, r.violations);
-        assert_eq!(r.oracle, OracleVerdict::Accepted, "seed {}: the oracle rejected a reference history", r.seed);
+        // Nothing but S11, the false failure reference's reaper records (decision 77); where the
+        // auditor finds it, the oracle rejects the history too.
+        assert!(r.violations.iter().all(|v| v.property == Property::S11), "seed {}: {:?}", r.seed, r.violations);
+        if r.violations.is_empty() {
+            assert_eq!(r.oracle, OracleVerdict::Accepted, "seed {}: the oracle rejected a reference history", r.seed);
+        } else {
+            assert!(matches!(r.oracle, OracleVerdict::Diverged { .. }), "seed {}: the oracle missed S11", r.seed);
+        }
     }
     // Not vacuous: the sweep met stale writes, lost replies, duplicates, exhausted and failed rows.
     let total = |f: fn(&outbox_check_sims::run::RunResult) -> u64| results.iter().map(f).sum::<u64>();

@@ -1,6 +1,6 @@
 //! Random walks through the whole world — relays running the sans-IO cycle, the broker, the
 //! consumer, crashes, lost connections, clock skew — for every variant and mutant. What a walk
-//! breaks is the auditor's finding, pinned here; `reference` must break nothing.
+//! breaks is the auditor's finding, pinned here; `reference` must break nothing but S11.
 
 use outbox_check::core::{Property, RelayId, TenantId};
 use outbox_check::design::{Design, Mutant, Variant};
@@ -52,32 +52,36 @@ fn reference_breaks_nothing_in_any_fleet_shape() {
     batch.max_attempts = 2;
     shapes.push(batch);
     for config in shapes {
-        let found = search(&config, SEEDS, STEPS_MAX);
+        // Nothing but S11, the false failure its reaper records (decision 77).
+        let found: Vec<Finding> =
+            search(&config, SEEDS, STEPS_MAX).into_iter().filter(|f| f.property.gated()).collect();
         assert!(found.is_empty(), "{}", describe("reference", &found));
     }
 }
 
 #[test]
 fn world_search_pins_what_each_design_breaks() {
+    // S11, the false failure, is found wherever a reaper exhausts the row of a relay that is
+    // only paused: reference's own reaper, so every design built on it (decision 77).
     let pinned: &[(&str, &[&str])] = &[
-        ("reference", &[]),
+        ("reference", &["S11"]),
         ("seed-v2", &["S3", "S6", "S7"]),
-        ("legacy-v1", &["S1", "S2", "S3", "S4", "S6", "S7"]),
+        ("legacy-v1", &["S1", "S2", "S3", "S4", "S6", "S7", "S11"]),
         ("seed-tenant", &[]),
-        ("claim-no-token-bump", &["S1", "S2"]),
-        ("write-owner-only", &["S1"]),
-        ("write-id-only", &["S1", "S4"]),
-        ("swallow-stale", &["S1"]),
-        ("steal-live-lease", &["S6"]),
-        ("no-retry-clock", &["S7"]),
-        ("no-budget-predicate", &["S3"]),
-        ("exhaust-off-by-one", &["S3"]),
-        ("claim-terminal", &["S4"]),
+        ("claim-no-token-bump", &["S1", "S2", "S11"]),
+        ("write-owner-only", &["S1", "S11"]),
+        ("write-id-only", &["S1", "S4", "S11"]),
+        ("swallow-stale", &["S1", "S11"]),
+        ("steal-live-lease", &["S6", "S11"]),
+        ("no-retry-clock", &["S7", "S11"]),
+        ("no-budget-predicate", &["S3", "S11"]),
+        ("exhaust-off-by-one", &["S3", "S11"]),
+        ("claim-terminal", &["S4", "S11"]),
         ("publish-before-ack", &["S5"]),
-        ("retry-after-db-loss", &["S3", "S5"]),
-        ("fresh-idempotency-key", &["S8"]),
-        ("write-ignores-tenant", &[]),
-        ("token-reset-on-requeue", &["S2"]),
+        ("retry-after-db-loss", &["S3", "S5", "S11"]),
+        ("fresh-idempotency-key", &["S8", "S11"]),
+        ("write-ignores-tenant", &["S11"]),
+        ("token-reset-on-requeue", &["S2", "S11"]),
     ];
     let mut failures = Vec::new();
     for &(name, expected) in pinned {
@@ -88,7 +92,8 @@ fn world_search_pins_what_each_design_breaks() {
             failures.push(format!("{name}: found {:?}, pinned {expected:?}", ids(&found)));
         }
         if let Design::Mutant(m) = design {
-            if !found.is_empty() && !found.iter().any(|f| m.expected_kills().contains(&f.property.id())) {
+            let kills: Vec<&Finding> = found.iter().filter(|f| f.property.gated()).collect();
+            if !kills.is_empty() && !kills.iter().any(|f| m.expected_kills().contains(&f.property.id())) {
                 failures.push(format!("{name}: broke {:?}, none listed in docs/designs.md", ids(&found)));
             }
         }

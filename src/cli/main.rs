@@ -51,7 +51,8 @@ enum Command {
         Simulation: 300 seeds of three relays × 20 messages, each with its own fault profile.\n\
         SQL: each design's SQL against its own core on SQLite, and on PostgreSQL when\n\
         OUTBOX_CHECK_PG_URL or --database-url is given.\n\n\
-        Exit: 0 when reference holds everything and every verdict equals\n\
+        Exit: 0 when reference holds everything (S11, the false failure, is pinned, not required:\n\
+        decision 77) and every verdict equals\n\
         reports/expectations.json (compiled in; compared at the default bounds) or the\n\
         --expectations file (compared at any bounds), 1 otherwise (the differences are\n\
         listed), 2 on bad input."
@@ -75,7 +76,8 @@ enum Command {
     #[command(
         after_help = "Examples:\n  outbox-check check --variant reference\n  outbox-check check --fleet seed-v2,legacy-v1 --json\n  outbox-check check --variant legacy-v1 --messages 1 --faults crash,broker-drop\n\n\
         Exit: 0 every safety and liveness property holds (or was not exercised: shown as such,\n\
-        with the reason), 1 one is violated or the check is incomplete (cut short by --timeout or\n\
+        with the reason; S11, the false failure, is reported but fails nothing: decision 77),\n\
+        1 one is violated or the check is incomplete (cut short by --timeout or\n\
         --max-memory: the undecided properties say \"unknown\"), 2 bad input. Every violation is\n\
         replayed in the plain world before it is reported. Counterexamples are written only with\n\
         --out DIR: DIR/<fleet>/<property>.md (with a Mermaid diagram), .json (for\n\
@@ -105,7 +107,7 @@ enum Command {
         Safety and reachability are decided as by one unsharded check when every shard completed:\n\
         violated (or reached) where any shard found it, with the shortest counterexample among\n\
         them; holds only where every shard completed. Liveness (L1-L3) is not decided by a sharded\n\
-        run. Exit: 0 every safety property holds (or was not exercised), 1 one is violated or\n\
+        run. Exit: 0 every safety property holds (or was not exercised; S11 fails nothing), 1 one is violated or\n\
         undecided, 2 a file cannot be read or the files are not every shard of one search."
     )]
     Merge(merge::Args),
@@ -121,7 +123,7 @@ enum Command {
         relay kills, pauses past the lease and partitions; clock skew. Faults stop after 8 s of\n\
         simulated time; then L1 and L3 (L2 under a permanent outage) are checked. Every\n\
         history is checked by the core's auditor and, for one-design fleets, by the oracle.\n\
-        Exit: 0 no run violated anything, 1 a run did (its history is written under --out and\n\
+        Exit: 0 no run violated anything (but S11, which is reported and fails nothing), 1 a run did (its history is written under --out and\n\
         its replay command printed), 2 bad input."
     )]
     Sim(sim::Args),
@@ -180,7 +182,7 @@ enum Command {
         outbox-check trace relay-run.jsonl --all --html relay-run.html\n\n\
         The format: docs/trace-format.md. Fields the format does not know (a timestamp, a host)\n\
         are ignored and listed once on stderr; --strict refuses them. Every divergence is named:\n\
-        a safety property (S1-S10) or a conformance finding (C1-C8: the implementation did what\n\
+        a safety property (S1-S11) or a conformance finding (C1-C8: the implementation did what\n\
         its declared design does not, safely). Exit: 0 every history is consistent with the\n\
         model (or, with --safety-only, breaks no safety property), 1 one diverges (the first\n\
         divergence is printed; --all lists every one), 2 a file cannot be read or parsed\n\

@@ -63,7 +63,7 @@ pub(crate) fn merge(files: &[std::path::PathBuf], json: bool) -> ExitCode {
     } else {
         print_check(&report, 3000, &[]);
     }
-    if report.violated() || !report.decided() {
+    if report.violated_gated() || !report.decided() {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

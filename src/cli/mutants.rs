@@ -16,15 +16,21 @@ pub(crate) fn mutants(threads: usize, json: bool, quiet: bool) -> ExitCode {
         let started = std::time::Instant::now();
         // stateright finds whether a failure exists; the exact depth of the first one comes
         // from our own breadth-first search (stateright keeps the last path it met).
-        let checker =
-            model.clone().checker().threads(threads).finish_when(HasDiscoveries::AnyFailures).spawn_bfs().join();
-        let failing = checker
-            .discoveries()
-            .keys()
-            .any(|name| outbox_check_models::outbox::OutboxModel::spec_property(name).is_some());
+        // A kill is a property verify gates on: S11, which reference breaks too, kills nothing
+        // (decision 77).
+        let gated =
+            |name: &str| outbox_check_models::outbox::OutboxModel::spec_property(name).is_some_and(|p| p.gated());
+        let safety: std::collections::BTreeSet<&'static str> =
+            outbox_check_models::outbox::SAFETY_NAMES.into_iter().filter(|name| gated(name)).collect();
+        let checker = model
+            .clone()
+            .checker()
+            .threads(threads)
+            .finish_when(HasDiscoveries::AnyOf(safety.clone()))
+            .spawn_bfs()
+            .join();
+        let failing = checker.discoveries().keys().any(|name| gated(name));
         let killers: Vec<(String, usize)> = if failing {
-            let safety: std::collections::BTreeSet<&'static str> =
-                outbox_check_models::outbox::SAFETY_NAMES.into_iter().collect();
             outbox_check_models::check::shortest_paths_until(&model, &safety, 1)
                 .into_iter()
                 .filter_map(|(name, actions, _)| {

@@ -438,12 +438,19 @@ impl Auditor {
     }
 
     /// A relay asked the broker to publish under `lease` with `key`; `stored` is whether the
-    /// broker stored it. Checks S3 (publications within the budget the lease's claim belongs to)
-    /// and S8 (the key is the message id).
-    pub fn published(&mut self, lease: &Lease, key: IdempotencyKey, stored: bool) {
+    /// broker stored it. Checks S3 (publications within the budget the lease's claim belongs to),
+    /// S8 (the key is the message id) and S11 (the broker stored a message whose row was already
+    /// recorded failed over this very lease: no claim of the row came after it).
+    pub fn published(&mut self, outbox: &Outbox, lease: &Lease, key: IdempotencyKey, stored: bool) {
         let max = self.max_attempts;
         let message_id = lease.message_id;
+        let status = outbox.row(message_id).map(|row| row.status);
         let ghost = self.ghost_mut(message_id);
+        // A failed row whose latest claim is this lease was failed over this lease: in the model
+        // by someone else (a reaper, a rescuer, a superseded write), as a relay publishes before
+        // it writes.
+        let failed_under_lease =
+            lease.claim_seq == ghost.claims && matches!(status, Some(Status::Failed | Status::Exhausted));
         let count = if lease.claim_seq > ghost.requeued_after_claim {
             ghost.publications += 1;
             ghost.publications
@@ -458,6 +465,11 @@ impl Auditor {
         }
         if key != (IdempotencyKey::Message { message_id }) {
             self.violated(Property::S8, Breach::WrongKey { message: message_id, key });
+        }
+        if let (true, true, Some(status)) = (stored, failed_under_lease, status) {
+            let breach =
+                Breach::DeliveredAfterFailure { by: lease.owner, message: message_id, token: lease.token, status };
+            self.violated(Property::S11, breach);
         }
     }
 }
@@ -545,6 +557,10 @@ pub enum Breach {
     Superseded { by: Doer, message: MessageId, seq: u32, latest: u32 },
     /// S8: a publication's key is not the message id.
     WrongKey { message: MessageId, key: IdempotencyKey },
+    /// S11: the broker stored a message under a lease after its row was recorded `status` (FAILED
+    /// or EXHAUSTED), ending that lease (by a reaper, a rescuer or a superseded write: a relay
+    /// publishes before it writes).
+    DeliveredAfterFailure { by: RelayId, message: MessageId, token: LeaseToken, status: Status },
     /// L1 at a simulation's end: rows not terminal (or enqueues not all done) so long after the
     /// faults stopped.
     NotSettled { after_ms: u64, rows: Vec<(MessageId, Status)> },
@@ -573,7 +589,8 @@ impl Breach {
             | Breach::AppliedNoChange { message, .. }
             | Breach::StaleButChanged { message, .. }
             | Breach::Superseded { message, .. }
-            | Breach::WrongKey { message, .. } => Some(message),
+            | Breach::WrongKey { message, .. }
+            | Breach::DeliveredAfterFailure { message, .. } => Some(message),
             Breach::NotSettled { .. } | Breach::NotExhausted { .. } | Breach::NotDelivered { .. } => None,
         }
     }
@@ -665,6 +682,12 @@ impl Breach {
                 };
                 format!("{} was published with key {key}, not its message id", m(*message))
             }
+            Breach::DeliveredAfterFailure { by, message, token, status } => format!(
+                "the broker stored {} from {} under lease {token} after its row was recorded {}, ending that lease",
+                m(*message),
+                names.relay_name(*by),
+                names.status_name(*status)
+            ),
             Breach::NotSettled { after_ms, rows: r } => {
                 format!("{after_ms} ms after the faults stopped, not terminal: {}", rows(r))
             }

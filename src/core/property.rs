@@ -25,6 +25,7 @@ pub enum Property {
     S8,
     S9,
     S10,
+    S11,
     L1,
     L2,
     L3,
@@ -71,10 +72,15 @@ pub struct PropertyEntry {
     pub witness: Option<Situation>,
     /// The ghost fields the property's check reads beyond the rows and the latest claims.
     pub reads: Ghosts,
+    /// Whether `verify` fails `reference` and a user's design for breaking it. Every property
+    /// but S11: a design that bounds attempts and recovers rows whose holder went silent fails
+    /// some row a paused holder still delivers, reference included (decision 77); S11 is
+    /// checked, reported and pinned like the rest.
+    pub gated: bool,
 }
 
 /// The properties, safety first, in [`Property`]'s order.
-pub const PROPERTIES: [PropertyEntry; 13] = [
+pub const PROPERTIES: [PropertyEntry; 14] = [
     PropertyEntry {
         property: Property::S1,
         id: "S1",
@@ -85,6 +91,7 @@ pub const PROPERTIES: [PropertyEntry; 13] = [
         // "Reported applied but changed nothing" compares whole rows: a rewrite that changed
         // nothing keeps published_at and the failure code as they were (issue 27, item 9).
         reads: Ghosts::PUBLISHED_AT.union(Ghosts::FAILURE_CODE),
+        gated: true,
     },
     PropertyEntry {
         property: Property::S2,
@@ -94,6 +101,7 @@ pub const PROPERTIES: [PropertyEntry; 13] = [
         legend: "fresh token per claim",
         witness: Some(Situation::ClaimedAgain),
         reads: Ghosts::NONE,
+        gated: true,
     },
     PropertyEntry {
         property: Property::S3,
@@ -103,6 +111,7 @@ pub const PROPERTIES: [PropertyEntry; 13] = [
         legend: "attempts within budget",
         witness: Some(Situation::Exhausted),
         reads: Ghosts::PUBLICATIONS,
+        gated: true,
     },
     PropertyEntry {
         property: Property::S4,
@@ -112,6 +121,7 @@ pub const PROPERTIES: [PropertyEntry; 13] = [
         legend: "terminal is absorbing",
         witness: Some(Situation::TerminalMet),
         reads: Ghosts::PUBLISHED_AT.union(Ghosts::FAILURE_CODE),
+        gated: true,
     },
     PropertyEntry {
         property: Property::S5,
@@ -121,6 +131,7 @@ pub const PROPERTIES: [PropertyEntry; 13] = [
         legend: "no invented confirmation",
         witness: Some(Situation::Confirmed),
         reads: Ghosts::STORED,
+        gated: true,
     },
     PropertyEntry {
         property: Property::S6,
@@ -130,6 +141,7 @@ pub const PROPERTIES: [PropertyEntry; 13] = [
         legend: "one live lease",
         witness: Some(Situation::LeaseTakenOver),
         reads: Ghosts::NONE,
+        gated: true,
     },
     PropertyEntry {
         property: Property::S7,
@@ -139,6 +151,7 @@ pub const PROPERTIES: [PropertyEntry; 13] = [
         legend: "retry clock respected",
         witness: Some(Situation::AmbiguousThenPublished),
         reads: Ghosts::NONE,
+        gated: true,
     },
     PropertyEntry {
         property: Property::S8,
@@ -148,6 +161,7 @@ pub const PROPERTIES: [PropertyEntry; 13] = [
         legend: "stable idempotency key",
         witness: Some(Situation::DuplicateDeduplicated),
         reads: Ghosts::NONE,
+        gated: true,
     },
     PropertyEntry {
         property: Property::S9,
@@ -157,6 +171,7 @@ pub const PROPERTIES: [PropertyEntry; 13] = [
         legend: "tenant isolation",
         witness: Some(Situation::TenantsCrossed),
         reads: Ghosts::NONE,
+        gated: true,
     },
     PropertyEntry {
         property: Property::S10,
@@ -166,6 +181,18 @@ pub const PROPERTIES: [PropertyEntry; 13] = [
         legend: "atomic enqueue",
         witness: Some(Situation::StaleEnqueue),
         reads: Ghosts::NONE,
+        gated: true,
+    },
+    PropertyEntry {
+        property: Property::S11,
+        id: "S11",
+        name: "S11 no false failure",
+        sentence: "no false failure",
+        legend: "no delivery after the row was recorded failed",
+        witness: Some(Situation::FailedForHolder),
+        // Whether the broker stored the delivery that comes after the failure.
+        reads: Ghosts::STORED,
+        gated: false,
     },
     PropertyEntry {
         property: Property::L1,
@@ -175,6 +202,7 @@ pub const PROPERTIES: [PropertyEntry; 13] = [
         legend: "every message eventually terminal",
         witness: None,
         reads: Ghosts::NONE,
+        gated: true,
     },
     PropertyEntry {
         property: Property::L2,
@@ -184,6 +212,7 @@ pub const PROPERTIES: [PropertyEntry; 13] = [
         legend: "EXHAUSTED within the budget under an outage",
         witness: None,
         reads: Ghosts::NONE,
+        gated: true,
     },
     PropertyEntry {
         property: Property::L3,
@@ -193,11 +222,12 @@ pub const PROPERTIES: [PropertyEntry; 13] = [
         legend: "delivered once faults stop",
         witness: None,
         reads: Ghosts::NONE,
+        gated: true,
     },
 ];
 
 impl Property {
-    pub const SAFETY: [Property; 10] = [
+    pub const SAFETY: [Property; 11] = [
         Property::S1,
         Property::S2,
         Property::S3,
@@ -208,6 +238,7 @@ impl Property {
         Property::S8,
         Property::S9,
         Property::S10,
+        Property::S11,
     ];
     pub const LIVENESS: [Property; 3] = [Property::L1, Property::L2, Property::L3];
 
@@ -230,6 +261,17 @@ impl Property {
         self.entry().name
     }
 
+    /// Whether `verify` fails `reference` and a user's design for breaking it
+    /// ([`PropertyEntry::gated`]).
+    pub const fn gated(self) -> bool {
+        self.entry().gated
+    }
+
+    /// Whether the property of this id is one `verify` gates on (an unknown id is).
+    pub fn gated_id(id: &str) -> bool {
+        Property::parse(id).is_none_or(Property::gated)
+    }
+
     /// Its bit in masks over [`Property::SAFETY`] (safety properties only).
     pub const fn bit(self) -> u16 {
         1 << self as usize
@@ -240,8 +282,8 @@ impl Property {
     }
 
     /// The safety properties' names, in [`Property::SAFETY`]'s order.
-    pub const SAFETY_NAMES: [&'static str; 10] = {
-        let mut names = [""; 10];
+    pub const SAFETY_NAMES: [&'static str; 11] = {
+        let mut names = [""; 11];
         let mut i = 0;
         while i < names.len() {
             names[i] = Property::SAFETY[i].name();
@@ -279,6 +321,7 @@ pub enum Situation {
     Confirmed,
     TenantsCrossed,
     StaleEnqueue,
+    FailedForHolder,
 }
 
 /// One row of the situation catalogue.
@@ -295,7 +338,7 @@ pub struct SituationEntry {
 }
 
 /// The situations: SPEC §7's reachability list first, then the other properties' witnesses.
-pub const SITUATIONS: [SituationEntry; 11] = [
+pub const SITUATIONS: [SituationEntry; 12] = [
     SituationEntry {
         situation: Situation::StaleRefused,
         name: "R-S1 a stale write is attempted and refused",
@@ -362,11 +405,17 @@ pub const SITUATIONS: [SituationEntry; 11] = [
         exercises: Some(Property::S10),
         reads: Ghosts::NONE,
     },
+    SituationEntry {
+        situation: Situation::FailedForHolder,
+        name: "R-S11 a row is recorded failed by another than the holder of its lease",
+        exercises: Some(Property::S11),
+        reads: Ghosts::NONE,
+    },
 ];
 
 impl Situation {
-    pub const ALL: [Situation; 11] = {
-        let mut all = [Situation::StaleRefused; 11];
+    pub const ALL: [Situation; 12] = {
+        let mut all = [Situation::StaleRefused; 12];
         let mut i = 0;
         while i < all.len() {
             all[i] = SITUATIONS[i].situation;

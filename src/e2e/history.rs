@@ -77,7 +77,7 @@ pub(super) struct Findings {
 }
 
 /// The oracle's verdict on the history text, going on after each divergence: the first in
-/// words, and every property (S1–S10) or conformance finding (C1–C8) named. Reading it back
+/// words, and every property (S1–S11) or conformance finding (C1–C8) named. Reading it back
 /// through the trace format's own parser checks that too.
 pub(super) fn check_history(design: Design, text: &str) -> Result<Findings, String> {
     let (header, events) = crate::trace::parse("e2e history", text)

@@ -359,7 +359,7 @@ pub struct RunReport {
     pub events: usize,
     /// The oracle's verdict on the history: `None` accepted, else its first divergence in words.
     pub oracle: Option<String>,
-    /// Every property (S1–S10) and conformance finding (C1–C8) the oracle found, going on after
+    /// Every property (S1–S11) and conformance finding (C1–C8) the oracle found, going on after
     /// each divergence.
     pub broken: Vec<String>,
     /// Divergences whose finding depends on how unknown outcomes resolved: "S4 or S2 (line

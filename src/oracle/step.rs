@@ -204,7 +204,7 @@ impl Oracle {
     ) -> Result<(), Divergence> {
         // What the history gives no means to judge is not judged (see Accepted::not_judged).
         let judged = |p: Property| match p {
-            Property::S5 | Property::S8 => self.seen_publish,
+            Property::S5 | Property::S8 | Property::S11 => self.seen_publish,
             Property::S10 => self.seen_enqueue,
             _ => true,
         };
@@ -473,7 +473,7 @@ impl Oracle {
                 };
                 let stored = stored.unwrap_or(*answer == PublishAnswer::Ack);
                 let before = rows_of(b, messages);
-                b.auditor.published(&lease, key, stored);
+                b.auditor.published(&b.outbox, &lease, key, stored);
                 audited(b, &before)?;
                 Ok(None)
             }
