@@ -889,3 +889,37 @@ fn a_delivery_under_a_lease_another_recorded_failed_breaks_s11() {
     auditor.published(&outbox, &lease, key, true);
     assert!(s11(auditor.take_violations()).is_empty());
 }
+
+/// Random tokens are splitmix64 of the claim's number in the table (every engine computes the
+/// same one: SQL binds it), and a normalising engine's restart begins the numbering again.
+#[test]
+fn random_tokens_follow_the_claim_number_and_restart_from_the_first() {
+    let tenant = Design::Variant(Variant::SeedTenant).policy();
+    let mut outbox = table(3);
+    let first = outbox.claim(&tenant, &claim(0, 1, 100)).unwrap()[0];
+    let second = outbox.claim(&tenant, &claim(0, 1, 100)).unwrap()[0];
+    assert_eq!((first.token, second.token), (LeaseToken(random_token(1)), LeaseToken(random_token(2))));
+    outbox.restart_random_tokens();
+    let third = outbox.claim(&tenant, &claim(0, 1, 100)).unwrap()[0];
+    assert_eq!(third.token, LeaseToken(random_token(1)));
+}
+
+/// A refusal names the rule that refuses, at each rule's boundary: a lease ending at `now` is
+/// not live and a retry time at `now` is due, so a row whose budget is spent says so.
+#[test]
+fn a_refusal_names_the_rule_at_its_boundary() {
+    let reference = Design::Variant(Variant::Reference).policy();
+    let refusal = |row: &Row, now: u64| Outbox::refusal(&reference, row, TenantId(0), Instant(now), 1);
+    let mut outbox = table(1);
+    let lease = outbox.claim(&reference, &claim(0, 1, 100)).unwrap()[0];
+    let held = *outbox.row(MessageId(0)).unwrap();
+    assert_eq!(held.lease_expires_at, Some(Instant(110)));
+    assert_eq!(refusal(&held, 109), Some(ClaimRefusal::LiveLease));
+    assert_eq!(refusal(&held, 110), Some(ClaimRefusal::BudgetSpent));
+    let retry = write(lease, WriteKind::Retry { code: FailureCode::Unavailable }, 105);
+    assert_eq!(outbox.write(&reference, &retry).unwrap(), WriteResult::Applied { status: Status::Pending });
+    let waiting = *outbox.row(MessageId(0)).unwrap();
+    let at = waiting.next_attempt_at.expect("a retry time").0;
+    assert_eq!(refusal(&waiting, at - 1), Some(ClaimRefusal::RetryClock));
+    assert_eq!(refusal(&waiting, at), Some(ClaimRefusal::BudgetSpent));
+}
