@@ -564,7 +564,7 @@ fn not_exercised_reason(config: &WorldConfig, witness: outbox_check::core::Situa
         "S10" if !config.enqueue_actions => {
             " (every message is in the table from the start: no enqueue is attempted; try --enqueues)"
         }
-        "S11" => " (only a lease's holder records a row FAILED or EXHAUSTED here: no reaper or rescuer fails a row, no superseded failure write applies)",
+        "S11" => " (no row is recorded FAILED or EXHAUSTED while another relay holds a lease of it that it may still publish)",
         _ => "",
     };
     let (_, situation) = witness.name().split_once(' ').unwrap_or(("", witness.name()));

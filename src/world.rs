@@ -352,8 +352,8 @@ pub struct Seen {
     pub tenants_crossed: bool,
     /// The application attempted an enqueue with a stale version (S10).
     pub stale_enqueue: bool,
-    /// A row was recorded FAILED or EXHAUSTED by another than the holder of its latest lease: a
-    /// reaper, a rescuer, a superseded write (S11 asks whether the holder then delivers).
+    /// A row was recorded FAILED or EXHAUSTED while a relay other than the writer held a lease
+    /// of it it may still publish (S11 asks whether it then delivers).
     pub failed_for_holder: bool,
 }
 
@@ -694,7 +694,7 @@ impl World {
             Action::Reap => {
                 let messages = self.auditor.reap(&mut self.outbox, self.now);
                 self.step.seen.exhausted |= !messages.is_empty();
-                self.step.seen.failed_for_holder |= !messages.is_empty();
+                self.step.seen.failed_for_holder |= messages.iter().any(|id| self.may_still_publish(*id, None));
                 report.event(|| Event::Reaped { now: self.now, messages });
             }
             Action::Rescue => {
@@ -735,6 +735,15 @@ impl World {
         report
     }
 
+    /// Whether a relay other than `except` holds a lease of row `id` it may still publish (R-S11:
+    /// a row recorded failed now could then be delivered).
+    fn may_still_publish(&self, id: MessageId, except: Option<usize>) -> bool {
+        self.relays.iter().enumerate().any(|(r, relay)| {
+            Some(r) != except
+                && relay.as_ref().is_some_and(|(cycle, _)| cycle.leases_to_publish().iter().any(|l| l.message_id == id))
+        })
+    }
+
     /// The first row (by id) whose lease has expired, as the rescuer reads it: its lease as it
     /// stands (the latest claim's).
     fn rescuable(&self) -> Option<Lease> {
@@ -756,7 +765,8 @@ impl World {
         if let Ok(result) = self.auditor.release(&mut self.outbox, &request) {
             self.step.seen.exhausted |= matches!(result, WriteResult::Applied { status: Status::Exhausted });
             self.step.seen.failed_for_holder |=
-                matches!(result, WriteResult::Applied { status: Status::Failed | Status::Exhausted });
+                matches!(result, WriteResult::Applied { status: Status::Failed | Status::Exhausted })
+                    && self.may_still_publish(lease.message_id, None);
             self.step.seen.stale_refused |= matches!(result, WriteResult::Stale { .. });
             report.event(|| Event::Rescued { request, result });
         }
@@ -866,7 +876,6 @@ impl World {
             let was_ambiguous = row.is_some_and(|row| row.last_failure_code == Some(FailureCode::Timeout));
             self.step.seen.terminal_met = row.is_some_and(|row| row.status.is_terminal());
             self.step.seen.tenants_crossed = row.is_some_and(|row| row.tenant_id != request.lease.tenant_id);
-            let superseded = self.auditor.ghost(id).is_some_and(|g| g.claims != request.lease.claim_seq);
             let applied = self.auditor.write(&mut self.outbox, &relay_config.policy, &request);
             let Ok(applied) = applied else {
                 unreachable!("a relay's lease names a row of the table");
@@ -880,7 +889,7 @@ impl World {
                 WriteResult::Stale { .. } => self.step.seen.stale_refused = true,
                 WriteResult::Applied { status: status @ (Status::Failed | Status::Exhausted) } => {
                     self.step.seen.exhausted |= status == Status::Exhausted;
-                    self.step.seen.failed_for_holder = superseded;
+                    self.step.seen.failed_for_holder = self.may_still_publish(id, Some(r));
                 }
                 WriteResult::Applied { status: Status::Published } => {
                     self.step.seen.confirmed = true;

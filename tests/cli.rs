@@ -240,7 +240,7 @@ fn verify_fails_when_a_verdict_differs_from_the_pinned_expectations() {
         serde_json::from_str(&std::fs::read_to_string("reports/expectations.json").unwrap()).unwrap();
     let mut changed = pinned.clone();
     // Pretend seed-v2 was expected to keep S6.
-    changed["seed-v2"]["model"] = serde_json::json!(["S3", "S7", "S9"]);
+    changed["seed-v2"]["model"] = serde_json::json!(["S3", "S7", "S9", "S11"]);
     let file = std::env::temp_dir().join(format!("outbox-check-expect-{}.json", std::process::id()));
     std::fs::write(&file, serde_json::to_string(&changed).unwrap()).unwrap();
     let junit = std::env::temp_dir().join(format!("outbox-check-junit-{}.xml", std::process::id()));
@@ -257,7 +257,7 @@ fn verify_fails_when_a_verdict_differs_from_the_pinned_expectations() {
     std::fs::remove_file(&file).ok();
     assert_eq!(out.status.code(), Some(1));
     let text = text(&out.stdout);
-    assert!(text.contains("seed-v2: model checking found [S3 S6 S7 S9], expected [S3 S7 S9]"), "{text}");
+    assert!(text.contains("seed-v2: model checking found [S3 S6 S7 S9 S11], expected [S3 S7 S9 S11]"), "{text}");
     // And it names the file it compared with, not the built-in one.
     assert!(text.contains("outbox-check-expect-"), "{text}");
     // The JUnit report fails exactly the case that moved: seed-v2's S6, with its sentence.

@@ -439,18 +439,16 @@ impl Auditor {
 
     /// A relay asked the broker to publish under `lease` with `key`; `stored` is whether the
     /// broker stored it. Checks S3 (publications within the budget the lease's claim belongs to),
-    /// S8 (the key is the message id) and S11 (the broker stored a message whose row was already
-    /// recorded failed over this very lease: no claim of the row came after it).
+    /// S8 (the key is the message id) and S11 (the broker stored a message whose row is recorded
+    /// failed: a holder delivered after someone recorded the row failed).
     pub fn published(&mut self, outbox: &Outbox, lease: &Lease, key: IdempotencyKey, stored: bool) {
         let max = self.max_attempts;
         let message_id = lease.message_id;
         let status = outbox.row(message_id).map(|row| row.status);
         let ghost = self.ghost_mut(message_id);
-        // A failed row whose latest claim is this lease was failed over this lease: in the model
-        // by someone else (a reaper, a rescuer, a superseded write), as a relay publishes before
-        // it writes.
-        let failed_under_lease =
-            lease.claim_seq == ghost.claims && matches!(status, Some(Status::Failed | Status::Exhausted));
+        // A relay publishes before it writes, so a row already failed was failed by someone else:
+        // a reaper, a rescuer, a later claim's holder (Laravel#48539), a superseded write.
+        let failed = matches!(status, Some(Status::Failed | Status::Exhausted));
         let count = if lease.claim_seq > ghost.requeued_after_claim {
             ghost.publications += 1;
             ghost.publications
@@ -466,7 +464,7 @@ impl Auditor {
         if key != (IdempotencyKey::Message { message_id }) {
             self.violated(Property::S8, Breach::WrongKey { message: message_id, key });
         }
-        if let (true, true, Some(status)) = (stored, failed_under_lease, status) {
+        if let (true, true, Some(status)) = (stored, failed, status) {
             let breach =
                 Breach::DeliveredAfterFailure { by: lease.owner, message: message_id, token: lease.token, status };
             self.violated(Property::S11, breach);
@@ -557,9 +555,9 @@ pub enum Breach {
     Superseded { by: Doer, message: MessageId, seq: u32, latest: u32 },
     /// S8: a publication's key is not the message id.
     WrongKey { message: MessageId, key: IdempotencyKey },
-    /// S11: the broker stored a message under a lease after its row was recorded `status` (FAILED
-    /// or EXHAUSTED), ending that lease (by a reaper, a rescuer or a superseded write: a relay
-    /// publishes before it writes).
+    /// S11: the broker stored a message under a lease while its row was recorded `status` (FAILED
+    /// or EXHAUSTED) — by a reaper, a rescuer, a later claim's holder or a superseded write: a
+    /// relay publishes before it writes.
     DeliveredAfterFailure { by: RelayId, message: MessageId, token: LeaseToken, status: Status },
     /// L1 at a simulation's end: rows not terminal (or enqueues not all done) so long after the
     /// faults stopped.
@@ -683,7 +681,7 @@ impl Breach {
                 format!("{} was published with key {key}, not its message id", m(*message))
             }
             Breach::DeliveredAfterFailure { by, message, token, status } => format!(
-                "the broker stored {} from {} under lease {token} after its row was recorded {}, ending that lease",
+                "the broker stored {} from {} under lease {token} after its row was recorded {}",
                 m(*message),
                 names.relay_name(*by),
                 names.status_name(*status)

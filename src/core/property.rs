@@ -188,7 +188,7 @@ pub const PROPERTIES: [PropertyEntry; 14] = [
         id: "S11",
         name: "S11 no false failure",
         sentence: "no false failure",
-        legend: "no delivery after the row was recorded failed",
+        legend: "no delivery while the row is recorded failed",
         witness: Some(Situation::FailedForHolder),
         // Whether the broker stored the delivery that comes after the failure.
         reads: Ghosts::STORED,
@@ -407,7 +407,7 @@ pub const SITUATIONS: [SituationEntry; 12] = [
     },
     SituationEntry {
         situation: Situation::FailedForHolder,
-        name: "R-S11 a row is recorded failed by another than the holder of its lease",
+        name: "R-S11 a row is recorded failed while another relay may still publish it",
         exercises: Some(Property::S11),
         reads: Ghosts::NONE,
     },
