@@ -923,3 +923,36 @@ fn a_refusal_names_the_rule_at_its_boundary() {
     assert_eq!(refusal(&waiting, at - 1), Some(ClaimRefusal::RetryClock));
     assert_eq!(refusal(&waiting, at), Some(ClaimRefusal::BudgetSpent));
 }
+
+/// The rescuer's read takes the first row by id whose lease has expired at `now` (not a live
+/// lease, not a row without one), and a release to EXHAUSTED records the spent budget as the
+/// row's failure code (one back to PENDING records none).
+#[test]
+fn the_rescuer_reads_the_first_expired_lease_and_a_release_to_exhausted_says_why() {
+    let reference = Design::Variant(Variant::Reference).policy();
+    let mut outbox = table(3);
+    let first = outbox.claim(&reference, &claim(0, 1, 100)).unwrap()[0];
+    let second = outbox.claim(&reference, &claim(1, 1, 105)).unwrap()[0];
+    let read = |outbox: &Outbox, now: u64| outbox.rescuable(Instant(now)).map(|row| row.message_id);
+    assert_eq!(read(&outbox, 109), None, "both leases are live, m2 has none");
+    assert_eq!(read(&outbox, 110), Some(MessageId(0)));
+    let release = |lease: Lease, to: Status| ReleaseRequest {
+        lease,
+        fence: ReleaseFence::Token,
+        to,
+        retry_at: None,
+        now: Instant(120),
+    };
+    assert_eq!(
+        outbox.release(&release(first, Status::Pending)).unwrap(),
+        WriteResult::Applied { status: Status::Pending }
+    );
+    assert_eq!(read(&outbox, 115), Some(MessageId(1)));
+    assert_eq!(
+        outbox.release(&release(second, Status::Exhausted)).unwrap(),
+        WriteResult::Applied { status: Status::Exhausted }
+    );
+    assert_eq!(outbox.row(MessageId(0)).unwrap().last_failure_code, None);
+    assert_eq!(outbox.row(MessageId(1)).unwrap().last_failure_code, Some(FailureCode::BudgetSpent));
+    assert_eq!(read(&outbox, 200), None);
+}
