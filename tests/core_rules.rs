@@ -956,3 +956,34 @@ fn the_rescuer_reads_the_first_expired_lease_and_a_release_to_exhausted_says_why
     assert_eq!(outbox.row(MessageId(1)).unwrap().last_failure_code, Some(FailureCode::BudgetSpent));
     assert_eq!(read(&outbox, 200), None);
 }
+
+/// A row is stranded when no step of the design can end it: not terminal, its budget spent for
+/// the claim, and no maintenance job that moves an IN_FLIGHT row.
+#[test]
+fn a_row_is_stranded_only_where_no_claim_reaper_or_rescuer_can_end_it() {
+    let reference = Design::Variant(Variant::Reference).policy();
+    let mut outbox = table(2);
+    let fresh = *outbox.row(MessageId(1)).unwrap();
+    assert!(!Outbox::stranded(&reference, &fresh, 1, false), "a claim still takes it");
+    outbox.claim(&reference, &ClaimRequest { max_attempts: 1, ..claim(0, 1, 100) }).unwrap();
+    let held = *outbox.row(MessageId(0)).unwrap();
+    assert!(Outbox::stranded(&reference, &held, 1, false), "in flight, budget spent, nothing reaps it");
+    assert!(!Outbox::stranded(&reference, &held, 1, true), "a reaper or rescuer moves it");
+    assert!(!Outbox::stranded(&reference, &held, 2, false), "a claim may take it again");
+    let waiting = Row { status: Status::Ambiguous, ..held };
+    assert!(Outbox::stranded(&reference, &waiting, 1, true), "no maintenance job moves an AMBIGUOUS row");
+    let ended = Row { status: Status::Failed, ..held };
+    assert!(!Outbox::stranded(&reference, &ended, 1, false), "a terminal row is ended, not stranded");
+}
+
+/// The random tokens are splitmix64's finaliser over the claim number: pinned values, so a SQL
+/// binding that computes them itself can be checked against these.
+#[test]
+fn random_tokens_are_splitmix64_and_release_fences_have_their_names() {
+    assert_eq!(random_token(1), 0x910a_2dec_8902_5cc1);
+    assert_eq!(random_token(2), 0x9758_35de_1c97_56ce);
+    assert_eq!(
+        [ReleaseFence::Token.name(), ReleaseFence::Expired.name(), ReleaseFence::Id.name()],
+        ["token", "expired", "id"]
+    );
+}
