@@ -88,6 +88,7 @@ impl WorldConfig {
             requeues: 0,
             permanent_outage: false,
         }
+        .share_owners()
     }
 
     /// The isolation world, where S9 and S10 can fail: two tenants with a relay and a message
@@ -131,6 +132,20 @@ impl WorldConfig {
             requeues: 0,
             permanent_outage: false,
         }
+        .share_owners()
+    }
+
+    /// Where a design's relays share one owner id (`relay.shared_owner`), every relay of it after
+    /// the first writes the first's.
+    fn share_owners(mut self) -> WorldConfig {
+        for i in 0..self.relays.len() {
+            let design = self.relays[i].design;
+            if design.policy().relay.shared_owner {
+                let first = self.relays.iter().position(|r| r.design == design).unwrap_or(i);
+                self.relays[i].owner = self.relays[first].owner;
+            }
+        }
+        self
     }
 
     /// The policy relay `index` runs, with the world's backoff.

@@ -44,8 +44,11 @@ fn every_bound_design_agrees_with_the_core_on_sqlite() {
 }
 
 /// The SQL of the axes real job queues added — a claim that never takes an in-flight row, a
-/// write fenced on the status alone — agrees with its own core, and could have disagreed: run
-/// against reference's core, each diverges.
+/// write fenced on the status alone, failure writes with a fence of their own, a retry write
+/// without a budget check — agrees with its own core, and could have disagreed: each axis's SQL
+/// run against reference's core, or reference's SQL against the axis's core, diverges (a retry
+/// write past the budget is sent only by a core that does not check it, so that axis shows in
+/// the second direction).
 #[test]
 fn the_job_queue_clauses_agree_with_their_core_and_differ_from_reference() {
     let reference = Variant::Reference.policy();
@@ -55,12 +58,31 @@ fn the_job_queue_clauses_agree_with_their_core_and_differ_from_reference() {
             "write fenced on the status alone",
             Policy { write_fence: outbox_check::core::WriteFence::StatusOnly, ..reference },
         ),
+        (
+            "failure writes fenced by owner alone, the completion by the token",
+            Policy { failure_fence: Some(outbox_check::core::WriteFence::StatusOwner), ..reference },
+        ),
+        (
+            "a retry write that never exhausts",
+            Policy {
+                retry_checks_budget: false,
+                relay: outbox_check::core::policy::RelayPolicy {
+                    rejection: outbox_check::core::policy::RejectionWrite::MarkRetry,
+                    ..reference.relay
+                },
+                ..reference
+            },
+        ),
     ];
     for (axis, policy) in axes {
         let own = conform(policy, &sqlite(policy), Bounds::default(), 150, 1, &|| {}).expect("SQLite opens");
         assert!(own.divergence.is_none(), "{axis}: {}", own.divergence.unwrap());
         let other = conform(reference, &sqlite(policy), Bounds::default(), 300, 1, &|| {}).expect("SQLite opens");
-        assert!(other.divergence.is_some(), "{axis}: the SQL agrees with reference's core as well");
+        let swapped = conform(policy, &sqlite(reference), Bounds::default(), 300, 1, &|| {}).expect("SQLite opens");
+        assert!(
+            other.divergence.is_some() || swapped.divergence.is_some(),
+            "{axis}: the SQL agrees with reference's core as well, and reference's SQL with the axis's core"
+        );
     }
 }
 

@@ -987,3 +987,142 @@ fn random_tokens_are_splitmix64_and_release_fences_have_their_names() {
         ["token", "expired", "id"]
     );
 }
+
+/// Per-write fences (Graphile Worker: complete by id, fail by `locked_by`): the completion checks
+/// `write.fence`, every failure write `write.failure_fence`.
+#[test]
+fn a_failure_write_checks_its_own_fence_and_the_completion_its_own() {
+    let mut p = Variant::Reference.policy();
+    p.write_fence = WriteFence::MessageIdOnly;
+    p.failure_fence = Some(WriteFence::StatusOwner);
+    assert_eq!(p.fence_of(WriteKind::Published), WriteFence::MessageIdOnly);
+    for kind in [
+        TIMEOUT,
+        WriteKind::Retry { code: FailureCode::Unavailable },
+        WriteKind::Failed { code: FailureCode::Rejected },
+        WriteKind::Exhausted { code: FailureCode::Rejected },
+    ] {
+        assert_eq!(p.fence_of(kind), WriteFence::StatusOwner, "{kind:?}");
+    }
+    assert_eq!(p.write_fences().collect::<Vec<_>>(), [WriteFence::MessageIdOnly, WriteFence::StatusOwner]);
+    let mut outbox = table(1);
+    let old = outbox.claim(&p, &claim(0, 1, 0)).unwrap()[0];
+    let new = outbox.claim(&p, &claim(1, 1, 10)).unwrap()[0];
+    let snapshot = outbox.clone();
+    assert_eq!(
+        outbox.write(&p, &write(old, WriteKind::Failed { code: FailureCode::Rejected }, 11)),
+        Ok(WriteResult::Stale { reason: StaleReason::WrongOwner }),
+        "the failure write checks the owner"
+    );
+    assert_eq!(outbox, snapshot);
+    assert_eq!(
+        outbox.write(&p, &write(old, WriteKind::Published, 11)),
+        Ok(WriteResult::Applied { status: Status::Published }),
+        "the completion checks the id alone, so the superseded lease's applies"
+    );
+    // One owner id for two workers (a shared pool): the failure fence on the owner passes too.
+    let mut outbox = table(1);
+    let old = outbox.claim(&p, &claim(0, 1, 0)).unwrap()[0];
+    outbox.claim(&p, &claim(0, 1, 10)).unwrap();
+    assert_eq!(
+        outbox.write(&p, &write(old, WriteKind::Failed { code: FailureCode::Rejected }, 11)),
+        Ok(WriteResult::Applied { status: Status::Failed }),
+        "a fence on a shared owner cannot tell two attempts apart"
+    );
+    let _ = new;
+    let same = Policy { failure_fence: None, ..p };
+    assert_eq!(
+        same.fence_of(TIMEOUT),
+        WriteFence::MessageIdOnly,
+        "without its own, the failure writes use write.fence"
+    );
+    assert_eq!(same.write_fences().count(), 1);
+}
+
+/// awa#435: a retry write that does not check the budget reschedules a row whatever its attempts;
+/// the AMBIGUOUS write still exhausts it, and the relay's choice of write agrees with the core.
+#[test]
+fn a_retry_write_that_does_not_check_the_budget_never_exhausts() {
+    let retry = WriteKind::Retry { code: FailureCode::Unavailable };
+    let checked = Variant::Reference.policy();
+    let unchecked = Policy { retry_checks_budget: false, ..checked };
+    assert!(checked.checks_budget(retry) && checked.checks_budget(TIMEOUT));
+    assert!(!unchecked.checks_budget(retry) && unchecked.checks_budget(TIMEOUT));
+    assert_eq!(checked.failure_write(retry, MAX, MAX), WriteKind::Exhausted { code: FailureCode::Unavailable });
+    assert_eq!(unchecked.failure_write(retry, MAX, MAX), retry, "the relay sends the retry write itself");
+    assert_eq!(unchecked.failure_write(TIMEOUT, MAX, MAX), WriteKind::Exhausted { code: FailureCode::Timeout });
+    for (policy, kind, status) in [
+        (unchecked, retry, Status::Pending),
+        (unchecked, TIMEOUT, Status::Exhausted),
+        (checked, retry, Status::Exhausted),
+    ] {
+        let mut outbox = table(1);
+        let mut lease = outbox.claim(&policy, &claim(0, 1, 0)).unwrap()[0];
+        for now in [100_000, 200_000] {
+            outbox.write(&policy, &write(lease, retry, now)).unwrap();
+            lease = outbox.claim(&policy, &claim(0, 1, now + 50_000)).unwrap()[0];
+        }
+        assert_eq!(lease.attempts, MAX);
+        assert_eq!(
+            outbox.write(&policy, &write(lease, kind, 300_000)),
+            Ok(WriteResult::Applied { status }),
+            "{kind:?}"
+        );
+        let row = outbox.row(MessageId(0)).unwrap();
+        if status == Status::Pending {
+            assert!(row.next_attempt_at > Some(Instant(300_000)), "a rescheduled row waits for its retry time");
+        }
+    }
+}
+
+/// `relay.shared_owner`: every relay of such a design writes the first one's owner id; relays
+/// of other designs in the fleet keep their own.
+#[test]
+fn relays_of_a_shared_owner_design_write_one_owner_id() {
+    use outbox_check::world::{Faults, WorldConfig};
+    let shared = outbox_check::design::from_text(
+        "name = \"pool\"\nbased_on = \"reference\"\n[relay]\nshared_owner = true\n",
+        "pool.toml",
+    )
+    .unwrap();
+    assert!(shared.policy().relay.shared_owner);
+    let reference = Design::Variant(Variant::Reference);
+    let config = WorldConfig::fleet(&[reference, shared, reference, shared, shared], 1, 1, 3, Faults::all());
+    let owners: Vec<u16> = config.relays.iter().map(|r| r.owner.0).collect();
+    assert_eq!(owners, [0, 1, 2, 1, 1]);
+    let small = WorldConfig::small(shared, 3, 1);
+    assert!(small.relays.iter().all(|r| r.owner == small.relays[0].owner));
+    let own = WorldConfig::small(reference, 3, 1);
+    assert_eq!(own.relays.iter().map(|r| r.owner.0).collect::<Vec<_>>(), [0, 1, 2]);
+}
+
+/// The design file's rules for the per-path keys: a retry write without a budget check needs a
+/// relay that sends retry writes, and a failure fence equal to the completion's is no fence of
+/// its own.
+#[test]
+fn per_path_keys_go_with_what_makes_them_mean_something() {
+    // Each file its own name: one name may not stand for two designs.
+    let n = std::cell::Cell::new(0);
+    let parse = |keys: &str| {
+        n.set(n.get() + 1);
+        let name = format!("per-path-{}", n.get());
+        outbox_check::design::from_text(
+            &format!("name = \"{name}\"\nbased_on = \"reference\"\n{keys}"),
+            &format!("{name}.toml"),
+        )
+        .map(|d| d.policy())
+    };
+    let err = parse("[retry]\nretry_write_checks_budget = false\n").unwrap_err();
+    assert!(
+        err.contains("retry.retry_write_checks_budget = false goes with relay.on_rejection = \"mark-retry\""),
+        "{err}"
+    );
+    let p = parse("[retry]\nretry_write_checks_budget = false\n[relay]\non_rejection = \"mark-retry\"\n").unwrap();
+    assert!(!p.retry_checks_budget);
+    let p = parse("[write]\nfence = \"status-token\"\nfailure_fence = \"status-token\"\n").unwrap();
+    assert_eq!(p.failure_fence, None);
+    let p = parse("[write]\nfailure_fence = \"status-owner\"\n").unwrap();
+    assert_eq!((p.write_fence, p.failure_fence), (WriteFence::StatusOwnerToken, Some(WriteFence::StatusOwner)));
+    let reference = Variant::Reference.policy();
+    assert!(reference.retry_checks_budget && reference.failure_fence.is_none() && !reference.relay.shared_owner);
+}

@@ -532,3 +532,63 @@ fn oban_137_is_found_through_its_orphan_rescue_and_the_fix_keeps_the_budget() {
     let fixed = check("docs/examples/real-bugs/oban-137-fixed.toml");
     assert_eq!(property(&fixed, "S3")["status"], "holds");
 }
+
+/// awa, PR 435 (docs/examples/real-bugs/awa-435.toml): a handler's `RetryAfter` rescheduled the
+/// job whatever its attempts. `check --max-attempts 1` finds S3 by that route — a retry write
+/// applied to a row whose single attempt is spent, then a second claim — and no rescuer step on
+/// the way. After the fix (awa-435-fixed.toml) the retry write exhausts the job, and what S3
+/// still finds goes through awa's heartbeat rescue, which moves a stale job back to `retryable`
+/// whatever its attempts.
+#[test]
+fn awa_435_is_found_through_its_retry_write_and_the_fix_leaves_only_the_rescue() {
+    let s3 = |file: &str| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let out = run(&[
+            "check",
+            "--design",
+            path.to_str().unwrap(),
+            "--json",
+            "--quiet",
+            "--no-liveness",
+            "--max-attempts",
+            "1",
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{file}: {}", String::from_utf8_lossy(&out.stderr));
+        let s3 = property(&json(&out), "S3");
+        assert_eq!(s3["status"], "violated", "{file}: {s3}");
+        s3["counterexample"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["text"][0].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let bug = s3("docs/examples/real-bugs/awa-435.toml");
+    assert!(
+        bug.iter().any(|t| t.contains("mark_retry(m0, token #1, attempts 1)") && t.contains("applied → PENDING")),
+        "{bug:?}"
+    );
+    assert!(!bug.iter().any(|t| t.starts_with("rescuer")), "{bug:?}");
+    assert!(bug.last().unwrap().contains("attempts 2"), "{bug:?}");
+    let fixed = s3("docs/examples/real-bugs/awa-435-fixed.toml");
+    assert!(fixed.iter().any(|t| t.starts_with("rescuer") && t.contains("to PENDING")), "{fixed:?}");
+    assert!(!fixed.iter().any(|t| t.contains("mark_retry") && t.contains("→ PENDING")), "{fixed:?}");
+}
+
+/// Graphile Worker (docs/examples/graphile-worker.toml): completion by id and failure by the
+/// pool's owner id. `check` finds S1 by Graphile's own route — the 4-hour unlock (the rescuer),
+/// a second claim, then the first attempt's completion — and keeps S2 (every claim bumps
+/// `attempts`, the model's token) and S3 (the claim's `attempts < max_attempts`).
+#[test]
+fn graphile_worker_is_found_completing_a_job_another_worker_claimed_after_the_unlock() {
+    let report = json(&check_example("docs/examples/graphile-worker.toml"));
+    let s1 = property(&report, "S1");
+    assert_eq!(s1["status"], "violated");
+    let texts: Vec<String> =
+        s1["counterexample"].as_array().unwrap().iter().map(|s| s["text"][0].as_str().unwrap().to_string()).collect();
+    assert!(texts.iter().any(|t| t.starts_with("rescuer") && t.contains("by its expiry")), "{texts:?}");
+    assert!(texts.last().unwrap().contains("mark_published(m0, token #1"), "{texts:?}");
+    for id in ["S2", "S3", "S5"] {
+        assert_eq!(property(&report, id)["status"], "holds", "{id}");
+    }
+}

@@ -180,6 +180,17 @@ fn queue_axes() -> Vec<Design> {
             "[claim]\ntakes_expired_leases = false\n[maintenance]\njob = \"rescue-expired\"\nbudget = \"ignored\"\n",
         ),
         ("pruner-fails", "[claim]\ntakes_expired_leases = false\n[maintenance]\njob = \"rescue-expired\"\ntarget = \"failed\"\n"),
+        // Per-path rules and shared owners: Graphile Worker (completion by id, failures fenced by a
+        // pool's shared owner id) and a retry write that never checks the budget (awa#435).
+        (
+            "graphile",
+            "[claim]\ntakes_expired_leases = false\n[write]\nfence = \"message-id-only\"\nfailure_fence = \"status-owner\"\n[relay]\non_rejection = \"mark-retry\"\nshared_owner = true\n[maintenance]\njob = \"rescue-expired\"\n",
+        ),
+        ("shared-owner-fence", "[write]\nfence = \"status-owner\"\n[relay]\nshared_owner = true\n"),
+        (
+            "retry-unchecked",
+            "[retry]\nretry_write_checks_budget = false\n[relay]\non_rejection = \"mark-retry\"\n",
+        ),
     ]
     .iter()
     .map(|(name, keys)| {

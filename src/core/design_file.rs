@@ -142,6 +142,10 @@ pub struct WriteSection {
     /// `status-owner-token`, `status-token`, `status-owner`, `status-only` or `message-id-only`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<WriteFence>,
+    /// The failure writes' fence, where it is not `fence` (Graphile Worker: complete by id, fail
+    /// by `locked_by`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_fence: Option<WriteFence>,
     /// The write checks the row's tenant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checks_tenant: Option<bool>,
@@ -187,6 +191,9 @@ pub struct RetrySection {
     /// The retry time is kept in the lease's expiry column (a visibility timeout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_lease_column: Option<bool>,
+    /// The retry write moves a row whose budget is spent to EXHAUSTED (false: awa#435).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_write_checks_budget: Option<bool>,
 }
 
 /// `[exhaustion]`.
@@ -247,6 +254,9 @@ pub struct RelaySection {
     /// PUBLISHED.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub republish_after_db_loss: Option<bool>,
+    /// Every relay of the design writes one owner id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_owner: Option<bool>,
 }
 
 /// `[requeue]`: the operator's requeue of FAILED and EXHAUSTED rows.
@@ -302,6 +312,9 @@ impl DesignFile {
         }
         if let Some(w) = &self.write {
             set(&mut p.write_fence, w.fence);
+            if w.failure_fence.is_some() {
+                p.failure_fence = w.failure_fence;
+            }
             set(&mut p.write_checks_tenant, w.checks_tenant);
             set(&mut p.swallow_stale, w.unmatched_reported_as_applied);
             set(&mut p.completion, w.completion);
@@ -310,6 +323,7 @@ impl DesignFile {
             set(&mut p.retry_clock, r.clock);
             set(&mut p.ambiguous_shape, r.ambiguous_write);
             set(&mut p.retry_in_lease, r.in_lease_column);
+            set(&mut p.retry_checks_budget, r.retry_write_checks_budget);
             let kind = r.backoff.unwrap_or(if p.backoff.base == p.backoff.cap {
                 BackoffKind::Fixed
             } else {
@@ -374,6 +388,13 @@ impl DesignFile {
             set(&mut p.relay.rejection, r.on_rejection);
             set(&mut p.relay.publish_before_ack, r.publish_before_ack);
             set(&mut p.relay.republish_after_db_loss, r.republish_after_db_loss);
+            set(&mut p.relay.shared_owner, r.shared_owner);
+        }
+        if !p.retry_checks_budget && p.relay.rejection != RejectionWrite::MarkRetry {
+            return Err("retry.retry_write_checks_budget = false goes with relay.on_rejection = \"mark-retry\": no other write is a retry write".into());
+        }
+        if p.failure_fence == Some(p.write_fence) {
+            p.failure_fence = None;
         }
         if let Some(q) = &self.requeue {
             set(&mut p.requeue_resets_token, q.resets_token);
@@ -403,6 +424,9 @@ impl DesignFile {
                         | "claim.takes_expired_leases"
                         | "maintenance.target"
                         | "maintenance.budget"
+                        | "write.failure_fence"
+                        | "retry.retry_write_checks_budget"
+                        | "relay.shared_owner"
                 )
             })
             .filter(|key| !key.starts_with("statuses."))
@@ -477,6 +501,7 @@ impl DesignFile {
             attempts: Some(AttemptsSection { counted_at: Some(p.attempts_at) }),
             write: Some(WriteSection {
                 fence: Some(p.write_fence),
+                failure_fence: p.failure_fence,
                 checks_tenant: Some(p.write_checks_tenant),
                 unmatched_reported_as_applied: Some(p.swallow_stale),
                 completion: Some(p.completion),
@@ -489,6 +514,7 @@ impl DesignFile {
                 delay_ms: fixed.then_some(p.backoff.base.0),
                 ambiguous_write: Some(p.ambiguous_shape),
                 in_lease_column: Some(p.retry_in_lease),
+                retry_write_checks_budget: Some(p.retry_checks_budget),
             }),
             exhaustion: Some(ExhaustionSection { status: Some(p.exhausted_status) }),
             maintenance: Some(MaintenanceSection {
@@ -507,6 +533,7 @@ impl DesignFile {
                 on_rejection: Some(p.relay.rejection),
                 publish_before_ack: Some(p.relay.publish_before_ack),
                 republish_after_db_loss: Some(p.relay.republish_after_db_loss),
+                shared_owner: Some(p.relay.shared_owner),
             }),
             requeue: Some(RequeueSection { resets_token: Some(p.requeue_resets_token) }),
             statuses: None,
@@ -557,7 +584,7 @@ pub const SECTION_DOCS: [(&str, &str); 9] = [
 ];
 
 /// Every key of a design file, dotted, with its meaning and allowed values.
-pub const KEY_DOCS: [(&str, &str); 40] = [
+pub const KEY_DOCS: [(&str, &str); 43] = [
     ("name", "The design's name, as fleets and reports name it (letters, digits, - and _)."),
     ("description", "One line saying what the design is."),
     ("based_on", "A built-in design to start from; the file then says only what differs."),
@@ -571,6 +598,7 @@ pub const KEY_DOCS: [(&str, &str); 40] = [
     ("claim.token", "\"counter\" (token + 1) or \"random\" (a fresh value, compared for equality only)."),
     ("attempts.counted_at", "\"claim\" (the claim's statement counts) or \"failure-write\" (the AMBIGUOUS and retry writes count)."),
     ("write.fence", "\"status-owner-token\", \"status-token\", \"status-owner\", \"status-only\" (IN_FLIGHT and the id, whoever holds it: River's completer) or \"message-id-only\" (by id alone)."),
+    ("write.failure_fence", "The fence of the failure writes (AMBIGUOUS, retry, FAILED, EXHAUSTED) where it is not write.fence, the completion's; the same values. Graphile Worker completes by id and fails by `locked_by` (\"status-owner\"). Optional, default write.fence."),
     ("write.checks_tenant", "true: a terminal write also checks the row's tenant."),
     ("write.unmatched_reported_as_applied", "true: a write that matched no row is reported as applied."),
     ("write.completion", "\"mark\" (mark_published sets PUBLISHED) or \"delete\" (it deletes the row: no later statement matches it)."),
@@ -581,6 +609,7 @@ pub const KEY_DOCS: [(&str, &str); 40] = [
     ("retry.delay_ms", "Fixed backoff: the delay, in ms (at least 1)."),
     ("retry.ambiguous_write", "\"clears-lease\" (owner and expiry cleared, retry time set) or \"keeps-owner\" (expiry cleared only)."),
     ("retry.in_lease_column", "true: the retry time is kept in the lease's expiry column (a visibility timeout): a failure sets lease_expires_at to it, and the claim's lease check is its clock."),
+    ("retry.retry_write_checks_budget", "true: the retry write (relay.on_rejection = \"mark-retry\") moves a row whose budget is spent to EXHAUSTED, as the AMBIGUOUS write does; false: it schedules another attempt whatever the attempts (awa's `RetryAfter` before awa#435). Optional, default true."),
     ("exhaustion.status", "true: the design has EXHAUSTED; a failure past the budget moves there."),
     ("maintenance.job", "\"none\", \"exhaust-expired\" (expired leases whose budget is spent move to EXHAUSTED) or \"rescue-expired\" (expired leases move back to PENDING; budget spent: EXHAUSTED)."),
     ("maintenance.fence", "The rescuer's fence: \"expired\" (finds and moves a row in one statement), \"token\" (moves the row it read if the token is still the one it read) or \"id\" (moves the row it read by id, whatever holds it now)."),
@@ -591,6 +620,7 @@ pub const KEY_DOCS: [(&str, &str); 40] = [
     ("relay.on_rejection", "What a permanent rejection writes: \"mark-failed\" or \"mark-retry\"."),
     ("relay.publish_before_ack", "true: the row is marked PUBLISHED before the broker acknowledged."),
     ("relay.republish_after_db_loss", "true: after losing the database post-publish, republish at once and record PUBLISHED."),
+    ("relay.shared_owner", "true: every relay of the design writes one owner id (Graphile Worker's pool id since PR 469; a worker name a restarted attempt reuses, aegra PR 547), so a fence on the owner cannot tell them apart. Optional, default false."),
     ("requeue.resets_token", "true: the operator's requeue resets the token to 0."),
     ("statuses.pending", "The queue's name for PENDING (waiting to be claimed), e.g. \"available\"."),
     ("statuses.in_flight", "The queue's name for IN_FLIGHT (claimed, leased), e.g. \"running\"."),

@@ -520,14 +520,14 @@ impl Outbox {
     }
 
     /// The fence of a terminal write: `None` when the write matches the row.
-    fn fence(policy: &Policy, row: &Row, lease: &Lease) -> Option<StaleReason> {
+    fn fence(policy: &Policy, kind: WriteKind, row: &Row, lease: &Lease) -> Option<StaleReason> {
         if row.deleted {
             return Some(StaleReason::Deleted);
         }
         if policy.write_checks_tenant && row.tenant_id != lease.tenant_id {
             return Some(StaleReason::WrongTenant);
         }
-        let (owner, token) = match policy.write_fence {
+        let (owner, token) = match policy.fence_of(kind) {
             WriteFence::MessageIdOnly => return None,
             WriteFence::StatusOwnerToken => (true, true),
             WriteFence::StatusToken => (false, true),
@@ -554,7 +554,7 @@ impl Outbox {
         }
         let i = self.index(req.lease.message_id).ok_or(CoreError::UnknownMessage(req.lease.message_id))?;
         let row = &mut self.rows[i];
-        if let Some(reason) = Self::fence(policy, row, &req.lease) {
+        if let Some(reason) = Self::fence(policy, req.kind, row, &req.lease) {
             if policy.swallow_stale {
                 return Ok(WriteResult::Applied { status: row.status });
             }
@@ -573,7 +573,8 @@ impl Outbox {
                 row.deleted = policy.completion == super::policy::Completion::Delete;
             }
             WriteKind::Ambiguous { code } | WriteKind::Retry { code } => {
-                let spent = policy.failure_spends_budget(row.attempts, req.max_attempts);
+                let spent =
+                    policy.checks_budget(req.kind) && policy.failure_spends_budget(row.attempts, req.max_attempts);
                 row.attempts = policy.attempts_after_failure(row.attempts);
                 row.last_failure_code = Some(code);
                 if spent {

@@ -205,6 +205,10 @@ pub struct RelayPolicy {
     /// The design runs the reaper (SPEC §3.4) as a periodic job beside its relays.
     pub reaper: bool,
     pub clock: ClockSource,
+    /// Every relay of the design writes one owner id (Graphile Worker's pool id, a worker name
+    /// a restarted attempt reuses): a fence on the owner cannot tell them apart.
+    #[serde(default)]
+    pub shared_owner: bool,
 }
 
 /// A design: every switch the core and the relay cycle read.
@@ -213,6 +217,11 @@ pub struct Policy {
     pub attempts_at: AttemptsAt,
     pub claim_fence: ClaimFence,
     pub write_fence: WriteFence,
+    /// The fence of the failure writes (AMBIGUOUS, retry, FAILED, EXHAUSTED) where it differs
+    /// from `write_fence`, the completion's (Graphile Worker completes by id and fails by
+    /// `locked_by`).
+    #[serde(default)]
+    pub failure_fence: Option<WriteFence>,
     pub budget: BudgetPredicate,
     pub ambiguous_shape: AmbiguousShape,
     pub token_kind: TokenKind,
@@ -259,6 +268,11 @@ pub struct Policy {
     /// claim's lease predicate is the only clock it checks.
     #[serde(default)]
     pub retry_in_lease: bool,
+    /// The retry write (a definite, retryable failure: `Retry`) moves a row whose budget is spent
+    /// to EXHAUSTED like the AMBIGUOUS write. Without it the retry write schedules another attempt
+    /// whatever the attempts (awa's `RetryAfter` before awa#435).
+    #[serde(default = "yes")]
+    pub retry_checks_budget: bool,
     pub backoff: Backoff,
     pub relay: RelayPolicy,
 }
@@ -362,6 +376,27 @@ impl Policy {
         self.exhausted_status && used_up(self.attempts_after_failure(attempts), max_attempts)
     }
 
+    /// Whether a failure write of `kind` checks the budget at all: the AMBIGUOUS write always,
+    /// the retry write unless the design leaves it unchecked (awa#435).
+    pub fn checks_budget(&self, kind: super::outbox::WriteKind) -> bool {
+        !matches!(kind, super::outbox::WriteKind::Retry { .. }) || self.retry_checks_budget
+    }
+
+    /// The fence a write of `kind` checks: the completion's for `mark_published`, the failure
+    /// writes' own where the design gives one.
+    pub fn fence_of(&self, kind: super::outbox::WriteKind) -> WriteFence {
+        match kind {
+            super::outbox::WriteKind::Published => self.write_fence,
+            _ => self.failure_fence.unwrap_or(self.write_fence),
+        }
+    }
+
+    /// Every fence a terminal write of the design checks (one, or the completion's and the
+    /// failure writes').
+    pub fn write_fences(&self) -> impl Iterator<Item = WriteFence> {
+        std::iter::once(self.write_fence).chain(self.failure_fence.filter(|f| *f != self.write_fence))
+    }
+
     /// The write a relay sends to record a retryable failure (`Ambiguous` or `Retry`) of a
     /// lease that had `attempts`: the exhaustion write, with the same code, where this failure
     /// spends the budget (SPEC §4). The model's relays and conformance's random writes both
@@ -375,7 +410,7 @@ impl Policy {
         use super::outbox::WriteKind;
         match kind {
             WriteKind::Ambiguous { code } | WriteKind::Retry { code }
-                if self.failure_spends_budget(attempts, max_attempts) =>
+                if self.checks_budget(kind) && self.failure_spends_budget(attempts, max_attempts) =>
             {
                 WriteKind::Exhausted { code }
             }
@@ -426,6 +461,7 @@ impl Policy {
             attempts_at: AttemptsAt::Claim,
             claim_fence: ClaimFence::Unfenced,
             write_fence: WriteFence::MessageIdOnly,
+            failure_fence: None,
             budget: BudgetPredicate::Absent,
             ambiguous_shape: AmbiguousShape::KeepsOwner,
             token_kind: TokenKind::Counter,
@@ -444,6 +480,7 @@ impl Policy {
             rescue_budget: RescueBudget::Exhausts,
             completion: Completion::Mark,
             retry_in_lease: false,
+            retry_checks_budget: true,
             backoff: Backoff { base: super::time::Duration(1), cap: super::time::Duration(1) },
             relay: RelayPolicy {
                 idempotency_key: IdempotencyKeyPolicy::MessageId,
@@ -452,6 +489,7 @@ impl Policy {
                 republish_after_db_loss: false,
                 reaper: false,
                 clock: ClockSource::Database,
+                shared_owner: false,
             },
         }
     }
@@ -469,6 +507,7 @@ impl Policy {
             ("attempts_at", s(&self.attempts_at)),
             ("claim_fence", s(&self.claim_fence)),
             ("write_fence", s(&self.write_fence)),
+            ("failure_fence", self.failure_fence.map_or("as write_fence".to_string(), |f| s(&f))),
             ("budget", s(&self.budget)),
             ("ambiguous_shape", s(&self.ambiguous_shape)),
             ("token_kind", s(&self.token_kind)),
@@ -487,6 +526,7 @@ impl Policy {
             ("rescue", self.rescue.map_or("none".to_string(), |f| format!("fenced by {}", f.name()))),
             ("rescue_to", s(&self.rescue_to)),
             ("rescue_budget", s(&self.rescue_budget)),
+            ("retry_checks_budget", s(&self.retry_checks_budget)),
             ("backoff", format!("{}..{}", self.backoff.base, self.backoff.cap)),
             ("relay.idempotency_key", s(&self.relay.idempotency_key)),
             ("relay.rejection", s(&self.relay.rejection)),
@@ -494,6 +534,7 @@ impl Policy {
             ("relay.republish_after_db_loss", s(&self.relay.republish_after_db_loss)),
             ("relay.reaper", s(&self.relay.reaper)),
             ("relay.clock", s(&self.relay.clock)),
+            ("relay.shared_owner", s(&self.relay.shared_owner)),
         ]
     }
 }

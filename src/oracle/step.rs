@@ -710,6 +710,7 @@ impl Oracle {
         lax.budget = BudgetPredicate::Absent;
         lax.retry_clock = false;
         lax.write_fence = WriteFence::MessageIdOnly;
+        lax.failure_fence = None;
         lax.swallow_stale = false;
         let max_attempts = self.max_attempts;
         let force_release = |b: &mut Branch, id: MessageId, to: Status, retry_at: Option<u64>, now: u64| {

@@ -131,14 +131,14 @@ pub fn write(d: Dialect, policy: &Policy, kind: WriteKind) -> String {
     if policy.write_checks_tenant {
         fence.push(format!("tenant_id = {}", d.p(2, "text")));
     }
-    let (owner, token) = match policy.write_fence {
+    let (owner, token) = match policy.fence_of(kind) {
         WriteFence::MessageIdOnly => (false, false),
         WriteFence::StatusOwnerToken => (true, true),
         WriteFence::StatusToken => (false, true),
         WriteFence::StatusOwner => (true, false),
         WriteFence::StatusOnly => (false, false),
     };
-    if policy.write_fence != WriteFence::MessageIdOnly {
+    if policy.fence_of(kind) != WriteFence::MessageIdOnly {
         fence.push("status = 'IN_FLIGHT'".into());
     }
     if owner {
@@ -171,14 +171,15 @@ pub fn write(d: Dialect, policy: &Policy, kind: WriteKind) -> String {
             set.push(format!("last_failure_code = {code}"));
             let next = if matches!(kind, WriteKind::Ambiguous { .. }) { "AMBIGUOUS" } else { "PENDING" };
             let spent = format!("({after}) >= {max}");
-            if policy.exhausted_status {
+            let exhausts = policy.exhausted_status && policy.checks_budget(kind);
+            if exhausts {
                 set.push(format!("status = CASE WHEN {spent} THEN 'EXHAUSTED' ELSE '{next}' END"));
             } else {
                 set.push(format!("status = '{next}'"));
             }
             if policy.retry_clock && !keeps_owner {
                 let due = retry_due(d, &after);
-                if policy.exhausted_status {
+                if exhausts {
                     set.push(format!("next_attempt_at = CASE WHEN {spent} THEN next_attempt_at ELSE {due} END"));
                 } else {
                     set.push(format!("next_attempt_at = {due}"));

@@ -636,14 +636,14 @@ impl FleetFacts {
             random_tokens: policies.iter().any(|p| p.token_kind == TokenKind::Random),
             fenced: policies.iter().all(|p| {
                 p.claim_fence == ClaimFence::OwnerAndToken
-                    && matches!(p.write_fence, WriteFence::StatusOwnerToken | WriteFence::StatusToken)
+                    && p.write_fences().all(|f| matches!(f, WriteFence::StatusOwnerToken | WriteFence::StatusToken))
                     && !p.swallow_stale
                     && !p.requeue_resets_token
                     && p.rescue != Some(crate::core::ReleaseFence::Id)
             }),
             keeps_terminal: policies.iter().all(|p| {
                 !p.claim_terminal
-                    && p.write_fence != WriteFence::MessageIdOnly
+                    && p.write_fences().all(|f| f != WriteFence::MessageIdOnly)
                     && !p.swallow_stale
                     && p.rescue != Some(crate::core::ReleaseFence::Id)
             }),
