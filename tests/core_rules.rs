@@ -988,6 +988,107 @@ fn random_tokens_are_splitmix64_and_release_fences_have_their_names() {
     );
 }
 
+/// The switches `variants` and a design file's comments print: every field of the policy under
+/// its own key, in a fixed order, as the word the design file takes.
+#[test]
+fn a_policys_switches_are_its_fields_under_their_keys_in_the_files_words() {
+    let order = [
+        "attempts_at",
+        "claim_fence",
+        "write_fence",
+        "failure_fence",
+        "budget",
+        "ambiguous_shape",
+        "token_kind",
+        "claim_order",
+        "retry_clock",
+        "retry_in_lease",
+        "completion",
+        "exhausted_status",
+        "claim_by_tenant",
+        "write_checks_tenant",
+        "claim_live_leases",
+        "claim_expired_leases",
+        "claim_terminal",
+        "swallow_stale",
+        "requeue_resets_token",
+        "rescue",
+        "rescue_to",
+        "rescue_budget",
+        "retry_checks_budget",
+        "backoff",
+        "relay.idempotency_key",
+        "relay.rejection",
+        "relay.publish_before_ack",
+        "relay.republish_after_db_loss",
+        "relay.reaper",
+        "relay.clock",
+        "relay.shared_owner",
+    ];
+    for variant in [Variant::Reference, Variant::LegacyV1] {
+        let policy = variant.policy();
+        let json = serde_json::to_value(policy).expect("a policy serialises");
+        let switches = policy.switches();
+        assert_eq!(switches.iter().map(|(k, _)| *k).collect::<Vec<_>>(), order);
+        for (name, value) in &switches {
+            let field = name.split('.').try_fold(&json, |v, k| v.get(k)).unwrap_or_else(|| panic!("{name} is a field"));
+            let want = match (*name, field) {
+                ("failure_fence", _) => policy.failure_fence.map_or("as write_fence".to_string(), |f| {
+                    serde_json::to_value(f).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+                }),
+                ("rescue", _) => policy.rescue.map_or("none".to_string(), |f| format!("fenced by {}", f.name())),
+                ("backoff", _) => format!("{}..{}", policy.backoff.base, policy.backoff.cap),
+                (_, serde_json::Value::String(word)) => word.clone(),
+                (_, other) => other.to_string(),
+            };
+            assert_eq!(value, &want, "{name} of {variant:?}");
+            assert!(!value.starts_with('"'), "{name} is printed as a word, not a JSON string: {value}");
+        }
+    }
+    let values = |v: Variant| v.policy().switches().into_iter().map(|(_, v)| v).collect::<Vec<_>>();
+    assert_ne!(values(Variant::Reference), values(Variant::LegacyV1), "two designs print apart");
+    let reference = Variant::Reference.policy().switches();
+    assert!(reference.contains(&("retry_clock", "true".to_string())), "{reference:?}");
+}
+
+/// The ghost fields a property reads are four distinct bits: an abstraction erases a field only
+/// where nothing looking reads it, so two fields sharing a bit (or a field of no bit) would erase
+/// one that is read.
+#[test]
+fn ghost_fields_are_distinct_bits_and_a_union_reads_both() {
+    let fields = [Ghosts::PUBLICATIONS, Ghosts::STORED, Ghosts::PUBLISHED_AT, Ghosts::FAILURE_CODE];
+    for (i, a) in fields.iter().enumerate() {
+        assert!(a.overlaps(*a), "field {i} is a bit");
+        assert!(!a.overlaps(Ghosts::NONE));
+        for (j, b) in fields.iter().enumerate().filter(|(j, _)| *j != i) {
+            assert!(!a.overlaps(*b), "fields {i} and {j} share a bit");
+            let both = a.union(*b);
+            assert!(both.overlaps(*a) && both.overlaps(*b), "the union of {i} and {j} reads both");
+            for (k, c) in fields.iter().enumerate().filter(|(k, _)| *k != i && *k != j) {
+                assert!(!both.overlaps(*c), "the union of {i} and {j} does not read {k}");
+            }
+        }
+    }
+}
+
+/// A property's sentence is its name without the id, and every safety property has a bit of
+/// its own in the masks over `Property::SAFETY`.
+#[test]
+fn a_property_says_its_sentence_and_has_a_bit_of_its_own() {
+    for p in Property::SAFETY.into_iter().chain(Property::LIVENESS) {
+        assert_eq!(format!("{} {}", p.id(), p.sentence()), p.name());
+        assert!(p.sentence().len() > 10, "{}: {}", p.id(), p.sentence());
+    }
+    assert_eq!(Property::S1.sentence(), "no stale terminal write succeeds");
+    let mut seen = 0u16;
+    for p in Property::SAFETY {
+        assert_eq!(p.bit().count_ones(), 1, "{}", p.id());
+        assert_eq!(seen & p.bit(), 0, "{} shares a bit", p.id());
+        seen |= p.bit();
+    }
+    assert_eq!(seen.count_ones() as usize, Property::SAFETY.len());
+}
+
 /// Per-write fences (Graphile Worker: complete by id, fail by `locked_by`): the completion checks
 /// `write.fence`, every failure write `write.failure_fence`.
 #[test]
@@ -1125,4 +1226,50 @@ fn per_path_keys_go_with_what_makes_them_mean_something() {
     assert_eq!((p.write_fence, p.failure_fence), (WriteFence::StatusOwnerToken, Some(WriteFence::StatusOwner)));
     let reference = Variant::Reference.policy();
     assert!(reference.retry_checks_budget && reference.failure_fence.is_none() && !reference.relay.shared_owner);
+}
+
+/// The legend printed under every report: each property's id and legend, safety and liveness
+/// joined by what the caller asks.
+#[test]
+fn the_legend_names_every_property_once_and_joins_safety_and_liveness_as_asked() {
+    let legend = Property::legend(" | ");
+    assert!(legend.starts_with(&format!("S1 {}, S2 ", Property::S1.entry().legend)), "{legend}");
+    assert_eq!(legend.matches(" | ").count(), 1, "{legend}");
+    let (safety, liveness) = legend.split_once(" | ").unwrap();
+    assert_eq!(safety.split(", ").count(), Property::SAFETY.len(), "{safety}");
+    assert!(safety.ends_with(&format!("S11 {}", Property::S11.entry().legend)), "{safety}");
+    assert_eq!(liveness.split(", ").next(), Some(format!("L1 {}", Property::L1.entry().legend).as_str()));
+}
+
+/// A situation's id is the first word of its name (`R-S1`), unique; what it exercises is a
+/// safety property's id, or `ordering`; and the situations reading a ghost field are exactly
+/// those whose entry reads it.
+#[test]
+fn a_situation_has_its_id_what_it_exercises_and_the_ghosts_it_reads() {
+    use outbox_check::core::property::SITUATIONS;
+    assert_eq!(Situation::StaleRefused.id(), "R-S1");
+    assert_eq!(Situation::StaleRefused.exercises_id(), "S1");
+    assert_eq!(Situation::OrderOvertaken.exercises_id(), "ordering");
+    assert_eq!(Situation::FailedForHolder.id(), "R-S11");
+    let mut ids: Vec<&str> = Situation::ALL.iter().map(|s| s.id()).collect();
+    assert!(ids.iter().all(|id| id.starts_with("R-") && id.len() > 3), "{ids:?}");
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), Situation::ALL.len());
+    assert_eq!(Situation::reading(Ghosts::NONE), 0);
+    for ghost in [Ghosts::PUBLICATIONS, Ghosts::STORED, Ghosts::PUBLISHED_AT, Ghosts::FAILURE_CODE] {
+        let mut want = 0u16;
+        for entry in &SITUATIONS {
+            if entry.reads.overlaps(ghost) {
+                want |= entry.situation.bit();
+            }
+        }
+        assert_eq!(Situation::reading(ghost), want);
+    }
+    let stored = Situation::reading(Ghosts::STORED);
+    assert_ne!(stored, 0, "some situation reads whether the broker stored a message");
+    assert_eq!(
+        Situation::reading(Ghosts::STORED.union(Ghosts::FAILURE_CODE)),
+        stored | Situation::reading(Ghosts::FAILURE_CODE)
+    );
 }
