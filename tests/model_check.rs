@@ -189,7 +189,7 @@ fn queue_axes() -> Vec<Design> {
         ("shared-owner-fence", "[write]\nfence = \"status-owner\"\n[relay]\nshared_owner = true\n"),
         (
             "retry-unchecked",
-            "[retry]\nretry_write_checks_budget = false\n[relay]\non_rejection = \"mark-retry\"\n",
+            "[retry]\nretry_write_checks_budget = false\n",
         ),
     ]
     .iter()

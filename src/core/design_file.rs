@@ -390,9 +390,6 @@ impl DesignFile {
             set(&mut p.relay.republish_after_db_loss, r.republish_after_db_loss);
             set(&mut p.relay.shared_owner, r.shared_owner);
         }
-        if !p.retry_checks_budget && p.relay.rejection != RejectionWrite::MarkRetry {
-            return Err("retry.retry_write_checks_budget = false goes with relay.on_rejection = \"mark-retry\": no other write is a retry write".into());
-        }
         if p.failure_fence == Some(p.write_fence) {
             p.failure_fence = None;
         }
@@ -609,7 +606,7 @@ pub const KEY_DOCS: [(&str, &str); 43] = [
     ("retry.delay_ms", "Fixed backoff: the delay, in ms (at least 1)."),
     ("retry.ambiguous_write", "\"clears-lease\" (owner and expiry cleared, retry time set) or \"keeps-owner\" (expiry cleared only)."),
     ("retry.in_lease_column", "true: the retry time is kept in the lease's expiry column (a visibility timeout): a failure sets lease_expires_at to it, and the claim's lease check is its clock."),
-    ("retry.retry_write_checks_budget", "true: the retry write (relay.on_rejection = \"mark-retry\") moves a row whose budget is spent to EXHAUSTED, as the AMBIGUOUS write does; false: it schedules another attempt whatever the attempts (awa's `RetryAfter` before awa#435). Optional, default true."),
+    ("retry.retry_write_checks_budget", "true: the retry write (a definite, retryable failure: the broker unavailable, or a rejection with relay.on_rejection = \"mark-retry\") moves a row whose budget is spent to EXHAUSTED, as the AMBIGUOUS write does; false: it schedules another attempt whatever the attempts (awa's `RetryAfter` before awa#435). Optional, default true."),
     ("exhaustion.status", "true: the design has EXHAUSTED; a failure past the budget moves there."),
     ("maintenance.job", "\"none\", \"exhaust-expired\" (expired leases whose budget is spent move to EXHAUSTED) or \"rescue-expired\" (expired leases move back to PENDING; budget spent: EXHAUSTED)."),
     ("maintenance.fence", "The rescuer's fence: \"expired\" (finds and moves a row in one statement), \"token\" (moves the row it read if the token is still the one it read) or \"id\" (moves the row it read by id, whatever holds it now)."),
