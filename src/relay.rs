@@ -136,6 +136,9 @@ enum Phase {
     RecordingEarly,
     /// Mutant `retry-after-db-loss`: republishing after a lost connection.
     Republishing,
+    /// Recording a lease claimed past its budget as failed, without publishing it
+    /// (`relay.fails_claims_past_budget`).
+    Refusing,
     Done,
 }
 
@@ -177,7 +180,7 @@ impl Cycle {
     pub fn leases_to_publish(&self) -> &[Lease] {
         let from = match self.phase {
             Phase::Publishing | Phase::RecordingEarly | Phase::Republishing => self.current,
-            Phase::Recording => self.current + 1,
+            Phase::Recording | Phase::Refusing => self.current + 1,
             Phase::Claiming | Phase::Done => self.leases.len(),
         };
         &self.leases[from.min(self.leases.len())..]
@@ -238,6 +241,10 @@ impl Cycle {
             self.phase = Phase::Done;
             return Effect::Done;
         };
+        if let Some(kind) = config.policy.claim_past_budget_write(lease.attempts, config.max_attempts) {
+            self.phase = Phase::Refusing;
+            return write(config, lease, kind, clocks);
+        }
         if config.policy.relay.publish_before_ack {
             self.phase = Phase::RecordingEarly;
             return write(config, lease, WriteKind::Published, clocks);
@@ -280,7 +287,7 @@ impl Cycle {
                     WriteResult::Stale { .. } => self.next_lease(config, clocks, LeaseResult::Stale),
                 }
             }
-            (Phase::Recording, Input::Written { result }) => {
+            (Phase::Recording | Phase::Refusing, Input::Written { result }) => {
                 let outcome = match result {
                     WriteResult::Stale { .. } => LeaseResult::Stale,
                     WriteResult::Applied { status } => match status {
@@ -301,7 +308,7 @@ impl Cycle {
                 self.phase = Phase::Republishing;
                 none(Effect::Publish { lease, key: key(config, &lease) })
             }
-            (Phase::Recording | Phase::RecordingEarly, Input::ConnectionLost) => {
+            (Phase::Recording | Phase::RecordingEarly | Phase::Refusing, Input::ConnectionLost) => {
                 self.next_lease(config, clocks, LeaseResult::AckUnknown)
             }
             (phase, input) => panic!("relay cycle: input {input:?} does not answer the effect of phase {phase:?}"),

@@ -1015,6 +1015,7 @@ fn a_policys_switches_are_its_fields_under_their_keys_in_the_files_words() {
         "rescue",
         "rescue_to",
         "rescue_budget",
+        "failure_deletes",
         "retry_checks_budget",
         "backoff",
         "relay.idempotency_key",
@@ -1024,6 +1025,7 @@ fn a_policys_switches_are_its_fields_under_their_keys_in_the_files_words() {
         "relay.reaper",
         "relay.clock",
         "relay.shared_owner",
+        "relay.fails_claims_past_budget",
     ];
     for variant in [Variant::Reference, Variant::LegacyV1] {
         let policy = variant.policy();
@@ -1267,4 +1269,32 @@ fn a_situation_has_its_id_what_it_exercises_and_the_ghosts_it_reads() {
         Situation::reading(Ghosts::STORED.union(Ghosts::FAILURE_CODE)),
         stored | Situation::reading(Ghosts::FAILURE_CODE)
     );
+}
+
+/// `write.failure_deletes` (Laravel's failed_jobs, pgmq's archive): a write that records a row
+/// FAILED or EXHAUSTED takes it out of the table — no later write or claim matches it — while a
+/// retry leaves it; an operator's requeue puts it back.
+#[test]
+fn a_failure_that_deletes_leaves_no_row_to_match_and_a_requeue_brings_it_back() {
+    let p = Policy { failure_deletes: true, ..Variant::Reference.policy() };
+    let mut outbox = table(2);
+    let leases = outbox.claim(&p, &claim(0, 2, 0)).unwrap();
+    let failed = WriteKind::Failed { code: FailureCode::Rejected };
+    assert_eq!(outbox.write(&p, &write(leases[0], failed, 1)), Ok(WriteResult::Applied { status: Status::Failed }));
+    assert!(outbox.row(MessageId(0)).unwrap().deleted);
+    assert_eq!(
+        outbox.write(&p, &write(leases[0], WriteKind::Published, 2)),
+        Ok(WriteResult::Stale { reason: StaleReason::Deleted })
+    );
+    let retry = WriteKind::Retry { code: FailureCode::Unavailable };
+    assert_eq!(outbox.write(&p, &write(leases[1], retry, 1)), Ok(WriteResult::Applied { status: Status::Pending }));
+    assert!(!outbox.row(MessageId(1)).unwrap().deleted, "a retry keeps the row");
+    assert!(outbox.claim(&p, &claim(0, 2, 100_000)).unwrap().iter().all(|l| l.message_id != MessageId(0)));
+    assert_eq!(outbox.requeue(&p, MessageId(0)), Ok(RequeueResult::Applied));
+    assert!(!outbox.row(MessageId(0)).unwrap().deleted, "a requeue puts the row back");
+    let kept = Variant::Reference.policy();
+    let mut outbox = table(1);
+    let lease = outbox.claim(&kept, &claim(0, 1, 0)).unwrap()[0];
+    outbox.write(&kept, &write(lease, failed, 1)).unwrap();
+    assert!(!outbox.row(MessageId(0)).unwrap().deleted, "without the switch a failed row stays");
 }

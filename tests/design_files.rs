@@ -577,8 +577,8 @@ fn awa_435_is_found_through_its_retry_write_and_the_fix_leaves_only_the_rescue()
 
 /// Graphile Worker (docs/examples/graphile-worker.toml): completion by id and failure by the
 /// pool's owner id. `check` finds S1 by Graphile's own route — the 4-hour unlock (the rescuer),
-/// a second claim, then the first attempt's completion — and keeps S2 (every claim bumps
-/// `attempts`, the model's token) and S3 (the claim's `attempts < max_attempts`).
+/// a second claim, then the first attempt's completion — reports S2 at the first claim (no
+/// claim sets a token), and keeps S3 (the claim's `attempts < max_attempts`) and S5.
 #[test]
 fn graphile_worker_is_found_completing_a_job_another_worker_claimed_after_the_unlock() {
     let report = json(&check_example("docs/examples/graphile-worker.toml"));
@@ -587,8 +587,46 @@ fn graphile_worker_is_found_completing_a_job_another_worker_claimed_after_the_un
     let texts: Vec<String> =
         s1["counterexample"].as_array().unwrap().iter().map(|s| s["text"][0].as_str().unwrap().to_string()).collect();
     assert!(texts.iter().any(|t| t.starts_with("rescuer") && t.contains("by its expiry")), "{texts:?}");
-    assert!(texts.last().unwrap().contains("mark_published(m0, token #1"), "{texts:?}");
-    for id in ["S2", "S3", "S5"] {
+    assert!(texts.last().unwrap().starts_with("r0 mark_published(m0, token #0, attempts 1)"), "{texts:?}");
+    let s2 = property(&report, "S2");
+    assert_eq!((s2["status"].as_str(), s2["counterexample"].as_array().map(Vec::len)), (Some("violated"), Some(1)));
+    for id in ["S3", "S5"] {
         assert_eq!(property(&report, id)["status"], "holds", "{id}");
     }
+}
+
+/// Laravel's database queue (docs/examples/laravel-database-queue.toml; issue 48539): a worker
+/// that reserves a job whose reservation expired, past its tries, fails it without running it —
+/// while the worker that held it still runs. `check --max-attempts 1` finds S11 by that route: a
+/// relay writes the job failed for good without ever publishing it, and the other relay's copy
+/// is stored after.
+#[test]
+fn laravel_48539_is_found_by_a_worker_failing_a_job_it_reserved_past_its_tries() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples/laravel-database-queue.toml");
+    let out = run(&[
+        "check",
+        "--design",
+        path.to_str().unwrap(),
+        "--json",
+        "--quiet",
+        "--no-liveness",
+        "--max-attempts",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let s11 = property(&json(&out), "S11");
+    assert_eq!(s11["status"], "violated", "{s11}");
+    let texts: Vec<String> =
+        s11["counterexample"].as_array().unwrap().iter().map(|s| s["text"][0].as_str().unwrap().to_string()).collect();
+    let failing = texts
+        .iter()
+        .find(|t| t.contains("mark_exhausted") && t.contains("attempts 2"))
+        .unwrap_or_else(|| panic!("a write of the job failed past its tries: {texts:?}"));
+    let who = failing.split(' ').next().unwrap().to_string();
+    assert!(
+        !texts.iter().any(|t| t.starts_with(&format!("{who} publishes"))),
+        "{who} fails the job without running it: {texts:?}"
+    );
+    let last = texts.last().unwrap();
+    assert!(last.contains("publishes") && last.contains("(stored)") && !last.starts_with(&who), "{texts:?}");
 }

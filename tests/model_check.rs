@@ -187,6 +187,13 @@ fn queue_axes() -> Vec<Design> {
             "[claim]\ntakes_expired_leases = false\n[write]\nfence = \"message-id-only\"\nfailure_fence = \"status-owner\"\n[relay]\non_rejection = \"mark-retry\"\nshared_owner = true\n[maintenance]\njob = \"rescue-expired\"\n",
         ),
         ("shared-owner-fence", "[write]\nfence = \"status-owner\"\n[relay]\nshared_owner = true\n"),
+        // Laravel's database queue: no budget in the reservation, a worker that fails a job
+        // reserved past its tries without running it, failures that delete the row.
+        (
+            "laravel",
+            "[claim]\nbudget = \"absent\"\nsets = \"unfenced\"\n[write]\nfence = \"message-id-only\"\ncompletion = \"delete\"\nfailure_deletes = true\n[relay]\nfails_claims_past_budget = true\n[maintenance]\njob = \"none\"\n",
+        ),
+        ("failure-deletes", "[write]\nfailure_deletes = true\n"),
         (
             "retry-unchecked",
             "[retry]\nretry_write_checks_budget = false\n",

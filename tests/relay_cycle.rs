@@ -161,3 +161,28 @@ fn an_input_that_answers_another_effect_is_a_driver_bug() {
     let (mut cycle, _) = started(&c, vec![lease(0, 1)]);
     cycle.resume(&c, Input::Written { result: WriteResult::Applied { status: Status::Published } }, NOW);
 }
+
+/// Laravel's worker (`relay.fails_claims_past_budget`): a lease claimed past the budget is
+/// recorded failed for good at once, never published; a lease within it is published as usual,
+/// and a relay without the switch publishes whatever the attempts.
+#[test]
+fn a_relay_that_fails_claims_past_the_budget_records_them_without_publishing() {
+    let mut c = config(Variant::Reference);
+    c.policy.relay.fails_claims_past_budget = true;
+    let (mut cycle, effect) = started(&c, vec![lease(0, 4), lease(1, 3)]);
+    assert_eq!(written_kind(effect), WriteKind::Exhausted { code: FailureCode::BudgetSpent });
+    assert_eq!(cycle.leases_to_publish(), &[lease(1, 3)], "the refused lease is never published");
+    let step = cycle.resume(&c, Input::Written { result: WriteResult::Applied { status: Status::Exhausted } }, NOW);
+    assert_eq!(step.finished, Some((MessageId(0), LeaseResult::Exhausted)));
+    assert!(matches!(step.effect, Effect::Publish { lease, .. } if lease == self::lease(1, 3)));
+    // Without EXHAUSTED the same lease is written FAILED; a lost connection moves on.
+    c.policy.exhausted_status = false;
+    let (mut cycle, effect) = started(&c, vec![lease(0, 4)]);
+    assert_eq!(written_kind(effect), WriteKind::Failed { code: FailureCode::BudgetSpent });
+    let step = cycle.resume(&c, Input::ConnectionLost, NOW);
+    assert_eq!(step.finished, Some((MessageId(0), LeaseResult::AckUnknown)));
+    assert!(cycle.is_done());
+    let plain = config(Variant::Reference);
+    let (_, effect) = started(&plain, vec![lease(0, 4)]);
+    assert!(matches!(effect, Effect::Publish { .. }), "{effect:?}");
+}

@@ -155,6 +155,9 @@ pub struct WriteSection {
     /// What mark_published does to the row: `mark` (PUBLISHED) or `delete`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion: Option<super::policy::Completion>,
+    /// A write recording a row FAILED or EXHAUSTED deletes it (moves it out of the table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_deletes: Option<bool>,
 }
 
 /// How the retry delay grows.
@@ -257,6 +260,9 @@ pub struct RelaySection {
     /// Every relay of the design writes one owner id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_owner: Option<bool>,
+    /// A relay records a row it claimed past the budget as failed, without publishing it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fails_claims_past_budget: Option<bool>,
 }
 
 /// `[requeue]`: the operator's requeue of FAILED and EXHAUSTED rows.
@@ -318,6 +324,7 @@ impl DesignFile {
             set(&mut p.write_checks_tenant, w.checks_tenant);
             set(&mut p.swallow_stale, w.unmatched_reported_as_applied);
             set(&mut p.completion, w.completion);
+            set(&mut p.failure_deletes, w.failure_deletes);
         }
         if let Some(r) = &self.retry {
             set(&mut p.retry_clock, r.clock);
@@ -389,6 +396,7 @@ impl DesignFile {
             set(&mut p.relay.publish_before_ack, r.publish_before_ack);
             set(&mut p.relay.republish_after_db_loss, r.republish_after_db_loss);
             set(&mut p.relay.shared_owner, r.shared_owner);
+            set(&mut p.relay.fails_claims_past_budget, r.fails_claims_past_budget);
         }
         if p.failure_fence == Some(p.write_fence) {
             p.failure_fence = None;
@@ -424,6 +432,8 @@ impl DesignFile {
                         | "write.failure_fence"
                         | "retry.retry_write_checks_budget"
                         | "relay.shared_owner"
+                        | "relay.fails_claims_past_budget"
+                        | "write.failure_deletes"
                 )
             })
             .filter(|key| !key.starts_with("statuses."))
@@ -502,6 +512,7 @@ impl DesignFile {
                 checks_tenant: Some(p.write_checks_tenant),
                 unmatched_reported_as_applied: Some(p.swallow_stale),
                 completion: Some(p.completion),
+                failure_deletes: Some(p.failure_deletes),
             }),
             retry: Some(RetrySection {
                 clock: Some(p.retry_clock),
@@ -531,6 +542,7 @@ impl DesignFile {
                 publish_before_ack: Some(p.relay.publish_before_ack),
                 republish_after_db_loss: Some(p.relay.republish_after_db_loss),
                 shared_owner: Some(p.relay.shared_owner),
+                fails_claims_past_budget: Some(p.relay.fails_claims_past_budget),
             }),
             requeue: Some(RequeueSection { resets_token: Some(p.requeue_resets_token) }),
             statuses: None,
@@ -581,7 +593,7 @@ pub const SECTION_DOCS: [(&str, &str); 9] = [
 ];
 
 /// Every key of a design file, dotted, with its meaning and allowed values.
-pub const KEY_DOCS: [(&str, &str); 43] = [
+pub const KEY_DOCS: [(&str, &str); 45] = [
     ("name", "The design's name, as fleets and reports name it (letters, digits, - and _)."),
     ("description", "One line saying what the design is."),
     ("based_on", "A built-in design to start from; the file then says only what differs."),
@@ -599,6 +611,7 @@ pub const KEY_DOCS: [(&str, &str); 43] = [
     ("write.checks_tenant", "true: a terminal write also checks the row's tenant."),
     ("write.unmatched_reported_as_applied", "true: a write that matched no row is reported as applied."),
     ("write.completion", "\"mark\" (mark_published sets PUBLISHED) or \"delete\" (it deletes the row: no later statement matches it)."),
+    ("write.failure_deletes", "true: a write that records a row FAILED or EXHAUSTED also deletes it from the table (Laravel moves a failed job to failed_jobs; pgmq archives a message): no later statement matches it, and an operator's requeue puts it back. Optional, default false."),
     ("retry.clock", "true: failure writes set next_attempt_at and the claim waits for it."),
     ("retry.backoff", "\"exponential\" (base_ms doubling per attempt up to cap_ms) or \"fixed\" (delay_ms every time)."),
     ("retry.base_ms", "Exponential backoff: the first delay, in ms (at least 1)."),
@@ -618,6 +631,7 @@ pub const KEY_DOCS: [(&str, &str); 43] = [
     ("relay.publish_before_ack", "true: the row is marked PUBLISHED before the broker acknowledged."),
     ("relay.republish_after_db_loss", "true: after losing the database post-publish, republish at once and record PUBLISHED."),
     ("relay.shared_owner", "true: every relay of the design writes one owner id (Graphile Worker's pool id since PR 469; a worker name a restarted attempt reuses, aegra PR 547), so a fence on the owner cannot tell them apart. Optional, default false."),
+    ("relay.fails_claims_past_budget", "true: a relay that claimed a row past its budget (attempts above the maximum, where the claim has no budget predicate) records it failed at once without publishing it, deciding from its own copy of the row (Laravel's worker: `MaxAttemptsExceededException`). Optional, default false."),
     ("requeue.resets_token", "true: the operator's requeue resets the token to 0."),
     ("statuses.pending", "The queue's name for PENDING (waiting to be claimed), e.g. \"available\"."),
     ("statuses.in_flight", "The queue's name for IN_FLIGHT (claimed, leased), e.g. \"running\"."),

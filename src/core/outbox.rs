@@ -604,6 +604,9 @@ impl Outbox {
                 row.last_failure_code = Some(code);
             }
         }
+        if policy.failure_deletes && matches!(row.status, Status::Failed | Status::Exhausted) {
+            row.deleted = true;
+        }
         Ok(WriteResult::Applied { status: row.status })
     }
 
@@ -684,6 +687,7 @@ impl Outbox {
         }
         row.status = Status::Pending;
         row.attempts = 0;
+        row.deleted = false;
         row.lease_owner = None;
         row.lease_expires_at = None;
         row.next_attempt_at = None;

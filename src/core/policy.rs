@@ -209,6 +209,11 @@ pub struct RelayPolicy {
     /// a restarted attempt reuses): a fence on the owner cannot tell them apart.
     #[serde(default)]
     pub shared_owner: bool,
+    /// A relay that claimed a row past its budget (attempts above the maximum) records it failed
+    /// at once, without publishing it (Laravel's worker: `MaxAttemptsExceededException`, decided
+    /// from its own copy of the job).
+    #[serde(default)]
+    pub fails_claims_past_budget: bool,
 }
 
 /// A design: every switch the core and the relay cycle read.
@@ -263,6 +268,11 @@ pub struct Policy {
     /// (a job queue's `DELETE … WHERE id = ?`): the row is gone, and no later statement matches it.
     #[serde(default)]
     pub completion: Completion,
+    /// A write that records a row FAILED or EXHAUSTED also deletes it from the table (Laravel's
+    /// failed job moves to `failed_jobs`; pgmq's archive): no later statement matches it, and an
+    /// operator's requeue puts it back.
+    #[serde(default)]
+    pub failure_deletes: bool,
     /// The retry time is kept in the lease's expiry column (a visibility timeout): a failure
     /// write sets `lease_expires_at` to the retry time instead of `next_attempt_at`, and the
     /// claim's lease predicate is the only clock it checks.
@@ -418,6 +428,19 @@ impl Policy {
         }
     }
 
+    /// The write a relay of the design sends, without publishing, for a lease claimed with
+    /// `attempts` past the budget of `max_attempts`: none unless the design's relay fails such
+    /// claims (`relay.fails_claims_past_budget`); then EXHAUSTED, or FAILED without that status.
+    pub fn claim_past_budget_write(&self, attempts: u32, max_attempts: u32) -> Option<super::outbox::WriteKind> {
+        use super::outbox::WriteKind;
+        use super::row::FailureCode;
+        (self.relay.fails_claims_past_budget && attempts > max_attempts).then_some(if self.exhausted_status {
+            WriteKind::Exhausted { code: FailureCode::BudgetSpent }
+        } else {
+            WriteKind::Failed { code: FailureCode::BudgetSpent }
+        })
+    }
+
     /// Where the rescuer moves a row it found with an expired lease: to its target (back to
     /// PENDING, or FAILED); a row whose budget is spent to EXHAUSTED (FAILED in a design without
     /// it) unless the rescuer ignores the budget. The attempts stay.
@@ -479,6 +502,7 @@ impl Policy {
             rescue_to: RescueTarget::Pending,
             rescue_budget: RescueBudget::Exhausts,
             completion: Completion::Mark,
+            failure_deletes: false,
             retry_in_lease: false,
             retry_checks_budget: true,
             backoff: Backoff { base: super::time::Duration(1), cap: super::time::Duration(1) },
@@ -490,6 +514,7 @@ impl Policy {
                 reaper: false,
                 clock: ClockSource::Database,
                 shared_owner: false,
+                fails_claims_past_budget: false,
             },
         }
     }
@@ -526,6 +551,7 @@ impl Policy {
             ("rescue", self.rescue.map_or("none".to_string(), |f| format!("fenced by {}", f.name()))),
             ("rescue_to", s(&self.rescue_to)),
             ("rescue_budget", s(&self.rescue_budget)),
+            ("failure_deletes", s(&self.failure_deletes)),
             ("retry_checks_budget", s(&self.retry_checks_budget)),
             ("backoff", format!("{}..{}", self.backoff.base, self.backoff.cap)),
             ("relay.idempotency_key", s(&self.relay.idempotency_key)),
@@ -535,6 +561,7 @@ impl Policy {
             ("relay.reaper", s(&self.relay.reaper)),
             ("relay.clock", s(&self.relay.clock)),
             ("relay.shared_owner", s(&self.relay.shared_owner)),
+            ("relay.fails_claims_past_budget", s(&self.relay.fails_claims_past_budget)),
         ]
     }
 }

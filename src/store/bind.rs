@@ -290,9 +290,13 @@ struct Common {
 }
 
 /// Whether outbox-check's own SQL (built from the policy's switches) covers the design: it has
-/// no statements for completion by deletion, a retry time in the lease's column, or a rescuer.
+/// no statements for completion or failure by deletion, a retry time in the lease's column, or a
+/// rescuer.
 pub fn ours_cover(policy: &Policy) -> bool {
-    policy.completion == crate::core::policy::Completion::Mark && !policy.retry_in_lease && policy.rescue.is_none()
+    policy.completion == crate::core::policy::Completion::Mark
+        && !policy.failure_deletes
+        && !policy.retry_in_lease
+        && policy.rescue.is_none()
 }
 
 impl Common {
