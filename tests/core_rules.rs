@@ -1298,3 +1298,66 @@ fn a_failure_that_deletes_leaves_no_row_to_match_and_a_requeue_brings_it_back() 
     outbox.write(&kept, &write(lease, failed, 1)).unwrap();
     assert!(!outbox.row(MessageId(0)).unwrap().deleted, "without the switch a failed row stays");
 }
+
+/// Rows are hashed as packed words (the model checker hashes every state): rows that differ in
+/// any one field — an option's presence as well as its value — hash apart, or the search would
+/// take two states for one.
+#[test]
+fn rows_that_differ_in_any_field_hash_apart() {
+    use std::hash::{Hash, Hasher};
+    fn hash(r: &Row) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        r.hash(&mut h);
+        h.finish()
+    }
+    let base = Row {
+        message_id: MessageId(3),
+        tenant_id: TenantId(1),
+        aggregate_id: AggregateId(4),
+        aggregate_version: 2,
+        status: Status::InFlight,
+        attempts: 2,
+        lease_owner: None,
+        lease_token: LeaseToken(5),
+        lease_expires_at: None,
+        next_attempt_at: None,
+        last_failure_code: None,
+        created_at: Instant(6),
+        published_at: None,
+        deleted: false,
+    };
+    let variants: Vec<(&str, Row)> = vec![
+        ("tenant", Row { tenant_id: TenantId(2), ..base }),
+        ("status", Row { status: Status::Failed, ..base }),
+        ("owner 0 against none", Row { lease_owner: Some(RelayId(0)), ..base }),
+        ("owner 1", Row { lease_owner: Some(RelayId(1)), ..base }),
+        ("expiry 0 against none", Row { lease_expires_at: Some(Instant(0)), ..base }),
+        ("retry time 0 against none", Row { next_attempt_at: Some(Instant(0)), ..base }),
+        ("published at 0 against none", Row { published_at: Some(Instant(0)), ..base }),
+        ("deleted", Row { deleted: true, ..base }),
+        ("the first failure code against none", Row { last_failure_code: Some(FailureCode::Timeout), ..base }),
+        ("the second failure code against none", Row { last_failure_code: Some(FailureCode::Unavailable), ..base }),
+        ("attempts", Row { attempts: 3, ..base }),
+        ("token", Row { lease_token: LeaseToken(6), ..base }),
+        ("created", Row { created_at: Instant(7), ..base }),
+    ];
+    for (field, other) in &variants {
+        assert_ne!(hash(&base), hash(other), "rows differing only in {field} hash alike");
+    }
+    for (i, (a, x)) in variants.iter().enumerate() {
+        for (b, y) in &variants[i + 1..] {
+            assert_ne!(hash(x), hash(y), "a row changed in {a} hashes as one changed in {b}");
+        }
+    }
+}
+
+/// The failure codes' words, which SQL stores and histories carry, and their parsing back.
+#[test]
+fn failure_codes_have_their_words_and_parse_back() {
+    assert_eq!(FailureCode::ALL.map(FailureCode::as_str), ["timeout", "unavailable", "rejected", "budget_spent"]);
+    for code in FailureCode::ALL {
+        assert_eq!(FailureCode::parse(code.as_str()), Some(code));
+    }
+    assert_eq!(FailureCode::parse("lost"), None);
+    assert_eq!(FailureCode::parse(""), None);
+}
