@@ -1017,6 +1017,7 @@ fn a_policys_switches_are_its_fields_under_their_keys_in_the_files_words() {
         "rescue_budget",
         "failure_deletes",
         "retry_checks_budget",
+        "budget_in_write",
         "backoff",
         "relay.idempotency_key",
         "relay.rejection",
@@ -1360,4 +1361,31 @@ fn failure_codes_have_their_words_and_parse_back() {
     }
     assert_eq!(FailureCode::parse("lost"), None);
     assert_eq!(FailureCode::parse(""), None);
+}
+
+/// `retry.budget_in_statement = false` (Oban: `error_job` sets `retryable` by id, the executor
+/// discards at `attempt >= max_attempts` from its copy): the failure statement sets what it is
+/// sent, whatever the row's attempts; the relay still picks the exhaustion from its own copy.
+#[test]
+fn a_failure_statement_without_the_budget_does_what_the_relay_decided() {
+    let retry = WriteKind::Retry { code: FailureCode::Unavailable };
+    let by_id = Policy { write_fence: WriteFence::MessageIdOnly, ..Variant::Reference.policy() };
+    let copy = Policy { budget_in_write: false, ..by_id };
+    assert_eq!(copy.failure_write(retry, MAX, MAX), WriteKind::Exhausted { code: FailureCode::Unavailable });
+    assert_eq!(copy.failure_write(retry, 1, MAX), retry);
+    for (policy, status) in [(copy, Status::Pending), (by_id, Status::Exhausted)] {
+        let mut outbox = table(1);
+        let stale = outbox.claim(&policy, &claim(0, 1, 0)).unwrap()[0];
+        for now in [100_000, 200_000] {
+            let lease = outbox.claim(&policy, &claim(1, 1, now)).unwrap()[0];
+            if now == 100_000 {
+                outbox.write(&policy, &write(lease, retry, now + 1)).unwrap();
+            }
+        }
+        assert_eq!(outbox.row(MessageId(0)).unwrap().attempts, MAX);
+        // The first worker's copy says attempt 1: it sends a retry, and only a statement that
+        // checks the row's attempts exhausts the row.
+        assert_eq!(policy.failure_write(retry, stale.attempts, MAX), retry);
+        assert_eq!(outbox.write(&policy, &write(stale, retry, 300_000)), Ok(WriteResult::Applied { status }));
+    }
 }

@@ -630,3 +630,19 @@ fn laravel_48539_is_found_by_a_worker_failing_a_job_it_reserved_past_its_tries()
     let last = texts.last().unwrap();
     assert!(last.contains("publishes") && last.contains("(stored)") && !last.starts_with(&who), "{texts:?}");
 }
+
+/// Oban's Basic engine (docs/examples/oban.toml): results by id, retry or discard decided from the
+/// executor's copy, the Lifeline returning jobs executing past its horizon. `check` finds S1 by
+/// Oban's own route — the Lifeline, a second fetch, then the first attempt's completion (Oban
+/// #532's shape) — and keeps S3 (the fetch's `attempt < max_attempts`).
+#[test]
+fn oban_is_found_completing_a_job_the_lifeline_returned_and_claimed_again() {
+    let report = json(&check_example("docs/examples/oban.toml"));
+    let s1 = property(&report, "S1");
+    assert_eq!(s1["status"], "violated");
+    let texts: Vec<String> =
+        s1["counterexample"].as_array().unwrap().iter().map(|s| s["text"][0].as_str().unwrap().to_string()).collect();
+    assert!(texts.iter().any(|t| t.starts_with("rescuer") && t.contains("by its expiry")), "{texts:?}");
+    assert!(texts.last().unwrap().starts_with("r0 mark_published(m0, token #0, attempts 1)"), "{texts:?}");
+    assert_eq!(property(&report, "S3")["status"], "holds");
+}

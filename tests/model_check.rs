@@ -195,6 +195,10 @@ fn queue_axes() -> Vec<Design> {
         ),
         ("failure-deletes", "[write]\nfailure_deletes = true\n"),
         (
+            "budget-from-copy",
+            "[write]\nfence = \"message-id-only\"\n[retry]\nbudget_in_statement = false\n",
+        ),
+        (
             "retry-unchecked",
             "[retry]\nretry_write_checks_budget = false\n",
         ),

@@ -197,6 +197,10 @@ pub struct RetrySection {
     /// The retry write moves a row whose budget is spent to EXHAUSTED (false: awa#435).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_write_checks_budget: Option<bool>,
+    /// The failure statements check the budget themselves (false: the relay decides from its
+    /// copy of the row).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_in_statement: Option<bool>,
 }
 
 /// `[exhaustion]`.
@@ -331,6 +335,7 @@ impl DesignFile {
             set(&mut p.ambiguous_shape, r.ambiguous_write);
             set(&mut p.retry_in_lease, r.in_lease_column);
             set(&mut p.retry_checks_budget, r.retry_write_checks_budget);
+            set(&mut p.budget_in_write, r.budget_in_statement);
             let kind = r.backoff.unwrap_or(if p.backoff.base == p.backoff.cap {
                 BackoffKind::Fixed
             } else {
@@ -434,6 +439,7 @@ impl DesignFile {
                         | "relay.shared_owner"
                         | "relay.fails_claims_past_budget"
                         | "write.failure_deletes"
+                        | "retry.budget_in_statement"
                 )
             })
             .filter(|key| !key.starts_with("statuses."))
@@ -523,6 +529,7 @@ impl DesignFile {
                 ambiguous_write: Some(p.ambiguous_shape),
                 in_lease_column: Some(p.retry_in_lease),
                 retry_write_checks_budget: Some(p.retry_checks_budget),
+                budget_in_statement: Some(p.budget_in_write),
             }),
             exhaustion: Some(ExhaustionSection { status: Some(p.exhausted_status) }),
             maintenance: Some(MaintenanceSection {
@@ -593,7 +600,7 @@ pub const SECTION_DOCS: [(&str, &str); 9] = [
 ];
 
 /// Every key of a design file, dotted, with its meaning and allowed values.
-pub const KEY_DOCS: [(&str, &str); 45] = [
+pub const KEY_DOCS: [(&str, &str); 46] = [
     ("name", "The design's name, as fleets and reports name it (letters, digits, - and _)."),
     ("description", "One line saying what the design is."),
     ("based_on", "A built-in design to start from; the file then says only what differs."),
@@ -620,6 +627,7 @@ pub const KEY_DOCS: [(&str, &str); 45] = [
     ("retry.ambiguous_write", "\"clears-lease\" (owner and expiry cleared, retry time set) or \"keeps-owner\" (expiry cleared only)."),
     ("retry.in_lease_column", "true: the retry time is kept in the lease's expiry column (a visibility timeout): a failure sets lease_expires_at to it, and the claim's lease check is its clock."),
     ("retry.retry_write_checks_budget", "true: the retry write (a definite, retryable failure: the broker unavailable, or a rejection with relay.on_rejection = \"mark-retry\") moves a row whose budget is spent to EXHAUSTED, as the AMBIGUOUS write does; false: it schedules another attempt whatever the attempts (awa's `RetryAfter` before awa#435). Optional, default true."),
+    ("retry.budget_in_statement", "true: the AMBIGUOUS and retry statements check the row's attempts against the budget and exhaust a row whose budget is spent; false: they set what the relay sends, and the relay decides from its own copy of the row whether to retry or exhaust (Oban: `error_job` sets `retryable` by id, the worker discards at `attempt >= max_attempts`). Optional, default true."),
     ("exhaustion.status", "true: the design has EXHAUSTED; a failure past the budget moves there."),
     ("maintenance.job", "\"none\", \"exhaust-expired\" (expired leases whose budget is spent move to EXHAUSTED) or \"rescue-expired\" (expired leases move back to PENDING; budget spent: EXHAUSTED)."),
     ("maintenance.fence", "The rescuer's fence: \"expired\" (finds and moves a row in one statement), \"token\" (moves the row it read if the token is still the one it read) or \"id\" (moves the row it read by id, whatever holds it now)."),

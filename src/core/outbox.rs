@@ -573,8 +573,9 @@ impl Outbox {
                 row.deleted = policy.completion == super::policy::Completion::Delete;
             }
             WriteKind::Ambiguous { code } | WriteKind::Retry { code } => {
-                let spent =
-                    policy.checks_budget(req.kind) && policy.failure_spends_budget(row.attempts, req.max_attempts);
+                let spent = policy.budget_in_write
+                    && policy.checks_budget(req.kind)
+                    && policy.failure_spends_budget(row.attempts, req.max_attempts);
                 row.attempts = policy.attempts_after_failure(row.attempts);
                 row.last_failure_code = Some(code);
                 if spent {

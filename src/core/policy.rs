@@ -283,6 +283,12 @@ pub struct Policy {
     /// whatever the attempts (awa's `RetryAfter` before awa#435).
     #[serde(default = "yes")]
     pub retry_checks_budget: bool,
+    /// The AMBIGUOUS and retry statements check the row's attempts themselves and exhaust a row
+    /// whose budget is spent. Without it the statement sets what it is told: the relay decides,
+    /// from its own copy of the row, whether to send a retry or an exhaustion (Oban's
+    /// `error_job` sets `retryable` by id; its executor discards at `attempt >= max_attempts`).
+    #[serde(default = "yes")]
+    pub budget_in_write: bool,
     pub backoff: Backoff,
     pub relay: RelayPolicy,
 }
@@ -505,6 +511,7 @@ impl Policy {
             failure_deletes: false,
             retry_in_lease: false,
             retry_checks_budget: true,
+            budget_in_write: true,
             backoff: Backoff { base: super::time::Duration(1), cap: super::time::Duration(1) },
             relay: RelayPolicy {
                 idempotency_key: IdempotencyKeyPolicy::MessageId,
@@ -553,6 +560,7 @@ impl Policy {
             ("rescue_budget", s(&self.rescue_budget)),
             ("failure_deletes", s(&self.failure_deletes)),
             ("retry_checks_budget", s(&self.retry_checks_budget)),
+            ("budget_in_write", s(&self.budget_in_write)),
             ("backoff", format!("{}..{}", self.backoff.base, self.backoff.cap)),
             ("relay.idempotency_key", s(&self.relay.idempotency_key)),
             ("relay.rejection", s(&self.relay.rejection)),

@@ -171,7 +171,7 @@ pub fn write(d: Dialect, policy: &Policy, kind: WriteKind) -> String {
             set.push(format!("last_failure_code = {code}"));
             let next = if matches!(kind, WriteKind::Ambiguous { .. }) { "AMBIGUOUS" } else { "PENDING" };
             let spent = format!("({after}) >= {max}");
-            let exhausts = policy.exhausted_status && policy.checks_budget(kind);
+            let exhausts = policy.exhausted_status && policy.budget_in_write && policy.checks_budget(kind);
             if exhausts {
                 set.push(format!("status = CASE WHEN {spent} THEN 'EXHAUSTED' ELSE '{next}' END"));
             } else {
