@@ -1328,6 +1328,9 @@ fn rows_that_differ_in_any_field_hash_apart() {
         deleted: false,
     };
     let variants: Vec<(&str, Row)> = vec![
+        ("message", Row { message_id: MessageId(4), ..base }),
+        ("aggregate", Row { aggregate_id: AggregateId(5), ..base }),
+        ("aggregate version", Row { aggregate_version: 3, ..base }),
         ("tenant", Row { tenant_id: TenantId(2), ..base }),
         ("status", Row { status: Status::Failed, ..base }),
         ("owner 0 against none", Row { lease_owner: Some(RelayId(0)), ..base }),
@@ -1388,4 +1391,50 @@ fn a_failure_statement_without_the_budget_does_what_the_relay_decided() {
         assert_eq!(policy.failure_write(retry, stale.attempts, MAX), retry);
         assert_eq!(outbox.write(&policy, &write(stale, retry, 300_000)), Ok(WriteResult::Applied { status }));
     }
+}
+
+/// Leases are hashed as packed words too (relay cycles hold them): leases that differ in any one
+/// field hash apart.
+#[test]
+fn leases_that_differ_in_any_field_hash_apart() {
+    use std::hash::{Hash, Hasher};
+    fn hash(l: &Lease) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        l.hash(&mut h);
+        h.finish()
+    }
+    let base = Lease {
+        message_id: MessageId(3),
+        tenant_id: TenantId(1),
+        owner: RelayId(2),
+        token: LeaseToken(5),
+        attempts: 2,
+        claim_seq: 4,
+    };
+    let variants = [
+        ("message", Lease { message_id: MessageId(4), ..base }),
+        ("tenant", Lease { tenant_id: TenantId(2), ..base }),
+        ("tenant 0", Lease { tenant_id: TenantId(0), ..base }),
+        ("owner", Lease { owner: RelayId(3), ..base }),
+        ("owner 0", Lease { owner: RelayId(0), ..base }),
+        ("token", Lease { token: LeaseToken(6), ..base }),
+        ("attempts", Lease { attempts: 3, ..base }),
+        ("claim", Lease { claim_seq: 5, ..base }),
+    ];
+    for (i, (a, x)) in variants.iter().enumerate() {
+        assert_ne!(hash(&base), hash(x), "leases differing only in {a} hash alike");
+        for (b, y) in &variants[i + 1..] {
+            assert_ne!(hash(x), hash(y), "a lease changed in {a} hashes as one changed in {b}");
+        }
+    }
+}
+
+/// The words reports print for keys and times.
+#[test]
+fn keys_instants_and_durations_print_as_reports_show_them() {
+    assert_eq!(IdempotencyKey::Message { message_id: MessageId(3) }.to_string(), MessageId(3).to_string());
+    assert_eq!(MessageId(3).to_string(), "m3");
+    assert_eq!(IdempotencyKey::Other { value: 42 }.to_string(), "0x2a");
+    assert_eq!(Instant(7).to_string(), "t=7");
+    assert_eq!(Duration(250).to_string(), "250ms");
 }
