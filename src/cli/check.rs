@@ -63,7 +63,8 @@ pub(crate) fn check_command(
     } else {
         print_check(&report, explorer_port, &written);
     }
-    // S11 is reported and fails nothing (decision 77): a design with a reaper cannot keep it.
+    // S11 is reported and fails nothing (decision 77): a design that lets anyone but a live
+    // holder fail a row cannot keep it.
     if report.violated_gated() || !report.decided() {
         ExitCode::from(1)
     } else if write_failed {
