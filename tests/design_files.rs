@@ -646,3 +646,30 @@ fn oban_is_found_completing_a_job_the_lifeline_returned_and_claimed_again() {
     assert!(texts.last().unwrap().starts_with("r0 mark_published(m0, token #0, attempts 1)"), "{texts:?}");
     assert_eq!(property(&report, "S3")["status"], "holds");
 }
+
+/// Solid Queue, issue 589 (docs/examples/real-bugs/solid-queue-589.toml): the pruner read the
+/// claimed executions of a process whose heartbeat went stale and failed each by job id, and a
+/// finish did not check the claimed execution was still there. `check` finds the issue's "finished
+/// jobs ending up as failed" (S4): the worker's completion applies, then the pruner's failure of
+/// what it read. After the fix (solid-queue-589-fixed.toml, every outcome finalizes its own
+/// claimed execution once) S4 holds, and what remains is S11: a live worker pruned still
+/// delivers, its job recorded failed.
+#[test]
+fn solid_queue_589_is_found_through_its_pruner_and_the_fix_leaves_the_false_failure() {
+    let bug = json(&check_example("docs/examples/real-bugs/solid-queue-589.toml"));
+    let s4 = property(&bug, "S4");
+    assert_eq!(s4["status"], "violated");
+    let texts: Vec<String> =
+        s4["counterexample"].as_array().unwrap().iter().map(|s| s["text"][0].as_str().unwrap().to_string()).collect();
+    let n = texts.len();
+    assert!(texts[n - 2].contains("mark_published") && texts[n - 2].contains("applied → PUBLISHED"), "{texts:?}");
+    assert!(texts[n - 1].starts_with("rescuer") && texts[n - 1].contains("to FAILED by id alone"), "{texts:?}");
+    let fixed = json(&check_example("docs/examples/real-bugs/solid-queue-589-fixed.toml"));
+    for id in ["S1", "S4"] {
+        assert_eq!(property(&fixed, id)["status"], "holds", "{id}");
+    }
+    let s11 = property(&fixed, "S11");
+    assert_eq!(s11["status"], "violated");
+    let steps = s11["counterexample"].as_array().unwrap();
+    assert!(steps.iter().any(|s| s["text"][0].as_str().unwrap().contains("to FAILED by the token it read")), "{s11}");
+}
