@@ -673,3 +673,21 @@ fn solid_queue_589_is_found_through_its_pruner_and_the_fix_leaves_the_false_fail
     let steps = s11["counterexample"].as_array().unwrap();
     assert!(steps.iter().any(|s| s["text"][0].as_str().unwrap().contains("to FAILED by the token it read")), "{s11}");
 }
+
+/// pgmq (docs/examples/pgmq.toml): the visibility timeout is lease and retry clock, every write
+/// is by `msg_id`. `check` finds S1 by pgmq's own route — no maintenance job at all: the timeout
+/// passes, a second `read` takes the message, the first reader's delete applies — and S3, since
+/// pgmq sets no limit on `read_ct`; S4 holds (a deleted or archived message is gone).
+#[test]
+fn pgmq_is_found_deleting_a_message_another_reader_took_after_its_timeout() {
+    let report = json(&check_example("docs/examples/pgmq.toml"));
+    let s1 = property(&report, "S1");
+    assert_eq!(s1["status"], "violated");
+    let texts: Vec<String> =
+        s1["counterexample"].as_array().unwrap().iter().map(|s| s["text"][0].as_str().unwrap().to_string()).collect();
+    assert!(!texts.iter().any(|t| t.starts_with("rescuer")), "{texts:?}");
+    assert!(texts.iter().filter(|t| t.contains(" claims for ")).count() == 2, "{texts:?}");
+    assert!(texts.last().unwrap().starts_with("r0 mark_published(m0"), "{texts:?}");
+    assert_eq!(property(&report, "S3")["status"], "violated");
+    assert_eq!(property(&report, "S4")["status"], "holds");
+}
