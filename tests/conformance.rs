@@ -63,6 +63,15 @@ fn the_job_queue_clauses_agree_with_their_core_and_differ_from_reference() {
             reference,
         ),
         ("a retry write that never exhausts", Policy { retry_checks_budget: false, ..reference }, reference),
+        (
+            "a claim that sets a token and no owner",
+            Policy {
+                claim_fence: outbox_check::core::ClaimFence::TokenOnly,
+                write_fence: WriteFence::StatusToken,
+                ..reference
+            },
+            Policy { write_fence: WriteFence::StatusToken, ..reference },
+        ),
         // With writes by id a stale worker's copy of the attempts differs from the row's.
         ("the relay decides exhaustion from its copy", Policy { budget_in_write: false, ..by_id }, by_id),
     ];

@@ -1438,3 +1438,29 @@ fn keys_instants_and_durations_print_as_reports_show_them() {
     assert_eq!(Instant(7).to_string(), "t=7");
     assert_eq!(Duration(250).to_string(), "250ms");
 }
+
+/// `claim.sets = "token-only"` (underway's `current_attempt`): a claim gives the row a fresh
+/// token and records no owner, and a write fenced on the token tells two claims apart.
+#[test]
+fn a_token_only_claim_bumps_the_token_and_records_no_owner() {
+    let p = Policy {
+        claim_fence: ClaimFence::TokenOnly,
+        write_fence: WriteFence::StatusToken,
+        ..Variant::Reference.policy()
+    };
+    let mut outbox = table(1);
+    let first = outbox.claim(&p, &claim(0, 1, 0)).unwrap()[0];
+    let row = outbox.row(MessageId(0)).unwrap();
+    assert_eq!((row.lease_owner, row.lease_token, first.token), (None, LeaseToken(1), LeaseToken(1)));
+    let second = outbox.claim(&p, &claim(1, 1, 10)).unwrap()[0];
+    assert_eq!(second.token, LeaseToken(2));
+    assert_eq!(outbox.row(MessageId(0)).unwrap().lease_owner, None);
+    assert_eq!(
+        outbox.write(&p, &write(first, WriteKind::Published, 11)),
+        Ok(WriteResult::Stale { reason: StaleReason::WrongToken })
+    );
+    assert_eq!(
+        outbox.write(&p, &write(second, WriteKind::Published, 11)),
+        Ok(WriteResult::Applied { status: Status::Published })
+    );
+}

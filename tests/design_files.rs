@@ -731,3 +731,16 @@ fn every_example_design_has_its_verdicts_in_reports() {
     let rows = table.lines().filter(|l| l.starts_with("| [")).count();
     assert_eq!(rows, files.len(), "reports/queues.md has a row for a file that is gone");
 }
+
+/// underway (docs/examples/underway.toml): a fresh `current_attempt` per claim and every result
+/// fenced on it. `check` finds every safety property but the false failure kept, as the fence
+/// promises: a superseded attempt's result is refused.
+#[test]
+fn underway_keeps_every_fenced_property_and_breaks_only_the_false_failure() {
+    let report = json(&check_example("docs/examples/underway.toml"));
+    for id in ["S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8"] {
+        assert_eq!(property(&report, id)["status"], "holds", "{id}");
+    }
+    assert_eq!(property(&report, "S11")["status"], "violated");
+    assert_eq!(property(&report, "R-S1")["status"], "reached", "a stale result is attempted and refused");
+}

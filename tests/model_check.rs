@@ -194,6 +194,7 @@ fn queue_axes() -> Vec<Design> {
             "[claim]\nbudget = \"absent\"\nsets = \"unfenced\"\n[write]\nfence = \"message-id-only\"\ncompletion = \"delete\"\nfailure_deletes = true\n[relay]\nfails_claims_past_budget = true\n[maintenance]\njob = \"none\"\n",
         ),
         ("failure-deletes", "[write]\nfailure_deletes = true\n"),
+        ("token-only", "[claim]\nsets = \"token-only\"\n[write]\nfence = \"status-token\"\n"),
         (
             "budget-from-copy",
             "[write]\nfence = \"message-id-only\"\n[retry]\nbudget_in_statement = false\n",

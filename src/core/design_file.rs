@@ -610,7 +610,7 @@ pub const KEY_DOCS: [(&str, &str); 46] = [
     ("claim.takes_terminal_rows", "true: a claim also takes PUBLISHED, FAILED and EXHAUSTED rows."),
     ("claim.budget", "\"strict\" (attempts < max), \"one-over\" (attempts <= max) or \"absent\" (no budget predicate)."),
     ("claim.order", "\"due\" (retry time, else creation, then id) or \"created\" (creation, tenant, id)."),
-    ("claim.sets", "\"owner-and-token\" (owner and a fresh token), \"owner-only\" (the token stays) or \"unfenced\" (status and expiry only)."),
+    ("claim.sets", "\"owner-and-token\" (owner and a fresh token), \"owner-only\" (the token stays), \"token-only\" (a fresh token, no owner: underway's `current_attempt`) or \"unfenced\" (status and expiry only)."),
     ("claim.token", "\"counter\" (token + 1) or \"random\" (a fresh value, compared for equality only)."),
     ("attempts.counted_at", "\"claim\" (the claim's statement counts) or \"failure-write\" (the AMBIGUOUS and retry writes count)."),
     ("write.fence", "\"status-owner-token\", \"status-token\", \"status-owner\", \"status-only\" (IN_FLIGHT and the id, whoever holds it: River's completer) or \"message-id-only\" (by id alone)."),

@@ -504,6 +504,7 @@ impl Outbox {
                 row.lease_token = fresh_token;
             }
             ClaimFence::OwnerOnly => row.lease_owner = Some(req.owner),
+            ClaimFence::TokenOnly => row.lease_token = fresh_token,
             ClaimFence::Unfenced => {}
         }
         if policy.attempts_at == AttemptsAt::Claim {

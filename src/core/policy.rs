@@ -78,6 +78,9 @@ pub enum ClaimFence {
     OwnerOnly,
     /// Sets status and expiry only: no owner, no token (the V1 `leaseBatch`).
     Unfenced,
+    /// A fresh token and no owner (underway: `current_attempt = attempt_count + 1`, no worker
+    /// recorded).
+    TokenOnly,
 }
 
 /// What a terminal write checks besides `message_id`.

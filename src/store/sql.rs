@@ -102,6 +102,7 @@ pub fn claim_update(d: Dialect, policy: &Policy) -> String {
             set.push(format!("lease_token = {token}"));
         }
         ClaimFence::OwnerOnly => set.push(format!("lease_owner = {}", d.p(3, "text"))),
+        ClaimFence::TokenOnly => set.push(format!("lease_token = {token}")),
         ClaimFence::Unfenced => {}
     }
     if policy.attempts_at == AttemptsAt::Claim {
@@ -110,10 +111,12 @@ pub fn claim_update(d: Dialect, policy: &Policy) -> String {
     // Every parameter must appear (PostgreSQL types it, SQLite counts it): unused ones are
     // compared away.
     let mut unused = Vec::new();
-    if policy.claim_fence == ClaimFence::Unfenced {
+    if matches!(policy.claim_fence, ClaimFence::Unfenced | ClaimFence::TokenOnly) {
         unused.push(format!(" AND {} IS NOT NULL", d.p(3, "text")));
     }
-    if !(policy.token_kind == TokenKind::Random && policy.claim_fence == ClaimFence::OwnerAndToken) {
+    if !(policy.token_kind == TokenKind::Random
+        && matches!(policy.claim_fence, ClaimFence::OwnerAndToken | ClaimFence::TokenOnly))
+    {
         unused.push(format!(" AND {} IS NOT NULL", d.p(4, "bigint")));
     }
     format!(
