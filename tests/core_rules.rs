@@ -1062,6 +1062,7 @@ fn ghost_fields_are_distinct_bits_and_a_union_reads_both() {
     let fields = [Ghosts::PUBLICATIONS, Ghosts::STORED, Ghosts::PUBLISHED_AT, Ghosts::FAILURE_CODE];
     for (i, a) in fields.iter().enumerate() {
         assert!(a.overlaps(*a), "field {i} is a bit");
+        assert_eq!(a.union(*a), *a, "a field joined with itself is read once");
         assert!(!a.overlaps(Ghosts::NONE));
         for (j, b) in fields.iter().enumerate().filter(|(j, _)| *j != i) {
             assert!(!a.overlaps(*b), "fields {i} and {j} share a bit");
