@@ -1465,3 +1465,30 @@ fn a_token_only_claim_bumps_the_token_and_records_no_owner() {
         Ok(WriteResult::Applied { status: Status::Published })
     );
 }
+
+/// A relay that fails claims past the budget (`relay.fails_claims_past_budget`, Laravel) sends
+/// its write only for a lease whose attempts exceed the budget, EXHAUSTED or FAILED as the design
+/// has statuses; any other relay sends none. A policy read without `budget_in_write` (files
+/// written before the key) keeps the budget in the write, and `gated_id` gates the properties
+/// `verify` fails a design for, and an id it does not know.
+#[test]
+fn a_claim_past_the_budget_is_failed_only_where_the_design_says_and_only_past_it() {
+    let base = Variant::Reference.policy();
+    assert_eq!(base.claim_past_budget_write(4, 3), None);
+    let mut laravel = base;
+    laravel.relay.fails_claims_past_budget = true;
+    let spent = Some(WriteKind::Exhausted { code: FailureCode::BudgetSpent });
+    assert_eq!(laravel.claim_past_budget_write(4, 3), spent);
+    assert_eq!(laravel.claim_past_budget_write(3, 3), None);
+    assert_eq!(laravel.claim_past_budget_write(2, 3), None);
+    let no_exhausted = Policy { exhausted_status: false, ..laravel };
+    assert_eq!(no_exhausted.claim_past_budget_write(5, 3), Some(WriteKind::Failed { code: FailureCode::BudgetSpent }));
+
+    let mut value = serde_json::to_value(Policy { budget_in_write: true, ..base }).unwrap();
+    value.as_object_mut().unwrap().remove("budget_in_write").expect("the field is serialised");
+    let read: Policy = serde_json::from_value(value).unwrap();
+    assert!(read.budget_in_write);
+
+    assert!(Property::gated_id("S1") && Property::gated_id("s4") && Property::gated_id("X9"));
+    assert!(!Property::gated_id("S11"));
+}

@@ -744,3 +744,30 @@ fn underway_keeps_every_fenced_property_and_breaks_only_the_false_failure() {
     assert_eq!(property(&report, "S11")["status"], "violated");
     assert_eq!(property(&report, "R-S1")["status"], "reached", "a stale result is attempted and refused");
 }
+
+/// Graphile Worker 0.12 (docs/examples/real-bugs/graphile-worker-0-12.toml), the design behind
+/// issues 169 and 254. #169: `get_job` re-takes a job whose 4-hour lock ran out while its worker
+/// still runs it, and the first run's completion, by id alone, applies — S1, its last step the
+/// first worker's write after the second claim. #254: a job claimed at its last attempt whose
+/// worker never learns of the claim stays locked, since `get_job` skips spent jobs and nothing
+/// unlocks them — L1. With `resetLockedAt` (Graphile Worker today, graphile-worker.toml) L1
+/// holds.
+#[test]
+fn graphile_worker_169_and_254_are_found_and_the_unlock_keeps_every_job_ending() {
+    let check = |file: &str| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        json(&run(&["check", "--design", path.to_str().unwrap(), "--json", "--quiet"]))
+    };
+    let bug = check("docs/examples/real-bugs/graphile-worker-0-12.toml");
+    let s1 = property(&bug, "S1");
+    assert_eq!(s1["status"], "violated");
+    let texts: Vec<String> =
+        s1["counterexample"].as_array().unwrap().iter().map(|s| s["text"][0].as_str().unwrap().to_string()).collect();
+    let n = texts.len();
+    assert!(texts[n - 1].starts_with("r0 mark_published") && texts[n - 1].contains("attempts 1"), "{texts:?}");
+    assert!(texts[n - 2].starts_with("r1 claims") && texts[n - 2].contains("attempts 2"), "{texts:?}");
+    assert_eq!(property(&bug, "L1")["status"], "violated");
+    let today = check("docs/examples/graphile-worker.toml");
+    assert_eq!(property(&today, "L1")["status"], "holds");
+    assert_eq!(property(&today, "S1")["status"], "violated");
+}
