@@ -479,6 +479,11 @@ fn property(report: &serde_json::Value, id: &str) -> serde_json::Value {
     report["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap().clone()
 }
 
+/// The first line of each step of a property's counterexample.
+fn step_texts(p: &serde_json::Value) -> Vec<String> {
+    p["counterexample"].as_array().unwrap().iter().map(|s| s["text"][0].as_str().unwrap().to_string()).collect()
+}
+
 /// River, issue 1302 (docs/examples/real-bugs/river-1302.toml): the rescuer writes the jobs it
 /// read by id alone, and `check` finds the documented failure by that route — a job completed
 /// between the rescuer's read and its write is moved back (S4), the violating step being the
@@ -524,8 +529,7 @@ fn oban_137_is_found_through_its_orphan_rescue_and_the_fix_keeps_the_budget() {
     let bug = check("docs/examples/real-bugs/oban-137.toml");
     let s3 = property(&bug, "S3");
     assert_eq!(s3["status"], "violated");
-    let texts: Vec<String> =
-        s3["counterexample"].as_array().unwrap().iter().map(|s| s["text"][0].as_str().unwrap().to_string()).collect();
+    let texts = step_texts(&s3);
     let n = texts.len();
     assert!(texts[n - 1].contains("claims") && texts[n - 1].ends_with("attempts 4"), "{texts:?}");
     assert!(texts[n - 2].starts_with("rescuer at t=") && texts[n - 2].contains("to PENDING"), "{texts:?}");
@@ -584,8 +588,7 @@ fn graphile_worker_is_found_completing_a_job_another_worker_claimed_after_the_un
     let report = json(&check_example("docs/examples/graphile-worker.toml"));
     let s1 = property(&report, "S1");
     assert_eq!(s1["status"], "violated");
-    let texts: Vec<String> =
-        s1["counterexample"].as_array().unwrap().iter().map(|s| s["text"][0].as_str().unwrap().to_string()).collect();
+    let texts = step_texts(&s1);
     assert!(texts.iter().any(|t| t.starts_with("rescuer") && t.contains("by its expiry")), "{texts:?}");
     assert!(texts.last().unwrap().starts_with("r0 mark_published(m0, token #0, attempts 1)"), "{texts:?}");
     let s2 = property(&report, "S2");
@@ -616,8 +619,7 @@ fn laravel_48539_is_found_by_a_worker_failing_a_job_it_reserved_past_its_tries()
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let s11 = property(&json(&out), "S11");
     assert_eq!(s11["status"], "violated", "{s11}");
-    let texts: Vec<String> =
-        s11["counterexample"].as_array().unwrap().iter().map(|s| s["text"][0].as_str().unwrap().to_string()).collect();
+    let texts = step_texts(&s11);
     let failing = texts
         .iter()
         .find(|t| t.contains("mark_exhausted") && t.contains("attempts 2"))
@@ -640,8 +642,7 @@ fn oban_is_found_completing_a_job_the_lifeline_returned_and_claimed_again() {
     let report = json(&check_example("docs/examples/oban.toml"));
     let s1 = property(&report, "S1");
     assert_eq!(s1["status"], "violated");
-    let texts: Vec<String> =
-        s1["counterexample"].as_array().unwrap().iter().map(|s| s["text"][0].as_str().unwrap().to_string()).collect();
+    let texts = step_texts(&s1);
     assert!(texts.iter().any(|t| t.starts_with("rescuer") && t.contains("by its expiry")), "{texts:?}");
     assert!(texts.last().unwrap().starts_with("r0 mark_published(m0, token #0, attempts 1)"), "{texts:?}");
     assert_eq!(property(&report, "S3")["status"], "holds");
@@ -659,8 +660,7 @@ fn solid_queue_589_is_found_through_its_pruner_and_the_fix_leaves_the_false_fail
     let bug = json(&check_example("docs/examples/real-bugs/solid-queue-589.toml"));
     let s4 = property(&bug, "S4");
     assert_eq!(s4["status"], "violated");
-    let texts: Vec<String> =
-        s4["counterexample"].as_array().unwrap().iter().map(|s| s["text"][0].as_str().unwrap().to_string()).collect();
+    let texts = step_texts(&s4);
     let n = texts.len();
     assert!(texts[n - 2].contains("mark_published") && texts[n - 2].contains("applied → PUBLISHED"), "{texts:?}");
     assert!(texts[n - 1].starts_with("rescuer") && texts[n - 1].contains("to FAILED by id alone"), "{texts:?}");
@@ -683,8 +683,7 @@ fn pgmq_is_found_deleting_a_message_another_reader_took_after_its_timeout() {
     let report = json(&check_example("docs/examples/pgmq.toml"));
     let s1 = property(&report, "S1");
     assert_eq!(s1["status"], "violated");
-    let texts: Vec<String> =
-        s1["counterexample"].as_array().unwrap().iter().map(|s| s["text"][0].as_str().unwrap().to_string()).collect();
+    let texts = step_texts(&s1);
     assert!(!texts.iter().any(|t| t.starts_with("rescuer")), "{texts:?}");
     assert!(texts.iter().filter(|t| t.contains(" claims for ")).count() == 2, "{texts:?}");
     assert!(texts.last().unwrap().starts_with("r0 mark_published(m0"), "{texts:?}");
@@ -761,8 +760,7 @@ fn graphile_worker_169_and_254_are_found_and_the_unlock_keeps_every_job_ending()
     let bug = check("docs/examples/real-bugs/graphile-worker-0-12.toml");
     let s1 = property(&bug, "S1");
     assert_eq!(s1["status"], "violated");
-    let texts: Vec<String> =
-        s1["counterexample"].as_array().unwrap().iter().map(|s| s["text"][0].as_str().unwrap().to_string()).collect();
+    let texts = step_texts(&s1);
     let n = texts.len();
     assert!(texts[n - 1].starts_with("r0 mark_published") && texts[n - 1].contains("attempts 1"), "{texts:?}");
     assert!(texts[n - 2].starts_with("r1 claims") && texts[n - 2].contains("attempts 2"), "{texts:?}");
