@@ -210,7 +210,7 @@ pub fn state_svg(config: &WorldConfig, actions: &[Action], safety: Option<Abstra
         real = now.clone();
     });
     let esc = |t: &str| t.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
-    let instant = |t: Option<outbox_check::core::Instant>| t.map_or("–".to_string(), |t| format!("t={}", t.0));
+    let instant = |t: Option<outbox_check::core::Instant>| t.map_or("–".to_string(), |t| t.to_string());
     let mut out = String::new();
     let columns = ["message", "tenant", "status", "attempts", "owner", "token", "lease until", "retry at"];
     let widths = [80, 70, 100, 70, 60, 60, 100, 90];
@@ -430,6 +430,11 @@ pub fn describe(event: &Event) -> String {
         ),
         Event::Finished { relay, message_id, result } => format!("r{relay} reports {message_id}: {}", result.as_str()),
         Event::Crashed { relay } => format!("r{relay} crashes and restarts with nothing in memory"),
+        Event::SessionEnded { relay, now, messages } => format!(
+            "r{relay}'s database session ends at t={}: its lock on {} is released",
+            now.0,
+            messages.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", ")
+        ),
         Event::Reaped { now, messages } => {
             format!(
                 "reaper at t={}: {} exhausted",
@@ -548,6 +553,7 @@ fn rename_relay(action: Action, real_of: &[usize]) -> Action {
         Action::Publish { relay, fate } => Action::Publish { relay: map(relay), fate },
         Action::Write { relay, db } => Action::Write { relay: map(relay), db },
         Action::Crash { relay } => Action::Crash { relay: map(relay) },
+        Action::LeaseLost { relay } => Action::LeaseLost { relay: map(relay) },
         Action::MisroutedWrite { relay } => Action::MisroutedWrite { relay: map(relay) },
         other => other,
     }

@@ -180,6 +180,11 @@ fn mermaid_event(event: &Event, true_now: u64) -> String {
             format!("    Note over r{relay}: {message_id}: {}\n", result.as_str())
         }
         Event::Crashed { relay } => format!("    Note over r{relay}: crashes, restarts empty\n"),
+        Event::SessionEnded { relay, now, messages } => format!(
+            "    Note over r{relay}: session ends at t={}, lock on {} released\n",
+            now.0,
+            messages.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", ")
+        ),
         Event::Reaped { now, messages } => format!(
             "    Note over DB: reaper at t={}: {} → EXHAUSTED\n",
             now.0,
@@ -458,7 +463,7 @@ pub fn to_itf(
                     "attempts": r.attempts,
                     "lease_owner": r.lease_owner.map(|o| format!("r{}", o.0)).unwrap_or_default(),
                     "lease_token": { "#bigint": r.lease_token.0.to_string() },
-                    "lease_expires_at": r.lease_expires_at.map_or(-1, |t| t.0 as i64),
+                    "lease_expires_at": r.lease_expires_at.map_or(-1, |t| i64::try_from(t.0).unwrap_or(i64::MAX)),
                     "next_attempt_at": r.next_attempt_at.map_or(-1, |t| t.0 as i64),
                     "last_failure_code": r.last_failure_code.map(|c| c.as_str()).unwrap_or(""),
                 })

@@ -1002,6 +1002,9 @@ pub fn from_world(config: &crate::world::WorldConfig, events: &[crate::world::Ev
             }
             W::Finished { .. } => {}
             W::Crashed { relay: r } => out.push(Event::Fault { kind: format!("{} crashed", relay(*r)) }),
+            W::SessionEnded { relay: r, .. } => {
+                out.push(Event::Fault { kind: format!("{}'s database session ended", relay(*r)) })
+            }
             W::Reaped { now, messages } => {
                 out.push(Event::Reap { now: now.0, messages: messages.iter().map(|m| message(*m)).collect() })
             }

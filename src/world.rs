@@ -8,7 +8,7 @@
 //! [`Auditor`](crate::core::Auditor). No rule of the outbox lives here, only the environment:
 //! which faults may strike and how the broker and the consumer behave.
 
-use crate::core::policy::TokenKind;
+use crate::core::policy::{LeaseKind, TokenKind};
 use crate::core::{
     used_up, AggregateId, Auditor, ClaimRequest, Duration, EnqueueRequest, EnqueueResult, FailureCode, Ghosts,
     IdempotencyKey, Instant, Lease, LeaseToken, MessageId, Outbox, Policy, Property, RelayId, RequeueResult, Situation,
@@ -303,6 +303,9 @@ pub enum Action {
     MisroutedWrite { relay: u16 },
     /// A relay crashes and restarts with nothing in memory.
     Crash { relay: u16 },
+    /// A relay's database session drops while the relay runs on (designs whose session holds
+    /// the lease): the locks it held are released; its next statement runs on a new connection.
+    LeaseLost { relay: u16 },
     /// The reaper job runs (when a design of the fleet has one).
     Reap,
     /// The rescuer finds an expired lease and moves its row in the same statement (fence
@@ -328,6 +331,7 @@ impl Action {
             Action::Publish { fate, .. } => fate.fault(),
             Action::MisroutedWrite { .. } => Some(Fault::MisroutedWrite),
             Action::Crash { .. } => Some(Fault::Crash),
+            Action::LeaseLost { .. } => Some(Fault::LeaseLost),
             Action::Reap
             | Action::Rescue
             | Action::RescueRead
@@ -458,6 +462,14 @@ pub enum Event {
     Crashed {
         relay: u16,
     },
+    /// A relay's database session ended (it crashed, its connection died, or the lease-lost
+    /// fault dropped it) and the leases it held ended with it (designs whose session holds the
+    /// lease).
+    SessionEnded {
+        relay: u16,
+        now: Instant,
+        messages: Vec<MessageId>,
+    },
     Reaped {
         now: Instant,
         messages: Vec<MessageId>,
@@ -528,7 +540,7 @@ pub struct World {
 
 impl std::fmt::Debug for World {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let at = |t: Option<Instant>| t.map_or("–".to_string(), |t| format!("t={}", t.0));
+        let at = |t: Option<Instant>| t.map_or("–".to_string(), |t| t.to_string());
         writeln!(f, "time t={} (relative: the model keeps time relative to now)", self.now.0)?;
         writeln!(f, "table:")?;
         for row in self.outbox.rows() {
@@ -650,6 +662,10 @@ impl World {
             if allowed(Some(Fault::Crash)) && relay.is_some() {
                 actions.push(Action::Crash { relay: r });
             }
+            // Enabled only where it ends a lease: a session that holds none drops unseen.
+            if allowed(Some(Fault::LeaseLost)) && relay.is_some() && self.holds_session_leases(config, i) {
+                actions.push(Action::LeaseLost { relay: r });
+            }
         }
         // The reaper is enabled only when it has work: a reap that changes nothing is no step.
         if config.has_reaper()
@@ -705,7 +721,9 @@ impl World {
             Action::Crash { relay } => {
                 self.relays[relay as usize] = None;
                 report.event(|| Event::Crashed { relay });
+                self.end_session(config, relay as usize, &mut report);
             }
+            Action::LeaseLost { relay } => self.end_session(config, relay as usize, &mut report),
             Action::Reap => {
                 let messages = self.auditor.reap(&mut self.outbox, self.now);
                 self.step.seen.exhausted |= !messages.is_empty();
@@ -809,6 +827,30 @@ impl World {
         }
     }
 
+    /// Whether relay `r`'s database session holds a lease (a design whose session holds them).
+    fn holds_session_leases(&self, config: &WorldConfig, r: usize) -> bool {
+        let owner = config.relays[r].owner;
+        config.policy(r).lease == LeaseKind::Session
+            && self.outbox.rows().iter().any(|row| {
+                row.status == Status::InFlight
+                    && row.lease_owner == Some(owner)
+                    && row.lease_expires_at == Some(Instant::NEVER)
+            })
+    }
+
+    /// Relay `r`'s database session ends: where its design's leases are the session's, every
+    /// lease it holds ends now, whether or not the relay still runs.
+    fn end_session(&mut self, config: &WorldConfig, r: usize, report: &mut StepReport) {
+        if config.policy(r).lease != LeaseKind::Session {
+            return;
+        }
+        let messages = self.outbox.end_session(config.relays[r].owner, self.now);
+        if !messages.is_empty() {
+            let now = self.now;
+            report.event(|| Event::SessionEnded { relay: r as u16, now, messages });
+        }
+    }
+
     fn poll(&mut self, config: &WorldConfig, r: usize, db: DbFate, report: &mut StepReport) {
         let relay_config = config.relay_config(r);
         let clocks = self.clocks(config, r);
@@ -847,6 +889,9 @@ impl World {
             self.step.seen.exhausted = leases.iter().any(|l| used_up(l.attempts, config.max_attempts));
         }
         report.event(|| Event::Claimed { relay: r as u16, request, leases: leases.clone(), db });
+        if db == DbFate::LostAfter {
+            self.end_session(config, r, report);
+        }
         let reply = if db == DbFate::Ok { Reply::Claimed(leases) } else { Reply::ConnectionLost };
         let step = cycle.answer(&relay_config, reply, clocks);
         self.settle(r, cycle, step, report);
@@ -915,6 +960,9 @@ impl World {
             }
         }
         report.event(|| Event::Wrote { relay: r as u16, request, result, db, misrouted });
+        if db != DbFate::Ok {
+            self.end_session(config, r, report);
+        }
         let reply = match (db, result) {
             (DbFate::Ok, Some(result)) => Reply::Written(result),
             _ => Reply::ConnectionLost,
@@ -965,6 +1013,7 @@ impl fmt::Display for Action {
             Action::Write { relay, db } => write!(f, "r{relay} writes{}", db.words()),
             Action::MisroutedWrite { relay } => write!(f, "r{relay} writes with another tenant's id"),
             Action::Crash { relay } => write!(f, "r{relay} crashes"),
+            Action::LeaseLost { relay } => write!(f, "r{relay}'s session drops while it runs"),
             Action::Reap => write!(f, "reaper runs"),
             Action::Rescue => write!(f, "rescuer runs"),
             Action::RescueRead => write!(f, "rescuer reads an expired lease"),

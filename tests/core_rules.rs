@@ -1018,6 +1018,7 @@ fn a_policys_switches_are_its_fields_under_their_keys_in_the_files_words() {
         "failure_deletes",
         "retry_checks_budget",
         "budget_in_write",
+        "lease",
         "backoff",
         "relay.idempotency_key",
         "relay.rejection",
@@ -1491,4 +1492,75 @@ fn a_claim_past_the_budget_is_failed_only_where_the_design_says_and_only_past_it
 
     assert!(Property::gated_id("S1") && Property::gated_id("s4") && Property::gated_id("X9"));
     assert!(!Property::gated_id("S11"));
+}
+
+/// A session's lease (`claim.lease = "session"`, good_job's advisory lock): no time ends it, the
+/// end of the holder's session does, and only the leases that session holds.
+#[test]
+fn a_session_lease_outlives_any_time_and_ends_with_its_session_alone() {
+    let session = Policy { lease: LeaseKind::Session, ..Variant::Reference.policy() };
+    let mut outbox = table(3);
+    let first = outbox.claim(&session, &claim(0, 2, 0)).unwrap();
+    assert_eq!(first.len(), 2);
+    let other = outbox.claim(&session, &claim(1, 1, 0)).unwrap()[0];
+    assert_eq!(outbox.row(MessageId(0)).unwrap().lease_expires_at, Some(Instant::NEVER));
+    let late = u64::MAX - 1;
+    assert!(outbox.claim(&session, &claim(2, 3, late)).unwrap().is_empty(), "no time ends a session's lease");
+    assert_eq!(outbox.rescuable(Instant(late)), None);
+    assert!(!Outbox::is_reapable(outbox.row(MessageId(0)).unwrap(), Instant(late), 1));
+    // A write ends its lease as ever; the session then holds one row fewer.
+    outbox.write(&session, &write(first[1], WriteKind::Published, 3)).unwrap();
+    assert_eq!(outbox.end_session(RelayId(0), Instant(7)), [MessageId(0)], "r0's session held m0 alone by then");
+    let row = *outbox.row(MessageId(0)).unwrap();
+    assert_eq!(
+        (row.status, row.lease_expires_at, row.lease_owner),
+        (Status::InFlight, Some(Instant(7)), Some(RelayId(0)))
+    );
+    assert_eq!(
+        outbox.row(MessageId(other.message_id.0)).unwrap().lease_expires_at,
+        Some(Instant::NEVER),
+        "r1's lock stays"
+    );
+    assert_eq!(outbox.end_session(RelayId(0), Instant(8)), [], "an ended lease does not end again");
+    assert_eq!(outbox.rescuable(Instant(7)).map(|r| r.message_id), Some(MessageId(0)));
+    let again = outbox.claim(&session, &claim(2, 3, 7)).unwrap();
+    assert_eq!(again.iter().map(|l| (l.message_id, l.attempts)).collect::<Vec<_>>(), [(MessageId(0), 2)]);
+    // The expiry lease is untouched by a session's end.
+    let mut expiry = table(1);
+    let p = Variant::Reference.policy();
+    expiry.claim(&p, &claim(0, 1, 0)).unwrap();
+    assert_eq!(expiry.end_session(RelayId(0), Instant(1)), []);
+    assert_eq!(expiry.row(MessageId(0)).unwrap().lease_expires_at, Some(Instant(10)));
+    assert_eq!(Instant::NEVER.to_string(), "its session's end");
+    assert_eq!(Instant(7).to_string(), "t=7");
+}
+
+#[test]
+fn a_session_lease_needs_an_owner_and_one_session_per_owner() {
+    let resolve = |keys: &str| {
+        let text = format!("name = \"s\"\nbased_on = \"reference\"\n{keys}");
+        design_file::DesignFile::parse(&text).unwrap().resolve(&|n| Design::parse(n).map(Design::policy))
+    };
+    assert_eq!(resolve("[claim]\nlease = \"session\"\n").unwrap().lease, LeaseKind::Session);
+    assert_eq!(resolve("[claim]\nlease = \"session\"\nsets = \"owner-only\"\n").unwrap().lease, LeaseKind::Session);
+    assert_eq!(resolve("").unwrap().lease, LeaseKind::Expiry);
+    for (keys, words) in [
+        ("[claim]\nlease = \"session\"\nsets = \"unfenced\"\n", "claim.sets"),
+        ("[claim]\nlease = \"session\"\nsets = \"token-only\"\n", "claim.sets"),
+        ("[claim]\nlease = \"session\"\n[relay]\nshared_owner = true\n", "relay.shared_owner"),
+        ("[claim]\nlease = \"session\"\n[retry]\nin_lease_column = true\n", "retry.in_lease_column"),
+    ] {
+        let e = resolve(keys).unwrap_err();
+        assert!(e.starts_with("claim.lease = \"session\"") && e.contains(words), "{keys}: {e}");
+    }
+    let e = design_file::DesignFile::parse("name = \"s\"\n[claim]\nlease = \"row\"\n").unwrap_err();
+    assert!(e.message.contains("claim.lease") && e.message.contains("session"), "{e}");
+    let p = Policy { lease: LeaseKind::Session, ..Variant::Reference.policy() };
+    let file = design_file::DesignFile::complete("s", "d", &p);
+    assert!(file.to_toml().contains("lease = \"session\""));
+    assert_eq!(file.apply(Policy::unset()).unwrap(), p);
+    assert!(p.switches().contains(&("lease", "session".to_string())));
+    let mut value = serde_json::to_value(Variant::Reference.policy()).unwrap();
+    value.as_object_mut().unwrap().remove("lease").expect("the field is serialised");
+    assert_eq!(serde_json::from_value::<Policy>(value).unwrap().lease, LeaseKind::Expiry);
 }

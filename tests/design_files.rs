@@ -769,3 +769,41 @@ fn graphile_worker_169_and_254_are_found_and_the_unlock_keeps_every_job_ending()
     assert_eq!(property(&today, "L1")["status"], "holds");
     assert_eq!(property(&today, "S1")["status"], "violated");
 }
+
+/// good_job 3.15, issue 989 (docs/examples/real-bugs/good-job-3-15.toml): the lease is a
+/// session-level advisory lock, so a connection that drops while the job runs releases it; a
+/// second worker takes the job while the first still runs, and the first's result, saved by id,
+/// applies. `check` finds S1 by that route — the session's end is a step of the counterexample —
+/// and without the lease-lost fault no stale result is even attempted: a crash or a lost
+/// connection at a statement ends the session where the relay also stops.
+#[test]
+fn good_job_989_is_found_by_a_session_that_drops_while_its_job_runs() {
+    let file = "docs/examples/real-bugs/good-job-3-15.toml";
+    let report = json(&check_example(file));
+    let s1 = property(&report, "S1");
+    assert_eq!(s1["status"], "violated");
+    let texts = step_texts(&s1);
+    let n = texts.len();
+    assert!(texts[n - 1].starts_with("r0 mark_published") && texts[n - 1].contains("applied"), "{texts:?}");
+    assert!(texts[n - 2].starts_with("r1 claims") && texts[n - 2].contains("attempts 2"), "{texts:?}");
+    assert!(texts[..n - 2].iter().any(|t| t.starts_with("r0's database session ends")), "{texts:?}");
+    assert_eq!(property(&report, "S6")["status"], "holds", "the database never holds two locks on one job");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    let faults = outbox_check::world::fault::Faults::all().without(outbox_check::world::fault::Fault::LeaseLost);
+    let without = json(&run(&[
+        "check",
+        "--design",
+        path.to_str().unwrap(),
+        "--json",
+        "--quiet",
+        "--no-liveness",
+        "--faults",
+        &faults.names().join(","),
+    ]));
+    assert_eq!(property(&without, "S1")["status"], "not_exercised");
+    // Commands that do not model a session's end say so and stop (exit 2), rather than judge.
+    let out = run(&["sim", "--design", path.to_str().unwrap(), "--seeds", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("good-job-3-15") && err.contains("session") && err.lines().count() == 1, "{err}");
+}

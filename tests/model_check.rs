@@ -203,6 +203,14 @@ fn queue_axes() -> Vec<Design> {
             "retry-unchecked",
             "[retry]\nretry_write_checks_budget = false\n",
         ),
+        // A lease the claiming relay's database session holds (good_job's advisory lock): ended by
+        // a crash, a lost connection or the lease-lost fault, never by time; with reference's
+        // fences, and with good_job's results by id.
+        ("session", "[claim]\nlease = \"session\"\n"),
+        (
+            "good-job",
+            "[claim]\nlease = \"session\"\nsets = \"owner-only\"\n[write]\nfence = \"message-id-only\"\n[maintenance]\njob = \"none\"\n",
+        ),
     ]
     .iter()
     .map(|(name, keys)| {
@@ -334,7 +342,7 @@ fn reductions_change_no_verdict() {
             1,
             1,
             2,
-            Faults::parse("crash,broker-drop,broker-reject,clock-skew").unwrap(),
+            Faults::parse("crash,broker-drop,broker-reject,clock-skew,lease-lost").unwrap(),
         );
         let mut config = config;
         let reduced = OutboxModel::new(config.clone()).checker().spawn_bfs().join();

@@ -149,3 +149,42 @@ fn a_quiet_single_relay_world_breaks_nothing_even_for_legacy() {
         assert_eq!(ids(&found), expected, "{}", describe(variant.name(), &found));
     }
 }
+
+/// A design whose session holds the lease: the lease-lost fault is a step only where it ends a
+/// lease, the relay runs on after it, and a crash or a claim whose connection died ends the
+/// session's leases too; a design with an expiry lease never offers the fault.
+#[test]
+fn a_session_ends_with_its_relays_crash_lost_connection_or_the_lease_lost_fault() {
+    use outbox_check::world::{Action, DbFate, Event, World};
+    let text = "name = \"session\"\nbased_on = \"reference\"\n[claim]\nlease = \"session\"\n";
+    let session = outbox_check::design::from_text(text, "session.toml").unwrap();
+    let lost = |design: Design| {
+        let config = WorldConfig::fleet(&[design, design], 1, 1, 3, Faults::all());
+        let mut actions = Vec::new();
+        let mut world = World::new(&config);
+        world.actions(&config, &mut actions);
+        assert!(!actions.iter().any(|a| matches!(a, Action::LeaseLost { .. })), "nothing held yet");
+        world.apply(&config, Action::Poll { relay: 0, db: DbFate::Ok });
+        actions.clear();
+        world.actions(&config, &mut actions);
+        (config, world, actions.contains(&Action::LeaseLost { relay: 0 }))
+    };
+    let (_, _, offered) = lost(Design::Variant(Variant::Reference));
+    assert!(!offered, "an expiry lease is ended by time, not by the fault");
+    let (config, mut world, offered) = lost(session);
+    assert!(offered);
+    let report = world.apply(&config, Action::LeaseLost { relay: 0 });
+    assert!(report.events.iter().any(|e| matches!(e, Event::SessionEnded { relay: 0, .. })), "{:?}", report.events);
+    assert!(world.relays[0].is_some(), "the relay runs on");
+    world.apply(&config, Action::Poll { relay: 1, db: DbFate::Ok });
+    let row = world.outbox.row(outbox_check::core::MessageId(0)).unwrap();
+    assert_eq!((row.lease_owner, row.attempts), (Some(RelayId(1)), 2), "r1 took the job r0 still runs");
+    let report = world.apply(&config, Action::Crash { relay: 1 });
+    assert!(report.events.iter().any(|e| matches!(e, Event::SessionEnded { relay: 1, .. })));
+    let report = world.apply(&config, Action::Poll { relay: 1, db: DbFate::LostAfter });
+    assert!(report.events.iter().any(|e| matches!(e, Event::SessionEnded { relay: 1, .. })), "a lost claim reply");
+    assert!(
+        world.outbox.row(outbox_check::core::MessageId(0)).unwrap().lease_expires_at
+            != Some(outbox_check::core::Instant::NEVER)
+    );
+}

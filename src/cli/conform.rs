@@ -379,6 +379,10 @@ pub fn run(args: Args) -> ExitCode {
         }
     };
     let variant = profile.as_ref().map_or(variant, |p| p.design);
+    if let Err(problem) = crate::refuse_session_leases(&[variant, against.unwrap_or(variant)], "conform") {
+        eprintln!("outbox-check: {problem}");
+        return ExitCode::from(2);
+    }
     execute(&ConformArgs {
         profile,
         engine,

@@ -175,6 +175,10 @@ pub fn run(args: Args) -> ExitCode {
         json,
         quiet,
     } = args;
+    if let Err(problem) = crate::refuse_session_leases(&[variant], "e2e") {
+        eprintln!("outbox-check: {problem}");
+        return ExitCode::from(2);
+    }
     e2e(
         outbox_check::e2e::Options {
             broker,

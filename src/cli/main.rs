@@ -260,6 +260,9 @@ impl FleetArgs {
         if self.shared_owner && designs.len() < 2 {
             return Err("--shared-owner needs at least two relays (--relays 2 or more)".to_string());
         }
+        if self.shared_owner && designs.iter().any(|d| d.policy().lease == outbox_check::core::LeaseKind::Session) {
+            return Err("--shared-owner with a design whose session holds the lease (claim.lease = \"session\"): each relay's session holds its own locks".to_string());
+        }
         let mut config = WorldConfig::fleet(&designs, self.messages, self.tenants, self.max_attempts, self.faults);
         config.requeues = self.requeues;
         config.enqueue_actions = self.enqueues;
@@ -298,6 +301,19 @@ fn parse_shard(text: &str) -> Result<(u64, u64), String> {
         return Err(bad());
     }
     Ok((i, n))
+}
+
+/// Refuses a design whose leases a database session holds (`claim.lease = "session"`) in a
+/// command that does not model a session: only check, explore and replay (the model's world)
+/// end a session's leases when it drops.
+pub fn refuse_session_leases(designs: &[Design], command: &str) -> Result<(), String> {
+    match designs.iter().find(|d| d.policy().lease == outbox_check::core::LeaseKind::Session) {
+        Some(design) => Err(format!(
+            "design {}: claim.lease = \"session\" runs in check, explore and replay; {command} does not model a database session's end yet",
+            design.name()
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Parses a variant or mutant name.

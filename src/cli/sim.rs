@@ -357,7 +357,12 @@ pub fn run(args: Args) -> ExitCode {
         json,
         quiet,
     } = args;
-    let mut config = outbox_check_sims::SimConfig::new(designs(variant, &fleet, relays), messages);
+    let designs = designs(variant, &fleet, relays);
+    if let Err(problem) = crate::refuse_session_leases(&designs, "sim") {
+        eprintln!("outbox-check: {problem}");
+        return ExitCode::from(2);
+    }
+    let mut config = outbox_check_sims::SimConfig::new(designs, messages);
     config.tenants = tenants;
     config.max_attempts = max_attempts;
     let (shard, shards) = shard.unwrap_or((0, 1));

@@ -89,7 +89,10 @@ pub(crate) fn trace(
             },
             |header| {
                 let oracle = match variant {
-                    Some(design) => Oracle::for_header(design, header),
+                    Some(design) => {
+                        crate::refuse_session_leases(&[design], "trace")?;
+                        Oracle::for_header(design, header)
+                    }
                     None => Oracle::new(header)?,
                 };
                 *slot.borrow_mut() = Some(oracle.mode(mode.oracle()));

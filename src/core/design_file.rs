@@ -9,7 +9,7 @@
 
 use super::policy::{
     AmbiguousShape, AttemptsAt, Backoff, BudgetPredicate, ClaimFence, ClaimOrder, ClockSource, IdempotencyKeyPolicy,
-    Policy, RejectionWrite, TokenKind, WriteFence,
+    LeaseKind, Policy, RejectionWrite, TokenKind, WriteFence,
 };
 use super::time::Duration;
 use serde::{Deserialize, Serialize};
@@ -124,6 +124,10 @@ pub struct ClaimSection {
     /// Where a fresh token comes from: `counter` (token + 1) or `random`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<TokenKind>,
+    /// What holds the lease: `expiry` (a time in the row) or `session` (the claiming relay's
+    /// database session: good_job's advisory lock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseKind>,
 }
 
 /// `[attempts]`.
@@ -316,6 +320,7 @@ impl DesignFile {
             set(&mut p.claim_order, c.order);
             set(&mut p.claim_fence, c.sets);
             set(&mut p.token_kind, c.token);
+            set(&mut p.lease, c.lease);
         }
         if let Some(a) = &self.attempts {
             set(&mut p.attempts_at, a.counted_at);
@@ -403,6 +408,17 @@ impl DesignFile {
             set(&mut p.relay.shared_owner, r.shared_owner);
             set(&mut p.relay.fails_claims_past_budget, r.fails_claims_past_budget);
         }
+        if p.lease == LeaseKind::Session {
+            if !matches!(p.claim_fence, ClaimFence::OwnerAndToken | ClaimFence::OwnerOnly) {
+                return Err("claim.lease = \"session\" needs claim.sets = \"owner-and-token\" or \"owner-only\": the row's owner stands for the session that holds its lock".into());
+            }
+            if p.relay.shared_owner {
+                return Err("claim.lease = \"session\" with relay.shared_owner = true: each relay's session holds its own locks, so the relays cannot share one owner id".into());
+            }
+            if p.retry_in_lease {
+                return Err("claim.lease = \"session\" with retry.in_lease_column = true: a session lease has no expiry column to keep a retry time in".into());
+            }
+        }
         if p.failure_fence == Some(p.write_fence) {
             p.failure_fence = None;
         }
@@ -440,6 +456,7 @@ impl DesignFile {
                         | "relay.fails_claims_past_budget"
                         | "write.failure_deletes"
                         | "retry.budget_in_statement"
+                        | "claim.lease"
                 )
             })
             .filter(|key| !key.starts_with("statuses."))
@@ -510,6 +527,7 @@ impl DesignFile {
                 order: Some(p.claim_order),
                 sets: Some(p.claim_fence),
                 token: Some(p.token_kind),
+                lease: Some(p.lease),
             }),
             attempts: Some(AttemptsSection { counted_at: Some(p.attempts_at) }),
             write: Some(WriteSection {
@@ -600,7 +618,7 @@ pub const SECTION_DOCS: [(&str, &str); 9] = [
 ];
 
 /// Every key of a design file, dotted, with its meaning and allowed values.
-pub const KEY_DOCS: [(&str, &str); 46] = [
+pub const KEY_DOCS: [(&str, &str); 47] = [
     ("name", "The design's name, as fleets and reports name it (letters, digits, - and _)."),
     ("description", "One line saying what the design is."),
     ("based_on", "A built-in design to start from; the file then says only what differs."),
@@ -612,6 +630,7 @@ pub const KEY_DOCS: [(&str, &str); 46] = [
     ("claim.order", "\"due\" (retry time, else creation, then id) or \"created\" (creation, tenant, id)."),
     ("claim.sets", "\"owner-and-token\" (owner and a fresh token), \"owner-only\" (the token stays), \"token-only\" (a fresh token, no owner: underway's `current_attempt`) or \"unfenced\" (status and expiry only)."),
     ("claim.token", "\"counter\" (token + 1) or \"random\" (a fresh value, compared for equality only)."),
+    ("claim.lease", "What holds a claim's lease: \"expiry\" (a time in the row; it ends when time passes it) or \"session\" (the claiming relay's database session, as good_job's advisory lock: no time ends it, the session's end does — the relay crashes, its connection dies, or the fault lease-lost drops it while the relay keeps running, good_job#989). A session lease needs claim.sets to record the owner. Optional, default \"expiry\"."),
     ("attempts.counted_at", "\"claim\" (the claim's statement counts) or \"failure-write\" (the AMBIGUOUS and retry writes count)."),
     ("write.fence", "\"status-owner-token\", \"status-token\", \"status-owner\", \"status-only\" (IN_FLIGHT and the id, whoever holds it: River's completer) or \"message-id-only\" (by id alone)."),
     ("write.failure_fence", "The fence of the failure writes (AMBIGUOUS, retry, FAILED, EXHAUSTED) where it is not write.fence, the completion's; the same values. Graphile Worker completes by id and fails by `locked_by` (\"status-owner\"). Optional, default write.fence."),

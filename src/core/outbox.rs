@@ -6,7 +6,7 @@
 //! [`EnqueueResult::Stale`]); invalid input is a [`CoreError`].
 
 pub use super::policy::ReleaseFence;
-use super::policy::{AmbiguousShape, AttemptsAt, ClaimFence, ClaimOrder, Policy, TokenKind, WriteFence};
+use super::policy::{AmbiguousShape, AttemptsAt, ClaimFence, ClaimOrder, LeaseKind, Policy, TokenKind, WriteFence};
 use super::row::{Aggregate, AggregateId, FailureCode, Lease, LeaseToken, MessageId, RelayId, Row, Status, TenantId};
 use super::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
@@ -497,7 +497,10 @@ impl Outbox {
         };
         let row = &mut self.rows[i];
         row.status = Status::InFlight;
-        row.lease_expires_at = Some(req.now.plus(req.lease));
+        row.lease_expires_at = Some(match policy.lease {
+            LeaseKind::Expiry => req.now.plus(req.lease),
+            LeaseKind::Session => Instant::NEVER,
+        });
         match policy.claim_fence {
             ClaimFence::OwnerAndToken => {
                 row.lease_owner = Some(req.owner);
@@ -640,6 +643,23 @@ impl Outbox {
             row.last_failure_code = Some(FailureCode::BudgetSpent);
         }
         Ok(WriteResult::Applied { status: row.status })
+    }
+
+    /// The end of `owner`'s database session at `now` (a design whose leases the session holds:
+    /// `claim.lease = "session"`): every lease it holds ends — as if it had expired at `now` —
+    /// whether or not the relay behind it still runs. Returns the rows released, by message id.
+    pub fn end_session(&mut self, owner: RelayId, now: Instant) -> Vec<MessageId> {
+        let mut released = Vec::new();
+        for row in &mut self.rows {
+            if row.status == Status::InFlight
+                && row.lease_owner == Some(owner)
+                && row.lease_expires_at == Some(Instant::NEVER)
+            {
+                row.lease_expires_at = Some(now);
+                released.push(row.message_id);
+            }
+        }
+        released
     }
 
     /// The rescuer's read: the first row, by id, whose lease has expired at `now`.

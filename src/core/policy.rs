@@ -57,6 +57,20 @@ pub enum RescueBudget {
     Ignored,
 }
 
+/// What holds a claim's lease, and so what ends it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LeaseKind {
+    /// An expiry in the row (`lease_expires_at`): the lease ends when time passes it, whatever
+    /// its holder does (seed 000's outbox, River, Oban, Graphile Worker).
+    #[default]
+    Expiry,
+    /// The claiming relay's database session (good_job's advisory lock): no time ends it; the
+    /// session's end does — the relay crashes, or its connection dies, also while the relay
+    /// itself keeps running (good_job#989).
+    Session,
+}
+
 /// When `attempts` is counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -292,6 +306,9 @@ pub struct Policy {
     /// `error_job` sets `retryable` by id; its executor discards at `attempt >= max_attempts`).
     #[serde(default = "yes")]
     pub budget_in_write: bool,
+    /// What holds a claim's lease: an expiry in the row, or the claiming relay's session.
+    #[serde(default)]
+    pub lease: LeaseKind,
     pub backoff: Backoff,
     pub relay: RelayPolicy,
 }
@@ -515,6 +532,7 @@ impl Policy {
             retry_in_lease: false,
             retry_checks_budget: true,
             budget_in_write: true,
+            lease: LeaseKind::Expiry,
             backoff: Backoff { base: super::time::Duration(1), cap: super::time::Duration(1) },
             relay: RelayPolicy {
                 idempotency_key: IdempotencyKeyPolicy::MessageId,
@@ -564,6 +582,7 @@ impl Policy {
             ("failure_deletes", s(&self.failure_deletes)),
             ("retry_checks_budget", s(&self.retry_checks_budget)),
             ("budget_in_write", s(&self.budget_in_write)),
+            ("lease", s(&self.lease)),
             ("backoff", format!("{}..{}", self.backoff.base, self.backoff.cap)),
             ("relay.idempotency_key", s(&self.relay.idempotency_key)),
             ("relay.rejection", s(&self.relay.rejection)),

@@ -18,6 +18,10 @@ pub struct Instant(pub u64);
 pub struct Duration(pub u64);
 
 impl Instant {
+    /// The expiry of a lease held by a database session (`claim.lease = "session"`): no time
+    /// ends it; only its session's end does ([`Outbox::end_session`](super::outbox::Outbox::end_session)).
+    pub const NEVER: Instant = Instant(u64::MAX);
+
     /// `self + duration`, saturating rather than wrapping: a lease far in the future stays in the
     /// future.
     pub fn plus(self, duration: Duration) -> Instant {
@@ -27,6 +31,9 @@ impl Instant {
 
 impl fmt::Display for Instant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if *self == Instant::NEVER {
+            return f.write_str("its session's end");
+        }
         write!(f, "t={}", self.0)
     }
 }

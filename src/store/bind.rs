@@ -297,13 +297,14 @@ pub fn ours_cover(policy: &Policy) -> bool {
         && !policy.failure_deletes
         && !policy.retry_in_lease
         && policy.rescue.is_none()
+        && policy.lease == crate::core::LeaseKind::Expiry
 }
 
 impl Common {
     fn new(policy: Policy, dialect: Dialect) -> Result<Common, StoreError> {
         if !ours_cover(&policy) {
             return Err(StoreError::Setup(
-                "outbox-check writes no SQL of its own for completion by deletion, a retry time in the lease's column or a rescuer: describe yours in a SQL profile (conform --profile, docs/sql-profile.md)".into(),
+                "outbox-check writes no SQL of its own for completion by deletion, a retry time in the lease's column, a rescuer or a session's lease: describe yours in a SQL profile (conform --profile, docs/sql-profile.md)".into(),
             ));
         }
         let table = Table::of(&policy);

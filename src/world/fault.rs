@@ -24,6 +24,7 @@ pub enum Fault {
     BrokerUnavailable,
     ClockSkew,
     MisroutedWrite,
+    LeaseLost,
 }
 
 /// One row of the fault catalogue.
@@ -38,7 +39,7 @@ pub struct FaultEntry {
 }
 
 /// The faults, in [`Fault`]'s order.
-pub const FAULTS: [FaultEntry; 10] = [
+pub const FAULTS: [FaultEntry; 11] = [
     FaultEntry {
         fault: Fault::Crash,
         name: "crash",
@@ -99,11 +100,17 @@ pub const FAULTS: [FaultEntry; 10] = [
         field: "misrouted_write",
         sentence: "a terminal write goes out with another tenant's id (a mis-routed or confused caller)",
     },
+    FaultEntry {
+        fault: Fault::LeaseLost,
+        name: "lease-lost",
+        field: "lease_lost",
+        sentence: "a relay's lease ends while it keeps running: its database session drops mid-job and its next statement reconnects (designs whose session holds the lease, claim.lease = \"session\"; an expiry ends so by time, which ticks explore)",
+    },
 ];
 
 impl Fault {
-    pub const ALL: [Fault; 10] = {
-        let mut all = [Fault::Crash; 10];
+    pub const ALL: [Fault; 11] = {
+        let mut all = [Fault::Crash; 11];
         let mut i = 0;
         while i < all.len() {
             all[i] = FAULTS[i].fault;
@@ -130,8 +137,8 @@ impl Fault {
 }
 
 /// Every fault's JSON field, in the catalogue's order.
-const FIELDS: [&str; 10] = {
-    let mut fields = [""; 10];
+const FIELDS: [&str; 11] = {
+    let mut fields = [""; 11];
     let mut i = 0;
     while i < fields.len() {
         fields[i] = FAULTS[i].field;
@@ -141,14 +148,15 @@ const FIELDS: [&str; 10] = {
 };
 
 /// Which faults the environment may inject: a set over the catalogue. In JSON, an object with one
-/// boolean per fault (`{"crash": true, "db_lost_before": false, …}`), every fault present.
+/// boolean per fault (`{"crash": true, "db_lost_before": false, …}`), every fault present
+/// (`lease_lost`, added later, may be absent: false).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Faults(u16);
 
 impl Faults {
     /// Every fault's name, in the catalogue's order.
-    pub const NAMES: [&'static str; 10] = {
-        let mut names = [""; 10];
+    pub const NAMES: [&'static str; 11] = {
+        let mut names = [""; 11];
         let mut i = 0;
         while i < names.len() {
             names[i] = FAULTS[i].name;
@@ -227,6 +235,8 @@ impl<'de> Deserialize<'de> for Faults {
             match fields.remove(entry.field) {
                 Some(true) => faults = faults.with(entry.fault),
                 Some(false) => {}
+                // Added after files were written without it: absent means not injected.
+                None if entry.fault == Fault::LeaseLost => {}
                 None => return Err(D::Error::missing_field(entry.field)),
             }
         }
@@ -252,6 +262,10 @@ mod tests {
         assert!(json.starts_with(r#"{"crash":true,"db_lost_before":false,"#), "{json}");
         assert_eq!(serde_json::from_str::<Faults>(&json).unwrap(), some);
         assert!(serde_json::from_str::<Faults>(r#"{"crash":true}"#).is_err());
+        // A configuration written before lease-lost existed reads as without it.
+        let mut old: serde_json::Value = serde_json::to_value(Faults::all()).unwrap();
+        old.as_object_mut().unwrap().remove("lease_lost");
+        assert_eq!(serde_json::from_value::<Faults>(old).unwrap(), Faults::all().without(Fault::LeaseLost));
         assert_eq!(Faults::parse("crash, clock-skew").unwrap(), some);
         assert_eq!(some.names(), ["crash", "clock-skew"]);
         assert!(Faults::parse("crash,nonsense").unwrap_err().contains("valid: all, none, crash, db-lost-before"));

@@ -523,9 +523,16 @@ impl World {
             // expired for good, however long ago.
             // (A retry time in the lease's column is ranked like the other retry times.)
             let in_flight = row.status == Status::InFlight;
-            row.lease_expires_at = row
-                .lease_expires_at
-                .map(|t| Instant(if in_flight && i128::from(t.0) <= horizon { 0 } else { map(t.0) }));
+            // A session's lease (`Instant::NEVER`) ends with its session, not with time: it stays.
+            row.lease_expires_at = row.lease_expires_at.map(|t| {
+                Instant(if t == Instant::NEVER {
+                    t.0
+                } else if in_flight && i128::from(t.0) <= horizon {
+                    0
+                } else {
+                    map(t.0)
+                })
+            });
             // `published_at` is read only by S4's comparison of a terminal row before and after
             // a step, in fleets where a design may write a terminal row: there it is compared
             // for equality with the `now` of a write to come, which reads at least the horizon.
