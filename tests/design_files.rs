@@ -807,3 +807,21 @@ fn good_job_989_is_found_by_a_session_that_drops_while_its_job_runs() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("good-job-3-15") && err.contains("session") && err.lines().count() == 1, "{err}");
 }
+
+/// Spring Modulith 1.2, issue 663 (docs/examples/real-bugs/spring-modulith-1-2.toml): nothing
+/// marks a publication in progress, so another node's resubmission invokes the listener of a
+/// publication the first node still processes. `check` finds S6 in two steps, both invocations;
+/// and since a failed listener writes nothing, nothing is ever recorded failed (S11 is not
+/// exercised) and no failure write changes a completed publication (S4 comes from a completion).
+#[test]
+fn spring_modulith_663_is_found_as_a_resubmission_of_a_publication_in_progress() {
+    let report = json(&check_example("docs/examples/real-bugs/spring-modulith-1-2.toml"));
+    let s6 = property(&report, "S6");
+    assert_eq!(s6["status"], "violated");
+    let texts = step_texts(&s6);
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert!(texts[0].starts_with("r0 claims") && texts[1].starts_with("r1 claims"), "{texts:?}");
+    assert_eq!(property(&report, "S11")["status"], "not_exercised");
+    let s4 = step_texts(&property(&report, "S4"));
+    assert!(s4.last().unwrap().contains("mark_published"), "{s4:?}");
+}
