@@ -825,3 +825,21 @@ fn spring_modulith_663_is_found_as_a_resubmission_of_a_publication_in_progress()
     let s4 = step_texts(&property(&report, "S4"));
     assert!(s4.last().unwrap().contains("mark_published"), "{s4:?}");
 }
+
+/// kombu 3.0's Redis transport, issue 337 (docs/examples/real-bugs/kombu-redis-3-0.toml): a
+/// worker holds a task past the visibility timeout (its ETA), `restore_visible` puts it back, a
+/// second worker pops it, and the first's ack by delivery tag applies. `check` finds S1 by that
+/// route: time passes under the first lease, the rescuer restores, the second claim, the ack.
+#[test]
+fn kombu_337_is_found_by_a_task_held_past_the_visibility_timeout() {
+    let report = json(&check_example("docs/examples/real-bugs/kombu-redis-3-0.toml"));
+    let s1 = property(&report, "S1");
+    assert_eq!(s1["status"], "violated");
+    let texts = step_texts(&s1);
+    let n = texts.len();
+    assert!(texts[n - 1].starts_with("r0 mark_published") && texts[n - 1].contains("applied"), "{texts:?}");
+    assert!(texts[n - 2].starts_with("r1 claims") && texts[n - 2].contains("attempts 2"), "{texts:?}");
+    assert!(texts[n - 3].starts_with("rescuer") && texts[n - 3].contains("expired"), "{texts:?}");
+    assert!(texts[..n - 3].iter().any(|t| t.starts_with("time advances")), "{texts:?}");
+    assert_eq!(property(&report, "S6")["status"], "not_exercised", "no pop takes an unacked task");
+}
