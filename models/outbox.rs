@@ -431,7 +431,7 @@ pub fn describe(event: &Event) -> String {
         Event::Finished { relay, message_id, result } => format!("r{relay} reports {message_id}: {}", result.as_str()),
         Event::Crashed { relay } => format!("r{relay} crashes and restarts with nothing in memory"),
         Event::SessionEnded { relay, now, messages } => format!(
-            "r{relay}'s database session ends at t={}: its lock on {} is released",
+            "r{relay}'s session ends at t={}: its lease on {} ends with it",
             now.0,
             messages.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", ")
         ),

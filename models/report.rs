@@ -181,7 +181,7 @@ fn mermaid_event(event: &Event, true_now: u64) -> String {
         }
         Event::Crashed { relay } => format!("    Note over r{relay}: crashes, restarts empty\n"),
         Event::SessionEnded { relay, now, messages } => format!(
-            "    Note over r{relay}: session ends at t={}, lock on {} released\n",
+            "    Note over r{relay}: session ends at t={}, lease on {} ends\n",
             now.0,
             messages.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", ")
         ),

@@ -786,7 +786,7 @@ fn good_job_989_is_found_by_a_session_that_drops_while_its_job_runs() {
     let n = texts.len();
     assert!(texts[n - 1].starts_with("r0 mark_published") && texts[n - 1].contains("applied"), "{texts:?}");
     assert!(texts[n - 2].starts_with("r1 claims") && texts[n - 2].contains("attempts 2"), "{texts:?}");
-    assert!(texts[..n - 2].iter().any(|t| t.starts_with("r0's database session ends")), "{texts:?}");
+    assert!(texts[..n - 2].iter().any(|t| t.starts_with("r0's session ends")), "{texts:?}");
     assert_eq!(property(&report, "S6")["status"], "holds", "the database never holds two locks on one job");
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
     let faults = outbox_check::world::fault::Faults::all().without(outbox_check::world::fault::Fault::LeaseLost);
@@ -842,4 +842,39 @@ fn kombu_337_is_found_by_a_task_held_past_the_visibility_timeout() {
     assert!(texts[n - 3].starts_with("rescuer") && texts[n - 3].contains("expired"), "{texts:?}");
     assert!(texts[..n - 3].iter().any(|t| t.starts_with("time advances")), "{texts:?}");
     assert_eq!(property(&report, "S6")["status"], "not_exercised", "no pop takes an unacked task");
+}
+
+/// Wolverine 1.8.2, issue 587, and 1.8.3, its fix, with issue 3850
+/// (docs/examples/real-bugs/wolverine-1-8-*.toml). An envelope handled with `owner_id = 0` is
+/// taken by the durability agent's recovery: S6 in two steps. Owned by its node's number (the
+/// fix), it is taken only after its node is judged dead: S6 holds, and S1 is found only through
+/// the lease-lost fault (a live node judged dead, #3850) and the orphan release.
+#[test]
+fn wolverine_587_is_found_by_its_recovery_and_the_fix_only_through_a_live_node_judged_dead() {
+    let bug = json(&check_example("docs/examples/real-bugs/wolverine-1-8-2.toml"));
+    let s6 = step_texts(&property(&bug, "S6"));
+    assert_eq!(s6.len(), 2, "{s6:?}");
+    assert!(s6[0].starts_with("r0 claims") && s6[1].starts_with("r1 claims"), "{s6:?}");
+    let file = "docs/examples/real-bugs/wolverine-1-8-3.toml";
+    let fixed = json(&check_example(file));
+    assert_eq!(property(&fixed, "S6")["status"], "not_exercised");
+    let s1 = step_texts(&property(&fixed, "S1"));
+    let n = s1.len();
+    assert!(s1[n - 1].starts_with("r0 mark_published") && s1[n - 2].starts_with("r1 claims"), "{s1:?}");
+    assert!(s1[n - 3].starts_with("rescuer"), "{s1:?}");
+    assert!(s1.iter().any(|t| t.starts_with("r0's session ends")), "{s1:?}");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    let faults = outbox_check::world::fault::Faults::all().without(outbox_check::world::fault::Fault::LeaseLost);
+    let without = json(&run(&[
+        "check",
+        "--design",
+        path.to_str().unwrap(),
+        "--json",
+        "--quiet",
+        "--no-liveness",
+        "--faults",
+        &faults.names().join(","),
+    ]));
+    assert_eq!(property(&without, "S1")["status"], "not_exercised");
+    assert_eq!(property(&without, "S4")["status"], "holds");
 }

@@ -104,7 +104,7 @@ pub const FAULTS: [FaultEntry; 11] = [
         fault: Fault::LeaseLost,
         name: "lease-lost",
         field: "lease_lost",
-        sentence: "a relay's lease ends while it keeps running: its database session drops mid-job and its next statement reconnects (designs whose session holds the lease, claim.lease = \"session\"; an expiry ends so by time, which ticks explore)",
+        sentence: "a relay's lease ends while it keeps running: the session holding it drops mid-job (a dropped database connection, a node its peers judge dead) and the relay runs on (designs whose session holds the lease, claim.lease = \"session\"; an expiry ends so by time, which ticks explore)",
     },
 ];
 
