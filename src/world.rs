@@ -303,8 +303,8 @@ pub enum Action {
     MisroutedWrite { relay: u16 },
     /// A relay crashes and restarts with nothing in memory.
     Crash { relay: u16 },
-    /// A relay's database session drops while the relay runs on (designs whose session holds
-    /// the lease): the locks it held are released; its next statement runs on a new connection.
+    /// A relay's session (its database session, its node's registration) ends while the relay
+    /// runs on (designs whose session holds the lease): the leases it held end with it.
     LeaseLost { relay: u16 },
     /// The reaper job runs (when a design of the fleet has one).
     Reap,
@@ -462,8 +462,8 @@ pub enum Event {
     Crashed {
         relay: u16,
     },
-    /// A relay's database session ended (it crashed, its connection died, or the lease-lost
-    /// fault dropped it) and the leases it held ended with it (designs whose session holds the
+    /// A relay's session ended (it crashed, its connection died, or the lease-lost fault ended
+    /// it) and the leases it held ended with it (designs whose session holds the
     /// lease).
     SessionEnded {
         relay: u16,
@@ -827,18 +827,13 @@ impl World {
         }
     }
 
-    /// Whether relay `r`'s database session holds a lease (a design whose session holds them).
+    /// Whether relay `r`'s session holds a lease (a design whose session holds them).
     fn holds_session_leases(&self, config: &WorldConfig, r: usize) -> bool {
         let owner = config.relays[r].owner;
-        config.policy(r).lease == LeaseKind::Session
-            && self.outbox.rows().iter().any(|row| {
-                row.status == Status::InFlight
-                    && row.lease_owner == Some(owner)
-                    && row.lease_expires_at == Some(Instant::NEVER)
-            })
+        config.policy(r).lease == LeaseKind::Session && self.outbox.rows().iter().any(|row| row.held_by_session(owner))
     }
 
-    /// Relay `r`'s database session ends: where its design's leases are the session's, every
+    /// Relay `r`'s session ends: where its design's leases are the session's, every
     /// lease it holds ends now, whether or not the relay still runs.
     fn end_session(&mut self, config: &WorldConfig, r: usize, report: &mut StepReport) {
         if config.policy(r).lease != LeaseKind::Session {

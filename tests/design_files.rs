@@ -470,8 +470,21 @@ fn verify_takes_a_design_our_sql_does_not_cover() {
 
 /// `check --json` (safety only) of a design file under docs/examples.
 fn check_example(file: &str) -> std::process::Output {
+    check_example_with(file, &[])
+}
+
+/// [`check_example`] with more arguments.
+fn check_example_with(file: &str, more: &[&str]) -> std::process::Output {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
-    run(&["check", "--design", path.to_str().unwrap(), "--json", "--quiet", "--no-liveness"])
+    let mut args = vec!["check", "--design", path.to_str().unwrap(), "--json", "--quiet", "--no-liveness"];
+    args.extend_from_slice(more);
+    run(&args)
+}
+
+/// [`check_example`]'s report with every fault but lease-lost.
+fn check_example_without_lease_lost(file: &str) -> serde_json::Value {
+    let faults = outbox_check::world::fault::Faults::all().without(outbox_check::world::fault::Fault::LeaseLost);
+    json(&check_example_with(file, &["--faults", &faults.names().join(",")]))
 }
 
 /// One property's entry in a `check --json` report.
@@ -788,19 +801,9 @@ fn good_job_989_is_found_by_a_session_that_drops_while_its_job_runs() {
     assert!(texts[n - 2].starts_with("r1 claims") && texts[n - 2].contains("attempts 2"), "{texts:?}");
     assert!(texts[..n - 2].iter().any(|t| t.starts_with("r0's session ends")), "{texts:?}");
     assert_eq!(property(&report, "S6")["status"], "holds", "the database never holds two locks on one job");
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
-    let faults = outbox_check::world::fault::Faults::all().without(outbox_check::world::fault::Fault::LeaseLost);
-    let without = json(&run(&[
-        "check",
-        "--design",
-        path.to_str().unwrap(),
-        "--json",
-        "--quiet",
-        "--no-liveness",
-        "--faults",
-        &faults.names().join(","),
-    ]));
+    let without = check_example_without_lease_lost(file);
     assert_eq!(property(&without, "S1")["status"], "not_exercised");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
     // Commands that do not model a session's end say so and stop (exit 2), rather than judge.
     let out = run(&["sim", "--design", path.to_str().unwrap(), "--seeds", "1"]);
     assert_eq!(out.status.code(), Some(2));
@@ -863,18 +866,7 @@ fn wolverine_587_is_found_by_its_recovery_and_the_fix_only_through_a_live_node_j
     assert!(s1[n - 1].starts_with("r0 mark_published") && s1[n - 2].starts_with("r1 claims"), "{s1:?}");
     assert!(s1[n - 3].starts_with("rescuer"), "{s1:?}");
     assert!(s1.iter().any(|t| t.starts_with("r0's session ends")), "{s1:?}");
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
-    let faults = outbox_check::world::fault::Faults::all().without(outbox_check::world::fault::Fault::LeaseLost);
-    let without = json(&run(&[
-        "check",
-        "--design",
-        path.to_str().unwrap(),
-        "--json",
-        "--quiet",
-        "--no-liveness",
-        "--faults",
-        &faults.names().join(","),
-    ]));
+    let without = check_example_without_lease_lost(file);
     assert_eq!(property(&without, "S1")["status"], "not_exercised");
     assert_eq!(property(&without, "S4")["status"], "holds");
 }

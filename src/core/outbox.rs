@@ -651,10 +651,7 @@ impl Outbox {
     pub fn end_session(&mut self, owner: RelayId, now: Instant) -> Vec<MessageId> {
         let mut released = Vec::new();
         for row in &mut self.rows {
-            if row.status == Status::InFlight
-                && row.lease_owner == Some(owner)
-                && row.lease_expires_at == Some(Instant::NEVER)
-            {
+            if row.held_by_session(owner) {
                 row.lease_expires_at = Some(now);
                 released.push(row.message_id);
             }

@@ -141,6 +141,14 @@ pub struct Row {
 }
 
 impl Row {
+    /// The row's lease is held, live, by `owner`'s session (`claim.lease = "session"`): its end
+    /// would end this lease ([`Outbox::end_session`](super::outbox::Outbox::end_session)).
+    pub fn held_by_session(&self, owner: RelayId) -> bool {
+        self.status == Status::InFlight
+            && self.lease_owner == Some(owner)
+            && self.lease_expires_at == Some(super::time::Instant::NEVER)
+    }
+
     /// When the row may be claimed again after a failure: its retry time, or, where the design
     /// keeps that time in the lease's column (a visibility timeout), the expiry of a row that is
     /// not IN_FLIGHT (every write of the other designs clears it).
