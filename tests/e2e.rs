@@ -23,7 +23,9 @@ fn e2e(url: &str, nats: &std::path::Path, args: &[&str]) -> (Output, serde_json:
     if !args.contains(&"--history") {
         command.arg("--history").arg(&history);
     }
-    let out = command.output().expect("the binary runs");
+    // A run gives up at its own deadline (120 s) and cleans up in seconds: twice that and more is
+    // a hang, reported with what the run printed.
+    let out = common::output_within(&mut command, std::time::Duration::from_secs(360));
     std::fs::remove_file(&history).ok();
     let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(

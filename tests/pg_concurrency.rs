@@ -515,3 +515,46 @@ fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_wr
         started.elapsed().as_secs_f64()
     );
 }
+
+/// The e2e run's own statements — the reaper and the enqueue — wait for no lock a relay may hold:
+/// the run that pauses a relay is the one that resumes it, so waiting would be for ever (a CI run
+/// hung so: a relay paused inside a write of a row on its last attempt, past its lease, and the
+/// reaper's update waiting on that row). They give way, and reap once the lock is gone.
+#[test]
+fn the_runs_own_statements_give_way_to_a_lock_a_paused_relay_holds() {
+    let Some(url) = url() else { return };
+    let stamp = outbox_check::store::postgres::COMMIT_STAMP;
+    let mut store = PgStore::connect(&url, false, Variant::Reference.policy()).expect("the server answers");
+    // Without the give-way, a wait ends here as an error instead of holding the test for ever.
+    store.scratch().client().batch_execute("CREATE SEQUENCE outbox_check_order; SET statement_timeout = '5s'").unwrap();
+    enqueue_all(&mut store, 1);
+    // One attempt of a budget of one, its lease over at t=15: the reaper's row at t=100.
+    assert_eq!(store.claim(&claim_request(1, 10, 1, 5)).unwrap().len(), 1);
+    let schema = store.scratch().schema().to_string();
+    let mut holder = Scratch::attach(&url, false, &schema).unwrap();
+    let mut tx = holder.client().transaction().unwrap();
+    tx.query("SELECT 1 FROM messaging_outbox WHERE message_id = $1 FOR UPDATE", &[&message_name(MessageId(0))])
+        .unwrap();
+    let started = std::time::Instant::now();
+    assert_eq!(store.reap_stamped(Instant(100), 1, stamp).unwrap(), None, "the reaper took a locked row");
+    let req = EnqueueRequest {
+        tenant_id: TenantId(0),
+        aggregate_id: AggregateId(1),
+        expected_version: 0,
+        message_id: MessageId(1),
+        now: Instant(100),
+    };
+    assert!(store.enqueue_stamped(&req, stamp).unwrap().is_none(), "the enqueue took the locked table");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2), "they waited {:?}", started.elapsed());
+    tx.rollback().unwrap();
+    // A relay paused between its stamp and its commit holds the lock that serialises stamps.
+    let mut tx = holder.client().transaction().unwrap();
+    tx.query_one(stamp, &[]).unwrap();
+    let started = std::time::Instant::now();
+    assert_eq!(store.reap_stamped(Instant(100), 1, stamp).unwrap(), None, "the reaper waited for a stamp");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2), "it waited {:?}", started.elapsed());
+    tx.rollback().unwrap();
+    let (reaped, _) = store.reap_stamped(Instant(100), 1, stamp).unwrap().expect("no lock is held now");
+    assert_eq!(reaped, [MessageId(0)]);
+    assert_eq!(store.rows().unwrap()[0].status, Status::Exhausted);
+}

@@ -11,7 +11,15 @@ pub(super) fn drain(broker: &BrokerRun, runtime: &tokio::runtime::Runtime, deliv
     let count = || deliveries.lock().unwrap_or_else(|p| p.into_inner()).len();
     match broker {
         BrokerRun::Nats(server) => {
-            let last = runtime.block_on(last_sequence(&server.url())).unwrap_or(0);
+            // Bounded too: a server that is down (a run cut short by its deadline mid-outage)
+            // would keep the connection trying for ever.
+            let last = runtime
+                .block_on(async {
+                    tokio::time::timeout(std::time::Duration::from_secs(5), last_sequence(&server.url())).await
+                })
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or(0);
             while draining.elapsed() < std::time::Duration::from_secs(5)
                 && deliveries
                     .lock()
@@ -32,9 +40,10 @@ pub(super) fn drain(broker: &BrokerRun, runtime: &tokio::runtime::Runtime, deliv
                 if count() != seen {
                     (seen, quiet) = (count(), std::time::Instant::now());
                 }
-                if runtime.block_on(rabbit.ready(queue)) == Some(0)
-                    && quiet.elapsed() > std::time::Duration::from_millis(500)
-                {
+                let ready = runtime.block_on(async {
+                    tokio::time::timeout(std::time::Duration::from_secs(2), rabbit.ready(queue)).await.ok().flatten()
+                });
+                if ready == Some(0) && quiet.elapsed() > std::time::Duration::from_millis(500) {
                     break;
                 }
             }

@@ -50,23 +50,22 @@ pub(super) fn merge_logs(
     (publications, relay_faults)
 }
 
-/// The reaper's statement, stamped; its event if it reaped anything.
+/// The reaper's statement, stamped; its event if it reaped anything. Nothing this time when a
+/// row it would reap is locked (by a relay the run paused inside a write): the run goes on and
+/// the reaper tries again on its next round.
 pub(super) fn reap(
-    db: &mut crate::store::postgres::Scratch,
+    store: &mut PgStore,
     epoch_ms: u64,
     max_attempts: u32,
-) -> Option<(i64, u64, serde_json::Value)> {
+) -> Result<Option<(i64, u64, serde_json::Value)>, String> {
     let at = now_ms(epoch_ms);
-    let statement = crate::store::sql::reap(crate::store::sql::Dialect::Postgres);
-    let mut tx = db.client().transaction().ok()?;
-    let reaped: Vec<String> =
-        tx.query(&statement, &[&(at as i64), &(max_attempts as i32)]).ok()?.iter().map(|r| r.get(0)).collect();
-    let stamp: i64 = tx.query_one(crate::store::postgres::COMMIT_STAMP, &[]).ok()?.get(0);
-    tx.commit().ok()?;
-    (!reaped.is_empty()).then(|| {
-        let event = crate::trace::Event::Reap { now: at, messages: reaped };
+    let reaped = store
+        .reap_stamped(crate::core::Instant(at), max_attempts, crate::store::postgres::COMMIT_STAMP)
+        .map_err(|e| format!("PostgreSQL: {e}"))?;
+    Ok(reaped.filter(|(ids, _)| !ids.is_empty()).map(|(ids, stamp)| {
+        let event = crate::trace::Event::Reap { now: at, messages: ids.into_iter().map(message_name).collect() };
         (2 * stamp, u64::MAX, serde_json::to_value(&event).expect("JSON of plain values"))
-    })
+    }))
 }
 
 /// What the oracle made of a run's history (see [`RunReport`]'s fields of the same names).

@@ -504,6 +504,16 @@ struct RelayProcess {
     paused_until: Option<std::time::Instant>,
 }
 
+/// A relay never outlives its run's handle on it: a run that ends early with an error (exit 2)
+/// kills what it started before its scratch schema is dropped — a relay left paused inside a
+/// transaction would hold that drop for ever. (An exited child is not signalled again.)
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Runs the whole thing; `progress` gets a line now and then. An error is the environment's
 /// (exit 2): a server that is not there, a design the run cannot drive.
 pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<RunReport, String> {
@@ -651,14 +661,6 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<RunReport, Stri
     let plan = schedule(options);
     let mut next_fault = 0;
     let mut outage_until: Option<std::time::Instant> = None;
-    let mut reaper = if policy.relay.reaper {
-        Some(
-            crate::store::postgres::Scratch::attach(&options.database_url, false, &schema)
-                .map_err(|e| e.to_string())?,
-        )
-    } else {
-        None
-    };
     let mut checked = std::time::Instant::now();
     let deadline = std::time::Duration::from_millis(options.deadline_ms);
     let ms = |i: std::time::Instant| i.duration_since(started).as_millis() as u64;
@@ -676,8 +678,8 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<RunReport, Stri
             }
             enqueued += 1;
         }
-        if let Some(reaper) = reaper.as_mut() {
-            if let Some(event) = reap(reaper, epoch_ms, options.max_attempts) {
+        if policy.relay.reaper {
+            if let Some(event) = reap(&mut store, epoch_ms, options.max_attempts)? {
                 history.push(event);
             }
         }

@@ -807,6 +807,10 @@ fn pg_fix_widths(sql: &str, params: &[Param]) -> Vec<Box<dyn postgres::types::To
         .collect()
 }
 
+/// How long a stamped statement of the run's own (an enqueue, the reaper) waits for a lock
+/// before it gives way: a relay the run paused may hold the lock until the run resumes it.
+const LOCK_GIVE_WAY_MS: u64 = 200;
+
 impl PgStore {
     /// An enqueue that no claim or write overlaps (it holds the table in EXCLUSIVE mode), stamped
     /// inside its transaction by `stamp`, a query returning one bigint: for a recorder that
@@ -823,7 +827,7 @@ impl PgStore {
     ) -> Result<Option<(EnqueueResult, i64)>, StoreError> {
         let table = self.common.table.name();
         let mut tx = self.scratch.client().transaction()?;
-        tx.batch_execute("SET LOCAL lock_timeout = '200ms'")?;
+        tx.batch_execute(&format!("SET LOCAL lock_timeout = '{LOCK_GIVE_WAY_MS}ms'"))?;
         match tx.batch_execute(&format!("LOCK TABLE {table} IN EXCLUSIVE MODE")) {
             Err(e) if e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) => return Ok(None),
             other => other?,
@@ -855,6 +859,37 @@ impl PgStore {
         let stamp: i64 = tx.query_one(stamp, &[])?.get(0);
         tx.commit()?;
         Ok((result, stamp))
+    }
+
+    /// The reaper's statement stamped inside its transaction by `stamp`, as
+    /// [`PgStore::enqueue_stamped`]: `None` when a row it would reap, or the stamp, is locked for
+    /// more than 200 ms (a relay the caller paused may hold either inside a write), so the caller
+    /// resumes what is due and tries again instead of waiting on a lock only it can free.
+    pub fn reap_stamped(
+        &mut self,
+        now: Instant,
+        max_attempts: u32,
+        stamp: &str,
+    ) -> Result<Option<(Vec<MessageId>, i64)>, StoreError> {
+        let statement = self.common.reap_sql()?;
+        let params = [Param::Int(now.0 as i64), Param::Int(i64::from(max_attempts))];
+        let values = pg_fix_widths(&statement, &params);
+        let mut tx = self.scratch.client().transaction()?;
+        tx.batch_execute(&format!("SET LOCAL lock_timeout = '{LOCK_GIVE_WAY_MS}ms'"))?;
+        // Both statements may wait: the update on a row's lock, the stamp on the lock that
+        // serialises stamps, which a relay paused between its stamp and its commit holds.
+        let done = tx.query(&statement, &refs(&values)).and_then(|rows| Ok((rows, tx.query_one(stamp, &[])?)));
+        let (rows, stamp) = match done {
+            Err(e) if e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) => return Ok(None),
+            other => other?,
+        };
+        let ids: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let stamp: i64 = stamp.get(0);
+        tx.commit()?;
+        self.common.log.push(render(&statement, &params));
+        let mut ids = ids.iter().map(|id| number(id, 'm').map(MessageId)).collect::<Result<Vec<_>, _>>()?;
+        ids.sort();
+        Ok(Some((ids, stamp)))
     }
 
     /// Forgets the SQL logged so far: a long-running caller that never reads it.

@@ -41,3 +41,42 @@ pub fn nats_server(what: &str) -> Option<std::path::PathBuf> {
     }
     found
 }
+
+/// Runs `command` to its end, as `Command::output`, but gives up after `limit`: the process is
+/// killed and the test fails with what it printed so far. A run that hangs then fails where a
+/// person reads why, instead of holding the whole test run until CI's own limit.
+#[allow(dead_code)]
+pub fn output_within(command: &mut std::process::Command, limit: std::time::Duration) -> std::process::Output {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the program starts");
+    let read = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = read(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = read(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the program can be waited for") {
+            break status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{command:?} did not end within {} s; it printed: {}",
+                limit.as_secs(),
+                String::from_utf8_lossy(&stderr.join().unwrap_or_default())
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let (stdout, stderr) = (stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default());
+    std::process::Output { status, stdout, stderr }
+}
