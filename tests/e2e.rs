@@ -42,6 +42,14 @@ fn e2e(url: &str, nats: &std::path::Path, args: &[&str]) -> (Output, serde_json:
     (out, json)
 }
 
+/// The oracle accepts the history, or finds only the false failure (S11) that `reference`
+/// breaks by itself: a relay that stalls past its lease on its last attempt — paused by the run,
+/// or only slow on a busy machine — publishes after the reaper exhausted its row. Some schedules
+/// meet it and others do not; it is reported and fails nothing (decision 77).
+fn oracle_fails_nothing(report: &serde_json::Value) -> bool {
+    report["oracle_fails_the_run"] == false && strings(&report["broken"]).iter().all(|p| p == "S11")
+}
+
 fn strings(value: &serde_json::Value) -> Vec<String> {
     value.as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
 }
@@ -69,7 +77,7 @@ fn reference_survives_every_fault_with_nothing_lost_and_no_duplicate_effect() {
     assert_eq!(ended, 120, "{report:#}");
     assert!(report["published"].as_u64().unwrap() > 0, "{report:#}");
     assert_eq!(report["published_not_delivered"], serde_json::json!([]));
-    assert!(report["oracle"].is_null() && report["broken"] == serde_json::json!([]), "{report:#}");
+    assert!(oracle_fails_nothing(&report), "{report:#}");
     let extra = report["extra_deliveries"].as_array().unwrap();
     assert!(extra.iter().all(|d| d["kind"] == "redelivery"), "a duplicate effect inside the window: {extra:#?}");
     // The window covers the span: every republication the broker saw, it caught.
@@ -104,7 +112,7 @@ fn a_window_shorter_than_the_span_lets_a_duplicate_through() {
         let publications = strings(&d["publications"]);
         assert!(publications.len() >= 2 && publications.iter().any(|p| p.contains("connection was cut")), "{d:#}");
     }
-    assert!(short["oracle"].is_null(), "the relays did what the design says: {short:#}");
+    assert!(oracle_fails_nothing(&short), "the relays did what the design says: {short:#}");
     let (out, long) = e2e(&url, &nats, &args("120000"));
     assert_eq!(out.status.code(), Some(0), "{long:#}");
     assert!(long["extra_deliveries"].as_array().unwrap().iter().all(|d| d["kind"] != "duplicate_effect"), "{long:#}");
@@ -144,7 +152,7 @@ fn rabbitmq_keeps_no_window_so_republications_reach_the_consumer() {
         assert!(d["words"].as_str().unwrap().contains("keeps no deduplication window"), "{d:#}");
         assert!(strings(&d["publications"]).iter().any(|p| p.ends_with("stored this copy")), "{d:#}");
     }
-    assert!(report["oracle"].is_null() && report["published_not_delivered"] == serde_json::json!([]), "{report:#}");
+    assert!(oracle_fails_nothing(&report) && report["published_not_delivered"] == serde_json::json!([]), "{report:#}");
     assert_eq!(report["not_terminal"], serde_json::json!([]));
 }
 

@@ -71,6 +71,7 @@ pub(super) fn reap(
 /// What the oracle made of a run's history (see [`RunReport`]'s fields of the same names).
 pub(super) struct Findings {
     pub(super) oracle: Option<String>,
+    pub(super) oracle_fails_the_run: bool,
     pub(super) broken: Vec<String>,
     pub(super) either: Vec<String>,
 }
@@ -85,6 +86,7 @@ pub(super) fn check_history(design: Design, text: &str) -> Result<Findings, Stri
         crate::oracle::check(design, &header, events.iter().map(|(line, e)| (*line, e)), crate::oracle::Mode::All);
     Ok(Findings {
         oracle: verdict.first().map(|d| d.to_string()),
+        oracle_fails_the_run: verdict.beyond_false_failures(),
         broken: verdict.broken().into_iter().map(str::to_string).collect(),
         either: verdict.either(),
     })
@@ -268,5 +270,24 @@ mod tests {
             extra[0].publications
         );
         assert_eq!(unlogged.len(), 1, "{unlogged:?}");
+    }
+
+    /// A run of the declared design's relays fails on what its history breaks, but not on S11
+    /// alone (decision 77): reference's paused relay that delivers after the reaper exhausted its
+    /// row is reported, and a stale write that applied still fails the run.
+    #[test]
+    fn a_run_fails_on_its_findings_but_not_on_the_false_failure_alone() {
+        let reference = Design::Variant(crate::design::Variant::Reference);
+        let s11 = include_str!("../../tests/traces/invalid-s11-paused-relay-delivers-after-the-reaper.jsonl");
+        let findings = check_history(reference, s11).unwrap();
+        assert!(findings.oracle.is_some() && findings.broken == ["S11"], "{:?}", findings.oracle);
+        assert!(!findings.oracle_fails_the_run);
+        let s1 = include_str!("../../tests/traces/invalid-s1-stale-write-applied.jsonl");
+        let findings = check_history(reference, s1).unwrap();
+        assert!(findings.broken.contains(&"S1".to_string()), "{:?}", findings.broken);
+        assert!(findings.oracle_fails_the_run);
+        let accepted = include_str!("../../tests/traces/valid-s11-delivered-before-the-reaper-is-not-judged.jsonl");
+        let findings = check_history(reference, accepted).unwrap();
+        assert!(findings.oracle.is_none() && !findings.oracle_fails_the_run, "{:?}", findings.oracle);
     }
 }

@@ -359,6 +359,10 @@ pub struct RunReport {
     pub events: usize,
     /// The oracle's verdict on the history: `None` accepted, else its first divergence in words.
     pub oracle: Option<String>,
+    /// Whether the oracle's findings fail the run: not where all it found is S11, the false
+    /// failure, which a design that recovers rows from silent holders breaks by itself — reported,
+    /// failing nothing, as in `check` and `sim` (decision 77).
+    pub oracle_fails_the_run: bool,
     /// Every property (S1–S11) and conformance finding (C1–C8) the oracle found, going on after
     /// each divergence.
     pub broken: Vec<String>,
@@ -418,7 +422,7 @@ impl RunReport {
     /// Every check passed: the oracle accepts the history, every message ended terminal, every
     /// PUBLISHED one was delivered, and no message took effect twice.
     pub fn passed(&self) -> bool {
-        self.oracle.is_none()
+        !self.oracle_fails_the_run
             && self.not_terminal.is_empty()
             && self.published_not_delivered.is_empty()
             && self.duplicate_effects() == 0
@@ -889,7 +893,7 @@ fn run_report(
     events: usize,
 ) -> RunReport {
     let Observed { plan, relay_faults, rows, deliveries, publications } = observed;
-    let Findings { oracle, broken, either } = findings;
+    let Findings { oracle, oracle_fails_the_run, broken, either } = findings;
     let span = policy.publication_span(Duration(options.lease_ms), options.max_attempts, Duration(options.poll_ms));
     let published: Vec<&crate::core::Row> = rows.iter().filter(|r| r.status == Status::Published).collect();
     let window = (options.broker == Broker::Nats).then_some(options.duplicate_window_ms);
@@ -914,6 +918,7 @@ fn run_report(
         seconds: elapsed.as_secs_f64(),
         messages_per_second: published.len() as f64 / elapsed.as_secs_f64().max(1e-9),
         events,
+        oracle_fails_the_run: oracle.is_some() && oracle_fails_the_run,
         oracle,
         broken,
         either,

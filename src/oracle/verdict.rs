@@ -658,6 +658,13 @@ impl Verdict {
             .collect()
     }
 
+    /// Whether any divergence is more than the false failure (S11): what a run of the declared
+    /// design's own relays fails on. S11 alone is reported there and fails nothing, as in
+    /// `check` and `sim` (decision 77); a recorded history that shows it still diverges.
+    pub fn beyond_false_failures(&self) -> bool {
+        self.divergences.iter().any(|d| d.blame != Blame::Safety(Property::S11))
+    }
+
     /// The safety property the first divergence breaks where the model allows nothing else: the
     /// declared design's core took that step as the implementation did, so the design breaks
     /// the property by itself.
