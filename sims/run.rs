@@ -318,9 +318,10 @@ fn db_write(shared: &Shared, rpc: WriteRpc) -> WriteResult {
     let mut s = shared.lock();
     let policy = shared.setup.world.policy(rpc.relay as usize);
     let mut request = rpc.request;
-    request.now = statement_clock(&s, &policy, request.now).1;
+    let true_now = Instant(s.now_ms());
+    request.now = outbox_check::relay::Clocks { database: true_now, relay: request.now }.now_for_write(&policy);
     let State { outbox, auditor, .. } = &mut *s;
-    let Ok(result) = auditor.write(outbox, &policy, &request) else {
+    let Ok(result) = auditor.write_at(outbox, &policy, &request, true_now) else {
         unreachable!("a relay's lease names a row of the table");
     };
     s.audit();

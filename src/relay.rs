@@ -48,7 +48,16 @@ impl Clocks {
     /// where the design binds its clock as a parameter. The one place that choice is made: the
     /// relay cycle, the world and the simulations all ask here.
     pub fn now_for(self, policy: &Policy) -> Instant {
-        match policy.relay.clock {
+        self.read(policy.relay.clock)
+    }
+
+    /// The `now` a design's terminal and failure writes run by (`relay.write_clock`).
+    pub fn now_for_write(self, policy: &Policy) -> Instant {
+        self.read(policy.relay.write_clock())
+    }
+
+    fn read(self, source: ClockSource) -> Instant {
+        match source {
             ClockSource::Database => self.database,
             ClockSource::Relay => self.relay,
         }
@@ -330,7 +339,14 @@ fn key(config: &RelayConfig, lease: &Lease) -> IdempotencyKey {
 }
 
 fn write(config: &RelayConfig, lease: Lease, kind: WriteKind, clocks: Clocks) -> Effect {
-    Effect::Write { request: WriteRequest { lease, kind, now: now(config, clocks), max_attempts: config.max_attempts } }
+    Effect::Write {
+        request: WriteRequest {
+            lease,
+            kind,
+            now: clocks.now_for_write(&config.policy),
+            max_attempts: config.max_attempts,
+        },
+    }
 }
 
 /// SPEC §4's classification of a broker outcome into the write that records it.

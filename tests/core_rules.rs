@@ -1026,6 +1026,7 @@ fn a_policys_switches_are_its_fields_under_their_keys_in_the_files_words() {
         "relay.republish_after_db_loss",
         "relay.reaper",
         "relay.clock",
+        "relay.write_clock",
         "relay.shared_owner",
         "relay.fails_claims_past_budget",
     ];
@@ -1041,6 +1042,9 @@ fn a_policys_switches_are_its_fields_under_their_keys_in_the_files_words() {
                     serde_json::to_value(f).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
                 }),
                 ("rescue", _) => policy.rescue.map_or("none".to_string(), |f| format!("fenced by {}", f.name())),
+                ("relay.write_clock", _) => policy.relay.write_clock.map_or("as relay.clock".to_string(), |c| {
+                    serde_json::to_value(c).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+                }),
                 ("backoff", _) => format!("{}..{}", policy.backoff.base, policy.backoff.cap),
                 (_, serde_json::Value::String(word)) => word.clone(),
                 (_, other) => other.to_string(),
@@ -1563,4 +1567,48 @@ fn a_session_lease_needs_an_owner_and_one_session_per_owner() {
     let mut value = serde_json::to_value(Variant::Reference.policy()).unwrap();
     value.as_object_mut().unwrap().remove("lease").expect("the field is serialised");
     assert_eq!(serde_json::from_value::<Policy>(value).unwrap().lease, LeaseKind::Expiry);
+}
+
+/// S7 at a write where true time is known: the retry time must be later than the write's own
+/// `now` and than true time. A relay whose clock runs behind sets one already past (the retry is
+/// due at once: NServiceBus.SqlServer #463); the same write judged by its own `now` alone, as a
+/// recorded history is, passes; a clock ahead of true time passes both ways.
+#[test]
+fn a_retry_time_already_past_in_true_time_breaks_s7_at_the_write() {
+    let reference = Design::Variant(Variant::Reference).policy();
+    let retry = WriteKind::Retry { code: FailureCode::Timeout };
+    let run = |write_now: u64, true_now: u64, judged_by_true_time: bool| {
+        let mut outbox = table(1);
+        let mut auditor = Auditor::new(MAX);
+        let lease = auditor.claim(&mut outbox, &reference, &claim(0, 1, 100), Instant(100)).unwrap()[0];
+        let req = write(lease, retry, write_now);
+        let result = if judged_by_true_time {
+            auditor.write_at(&mut outbox, &reference, &req, Instant(true_now))
+        } else {
+            auditor.write(&mut outbox, &reference, &req)
+        };
+        assert_eq!(result.unwrap(), WriteResult::Applied { status: Status::Pending });
+        (auditor.take_violations(), outbox.row(MessageId(0)).unwrap().retry_at())
+    };
+    // A backoff of 1 s from a clock 5 s behind true time: the retry time is 4 s in the past.
+    let (v2, at) = run(100_000, 105_000, true);
+    assert_eq!(at, Some(Instant(101_000)));
+    assert!(
+        matches!(
+            v2.as_slice(),
+            [Violation {
+                property: Property::S7,
+                breach: Breach::RetryNotLater { now: Instant(105_000), true_time: true, .. }
+            }]
+        ),
+        "{v2:?}"
+    );
+    let words = v2[0].breach.words(&ModelNames);
+    assert!(words.ends_with("not later than true time t=105000"), "{words}");
+    // The same write judged by its own clock alone, and a clock ahead of true time: nothing.
+    assert!(run(100_000, 105_000, false).0.is_empty());
+    assert!(run(105_000, 100_000, true).0.is_empty());
+    // True time at the retry time itself: not later.
+    assert_eq!(run(100_000, 101_000, true).0.len(), 1);
+    assert!(run(100_000, 100_999, true).0.is_empty());
 }

@@ -870,3 +870,25 @@ fn wolverine_587_is_found_by_its_recovery_and_the_fix_only_through_a_live_node_j
     assert_eq!(property(&without, "S1")["status"], "not_exercised");
     assert_eq!(property(&without, "S4")["status"], "holds");
 }
+
+/// NServiceBus.SqlServer, issue 463 (docs/examples/real-bugs/nservicebus-sqlserver-4-2.toml): a
+/// delayed retry's due time comes from the endpoint's clock and is matured by the database's.
+/// With the endpoint's clock behind the database's (`--skew -2`), `check` finds the documented
+/// failure by its own route: the retry write leaves a due time that is already past in true time
+/// (S7, on the write that set it). A clock ahead only delays retries: S7 holds. 4.3 (PR 496: the
+/// due time from the database's clock plus the delay) keeps S7 behind as well.
+#[test]
+fn nservicebus_463_is_found_through_a_due_time_from_a_clock_behind_the_databases() {
+    let file = "docs/examples/real-bugs/nservicebus-sqlserver-4-2.toml";
+    let bug = json(&check_example_with(file, &["--skew", "-2"]));
+    let s7 = property(&bug, "S7");
+    assert_eq!(s7["status"], "violated", "{s7:#}");
+    let last = s7["counterexample"].as_array().unwrap().last().unwrap().clone();
+    let text = last["text"][0].as_str().unwrap();
+    assert!(text.starts_with("r1 mark_ambiguous") && text.contains("runs 2 behind"), "{text}");
+    let detail = last["violations"][0]["detail"].as_str().unwrap();
+    assert!(detail.contains("not later than true time"), "{detail}");
+    assert_eq!(property(&json(&check_example(file)), "S7")["status"], "holds", "a clock ahead delays, never hastens");
+    let fixed = json(&check_example_with("docs/examples/real-bugs/nservicebus-sqlserver-4-3.toml", &["--skew", "-2"]));
+    assert_eq!(property(&fixed, "S7")["status"], "holds");
+}

@@ -558,6 +558,11 @@ fn other_time_scales_change_no_verdict_under_the_reductions() {
         (Design::Variant(Variant::Reference), 3u64, 2u64, 4u64, 1i64),
         (Design::Variant(Variant::SeedV2), 1, 1, 2, 3),
         (Design::Mutant(Mutant::WriteOwnerOnly), 3, 1, 1, 2),
+        // Clocks behind true time: a design that claims by the relay's clock, and one that
+        // writes by it while its claims read the database's.
+        (Design::Variant(Variant::SeedV2), 2, 1, 4, -2),
+        (write_clock_behind(), 2, 1, 4, -2),
+        (write_clock_behind(), 2, 1, 4, -3),
     ] {
         let mut config = WorldConfig::fleet(
             &[design, design],
@@ -582,6 +587,42 @@ fn other_time_scales_change_no_verdict_under_the_reductions() {
         );
         assert_eq!(r, p, "{design} lease {lease} backoff {base}-{cap} skew {skew}");
     }
+}
+
+/// NServiceBus.SqlServer 4.2's clocks on reference: claims by the database's clock, writes by
+/// the relay's (`relay.write_clock`).
+fn write_clock_behind() -> Design {
+    let text =
+        "name = \"write-clock\"\nbased_on = \"reference\"\n[relay]\nclock = \"database\"\nwrite_clock = \"relay\"\n";
+    outbox_check::design::from_text(text, "write-clock.toml").expect("a design file")
+}
+
+/// A fleet whose second relay's clock runs behind true time starts that many ticks in, as its
+/// normalised states do: every counterexample `check` reports replays in the plain world, for a
+/// design that claims by the relay's clock and for one that writes by it.
+#[test]
+fn a_clock_behind_true_time_gives_counterexamples_that_replay() {
+    let mut replayed = 0;
+    for (design, skew) in
+        [(Design::Variant(Variant::SeedV2), -2), (write_clock_behind(), -2), (write_clock_behind(), -4)]
+    {
+        let mut config = WorldConfig::fleet(&[design, design], 1, 1, 3, Faults::all());
+        for relay in config.relays.iter_mut().filter(|r| r.skew != 0) {
+            relay.skew = skew;
+        }
+        let report = run(&config);
+        assert!(report.complete, "{design} {skew}");
+        for p in &report.properties {
+            assert!(!p.note.as_deref().unwrap_or("").starts_with("checker bug"), "{design} {}: {:?}", p.id, p.note);
+            if let Some(path) = &p.counterexample {
+                let actions: Vec<_> = path.iter().map(|s| s.action).collect();
+                let confirmed = outbox_check_models::replay::confirm(&config, &p.id, &actions, p.cycle_from, p.message);
+                assert!(confirmed.is_ok(), "{design} skew {skew} {}: {:?}", p.id, confirmed.err());
+                replayed += 1;
+            }
+        }
+    }
+    assert!(replayed >= 6, "{replayed} paths replayed");
 }
 
 /// What one search found, as property names: the safety properties some step broke and the

@@ -236,8 +236,8 @@ pub struct FleetArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=16))]
     backoff_cap: u64,
     /// With the clock-skew fault: how far every second relay's clock runs ahead of true time,
-    /// in ticks (0–8). Default: one lease.
-    #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(0..=8))]
+    /// in ticks (−8–8; negative: behind it). Default: one lease ahead.
+    #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(-8..=8))]
     skew: Option<i64>,
     /// The last relay runs under the first relay's owner id: one worker name started twice, which
     /// a write fenced by owner alone cannot tell apart (the mutant write-owner-only).

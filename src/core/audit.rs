@@ -324,12 +324,28 @@ impl Auditor {
     }
 
     /// SPEC §3.3 with S1 (only the latest claim's writer may apply; a Stale write changes
-    /// nothing), S4, S7 (AMBIGUOUS and retry set a later retry time) and S9.
+    /// nothing), S4, S7 (AMBIGUOUS and retry set a later retry time) and S9, where the write's
+    /// own `now` is the only time known (a recorded history).
     pub fn write(
         &mut self,
         outbox: &mut Outbox,
         policy: &Policy,
         req: &WriteRequest,
+    ) -> Result<WriteResult, CoreError> {
+        self.write_at(outbox, policy, req, req.now)
+    }
+
+    /// [`Auditor::write`] where the true time is known (the model's, the simulation's): the
+    /// retry time an AMBIGUOUS or retry write sets must be later than the write's `now` and
+    /// than true time too. A relay whose clock runs behind the clock the claims read sets a
+    /// retry time that is already due: the row is taken again at once (NServiceBus.SqlServer
+    /// #463: a due time from the endpoint's clock, compared with the database's).
+    pub fn write_at(
+        &mut self,
+        outbox: &mut Outbox,
+        policy: &Policy,
+        req: &WriteRequest,
+        true_now: Instant,
     ) -> Result<WriteResult, CoreError> {
         let id = req.lease.message_id;
         let before = outbox.row(id).cloned();
@@ -353,16 +369,18 @@ impl Auditor {
                     let breach = Breach::OtherTenant { by, tenant: req.lease.tenant_id, message, of: old.tenant_id };
                     self.violated(Property::S9, breach);
                 }
+                let later = req.now.max(true_now);
                 if matches!(req.kind, WriteKind::Ambiguous { .. } | WriteKind::Retry { .. })
                     && matches!(new.status, Status::Ambiguous | Status::Pending)
-                    && new.retry_at().is_none_or(|at| at <= req.now)
+                    && new.retry_at().is_none_or(|at| at <= later)
                 {
                     let breach = Breach::RetryNotLater {
                         by,
                         message,
                         status: new.status,
                         retry_at: new.retry_at(),
-                        now: req.now,
+                        now: later,
+                        true_time: later != req.now,
                     };
                     self.violated(Property::S7, breach);
                 }
@@ -545,7 +563,15 @@ pub enum Breach {
     /// S7: a claim took a row before its retry time.
     TookBeforeRetry { by: Doer, message: MessageId, now: Instant, at: Instant },
     /// S7: an AMBIGUOUS or retry write left no later retry time.
-    RetryNotLater { by: Doer, message: MessageId, status: Status, retry_at: Option<Instant>, now: Instant },
+    /// (`true_time`: `now` is true time, later than the write's own clock read.)
+    RetryNotLater {
+        by: Doer,
+        message: MessageId,
+        status: Status,
+        retry_at: Option<Instant>,
+        now: Instant,
+        true_time: bool,
+    },
     /// S1: a write reported applied but changed nothing.
     AppliedNoChange { by: Doer, message: MessageId },
     /// S1: a write reported stale but changed the row.
@@ -652,12 +678,13 @@ impl Breach {
             Breach::TookBeforeRetry { by, message, now, at } => {
                 format!("{} took {} at true time {now}, before its retry time {at}", by.words(names), m(*message))
             }
-            Breach::RetryNotLater { by, message, status, retry_at, now } => format!(
-                "{} left {} {} with {}, not later than {now}",
+            Breach::RetryNotLater { by, message, status, retry_at, now, true_time } => format!(
+                "{} left {} {} with {}, not later than {}{now}",
                 by.words(names),
                 m(*message),
                 names.status_name(*status),
-                retry_at.map_or("no retry time".to_string(), |t| format!("retry time {t}"))
+                retry_at.map_or("no retry time".to_string(), |t| format!("retry time {t}")),
+                if *true_time { "true time " } else { "" }
             ),
             Breach::AppliedNoChange { by, message } => {
                 format!("{} reported applied to {} but changed nothing", by.words(names), m(*message))
@@ -739,6 +766,7 @@ mod tests {
             status: Status::Pending,
             retry_at: Some(Instant(4)),
             now: Instant(5),
+            true_time: false,
         };
         assert_eq!(
             breach.words(&ModelNames),

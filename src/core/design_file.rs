@@ -252,6 +252,9 @@ pub struct RelaySection {
     /// Whose clock gives `now`: `database` or `relay` (bound as a parameter; may be skewed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<ClockSource>,
+    /// Whose clock the writes read, where not `clock`'s: `database` or `relay`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_clock: Option<ClockSource>,
     /// `message-id` on every attempt, or `per-attempt`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<IdempotencyKeyPolicy>,
@@ -401,6 +404,9 @@ impl DesignFile {
         }
         if let Some(r) = &self.relay {
             set(&mut p.relay.clock, r.clock);
+            if r.write_clock.is_some() {
+                p.relay.write_clock = r.write_clock;
+            }
             set(&mut p.relay.idempotency_key, r.idempotency_key);
             set(&mut p.relay.rejection, r.on_rejection);
             set(&mut p.relay.publish_before_ack, r.publish_before_ack);
@@ -457,6 +463,7 @@ impl DesignFile {
                         | "write.failure_deletes"
                         | "retry.budget_in_statement"
                         | "claim.lease"
+                        | "relay.write_clock"
                 )
             })
             .filter(|key| !key.starts_with("statuses."))
@@ -562,6 +569,7 @@ impl DesignFile {
             }),
             relay: Some(RelaySection {
                 clock: Some(p.relay.clock),
+                write_clock: p.relay.write_clock,
                 idempotency_key: Some(p.relay.idempotency_key),
                 on_rejection: Some(p.relay.rejection),
                 publish_before_ack: Some(p.relay.publish_before_ack),
@@ -618,7 +626,7 @@ pub const SECTION_DOCS: [(&str, &str); 9] = [
 ];
 
 /// Every key of a design file, dotted, with its meaning and allowed values.
-pub const KEY_DOCS: [(&str, &str); 47] = [
+pub const KEY_DOCS: [(&str, &str); 48] = [
     ("name", "The design's name, as fleets and reports name it (letters, digits, - and _)."),
     ("description", "One line saying what the design is."),
     ("based_on", "A built-in design to start from; the file then says only what differs."),
@@ -653,6 +661,7 @@ pub const KEY_DOCS: [(&str, &str); 47] = [
     ("maintenance.target", "Where the rescuer moves a row: \"pending\" (claimable at once: Oban's Lifeline), \"retry\" (PENDING with a retry time, the backoff of its attempts: River's rescuer) or \"failed\" (Solid Queue's pruner). Optional, default \"pending\"."),
     ("maintenance.budget", "Whether the rescuer checks the budget: \"exhausts\" (a row whose budget is spent goes to EXHAUSTED, FAILED without it: River) or \"ignored\" (back to the target whatever its attempts: oban#137). Optional, default \"exhausts\"."),
     ("relay.clock", "\"database\" (one clock for all) or \"relay\" (each relay's own, bound as a parameter; may be skewed)."),
+    ("relay.write_clock", "Whose clock the terminal and failure writes read, where it is not relay.clock's: \"database\" or \"relay\" (a retry's due time from the relay's clock, compared by the claims with the database's: NServiceBus.SqlServer before 4.3, issue 463). Optional, default relay.clock's."),
     ("relay.idempotency_key", "\"message-id\" on every attempt, or \"per-attempt\" (a new key each time)."),
     ("relay.on_rejection", "What a permanent rejection writes: \"mark-failed\" or \"mark-retry\"."),
     ("relay.publish_before_ack", "true: the row is marked PUBLISHED before the broker acknowledged."),

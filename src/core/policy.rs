@@ -222,6 +222,11 @@ pub struct RelayPolicy {
     /// The design runs the reaper (SPEC §3.4) as a periodic job beside its relays.
     pub reaper: bool,
     pub clock: ClockSource,
+    /// Whose clock the terminal and failure writes read, where it is not `clock`'s: the due time
+    /// of a retry from the relay's own clock while the claims compare it with the database's
+    /// (NServiceBus.SqlServer before 4.3, issue 463). `None`: `clock`'s.
+    #[serde(default)]
+    pub write_clock: Option<ClockSource>,
     /// Every relay of the design writes one owner id (Graphile Worker's pool id, a worker name
     /// a restarted attempt reuses): a fence on the owner cannot tell them apart.
     #[serde(default)]
@@ -231,6 +236,18 @@ pub struct RelayPolicy {
     /// from its own copy of the job).
     #[serde(default)]
     pub fails_claims_past_budget: bool,
+}
+
+impl RelayPolicy {
+    /// The clock the writes read: `write_clock`, else `clock`.
+    pub fn write_clock(&self) -> ClockSource {
+        self.write_clock.unwrap_or(self.clock)
+    }
+
+    /// Whether any statement reads the relay's own clock (a skew then matters).
+    pub fn reads_relay_clock(&self) -> bool {
+        self.clock == ClockSource::Relay || self.write_clock() == ClockSource::Relay
+    }
 }
 
 /// A design: every switch the core and the relay cycle read.
@@ -541,6 +558,7 @@ impl Policy {
                 republish_after_db_loss: false,
                 reaper: false,
                 clock: ClockSource::Database,
+                write_clock: None,
                 shared_owner: false,
                 fails_claims_past_budget: false,
             },
@@ -590,6 +608,7 @@ impl Policy {
             ("relay.republish_after_db_loss", s(&self.relay.republish_after_db_loss)),
             ("relay.reaper", s(&self.relay.reaper)),
             ("relay.clock", s(&self.relay.clock)),
+            ("relay.write_clock", self.relay.write_clock.map_or("as relay.clock".to_string(), |c| s(&c))),
             ("relay.shared_owner", s(&self.relay.shared_owner)),
             ("relay.fails_claims_past_budget", s(&self.relay.fails_claims_past_budget)),
         ]

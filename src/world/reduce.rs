@@ -636,7 +636,7 @@ pub struct FleetFacts {
 
 impl FleetFacts {
     pub fn of(config: &WorldConfig) -> FleetFacts {
-        use crate::core::policy::{AttemptsAt, BudgetPredicate, ClaimFence, ClockSource, WriteFence};
+        use crate::core::policy::{AttemptsAt, BudgetPredicate, ClaimFence, WriteFence};
         let policies: SmallVec<[Policy; 4]> = (0..config.relays.len()).map(|i| config.policy(i)).collect();
         FleetFacts {
             resets_tokens: policies.iter().any(|p| p.requeue_resets_token),
@@ -658,7 +658,7 @@ impl FleetFacts {
                 let n = config.relays.len();
                 let key = |i: usize| {
                     let spec = &config.relays[i];
-                    let relay_clock = policies[i].relay.clock == ClockSource::Relay;
+                    let relay_clock = policies[i].relay.reads_relay_clock();
                     (spec.design, spec.tenant_id, if relay_clock { spec.skew } else { 0 })
                 };
                 let unique_owner =
