@@ -525,7 +525,10 @@ pub fn replay_with(config: &WorldConfig, actions: &[Action], safety: Option<Abst
 }
 
 /// The plain world along a path of model actions: `each` gets every step's number (from 1), the
-/// action with the fleet's own relay, the world before and after it, and what it did.
+/// action with the fleet's own relay, the world before and after it, and what it did. The replay
+/// stops before a step the plain world does not offer where it is taken (a path the reductions
+/// got wrong): what it shows is then cut short, and `replay::confirm` says it does not replay,
+/// instead of the world refusing the step with a panic.
 fn replay_worlds(
     config: &WorldConfig,
     actions: &[Action],
@@ -535,8 +538,14 @@ fn replay_worlds(
     let mut canonical = World::new(config);
     let mut real_of = canonical.normalise_with(config, safety);
     let mut real = World::new(config);
+    let mut offered = Vec::new();
     for (index, &action) in actions.iter().enumerate() {
         let real_action = rename_relay(action, &real_of);
+        offered.clear();
+        real.actions(config, &mut offered);
+        if !offered.contains(&real_action) {
+            break;
+        }
         let before = real.clone();
         let report = real.apply(config, real_action);
         canonical.advance(config, action);

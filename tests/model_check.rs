@@ -310,6 +310,8 @@ fn a_path_that_stops_short_does_not_replay() {
     actions.insert(0, outbox_check::world::Action::Write { relay: 0, db: outbox_check::world::DbFate::Ok });
     let refused = outbox_check_models::replay::confirm(&config, "S1", &actions, None, None).unwrap_err();
     assert!(refused.0.contains("step 1"), "{refused}");
+    // The text of such a path stops before the step, where the world would refuse it.
+    assert!(replay(&config, &actions).is_empty());
 }
 
 /// The reductions (time, tokens, claim numbers, dead fields, relay symmetry) change no verdict:
