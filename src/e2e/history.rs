@@ -5,7 +5,7 @@
 use super::*;
 
 /// Merges the relays' logs into `history` by commit stamp: each committed statement at its
-/// stamp, each pending one nobody resolved right after its relay's previous statement. Returns
+/// stamp, each pending one nobody resolved where it was issued (see [`place_pending`]). Returns
 /// the publications and the faults the relays drew themselves.
 pub(super) fn merge_logs(
     dir: &Path,
@@ -14,6 +14,7 @@ pub(super) fn merge_logs(
 ) -> (Vec<Publication>, Vec<String>) {
     let mut publications = Vec::new();
     let mut relay_faults = Vec::new();
+    let mut unresolved = Vec::new();
     for r in 0..relays {
         let path = dir.join(format!("relay-{r}.jsonl"));
         let text = std::fs::read_to_string(&path).unwrap_or_default();
@@ -42,12 +43,46 @@ pub(super) fn merge_logs(
                 LogLine::Fault { what, .. } => relay_faults.push(what),
             }
         }
-        for (_, (after, event)) in pending {
-            history.push((2 * after + 1, u64::from(r), event));
-        }
+        unresolved.extend(pending.into_values().map(|(after, event)| (after, u64::from(r), event)));
     }
-    history.sort_by_key(|a| (a.0, a.1));
+    place_pending(history, unresolved);
     (publications, relay_faults)
+}
+
+/// Places each statement of unknown outcome — its relay killed, or its connection cut, before
+/// the commit was logged — among the committed ones, and sorts the history. It has no stamp: it
+/// goes after its relay's previous statement (`after`) and after the committed statements that
+/// follow it in commit order as long as they were issued no later than it (by `now`: every
+/// process reads the run's one clock), since it cannot have run before it was issued; it stops
+/// at the first one issued after it, and before its relay's next statement, which it preceded. Placed at its relay's previous statement alone, a claim issued after
+/// enqueues could not have seen those rows, and the rows it held locked would look skipped by
+/// the claims after it (C1) — a history the run's own relays made, judged wrong.
+fn place_pending(history: &mut Vec<(i64, u64, serde_json::Value)>, unresolved: Vec<(i64, u64, serde_json::Value)>) {
+    let now = |event: &serde_json::Value| event.get("now").and_then(serde_json::Value::as_u64);
+    history.sort_by_key(|a| (a.0, a.1));
+    let placed: Vec<(i64, u64, serde_json::Value)> = unresolved
+        .into_iter()
+        .map(|(after, relay, event)| {
+            let issued = now(&event);
+            let own = |e: &serde_json::Value| e.get("relay").is_some() && e.get("relay") == event.get("relay");
+            let next = history
+                .iter()
+                .filter(|(key, _, e)| *key > 2 * after && own(e))
+                .map(|(key, _, _)| *key)
+                .min()
+                .unwrap_or(i64::MAX);
+            let latest = history
+                .iter()
+                .filter(|(key, _, e)| key % 2 == 0 && *key > 2 * after && *key < next && now(e).is_some())
+                .take_while(|(_, _, e)| issued.is_some_and(|at| now(e).is_some_and(|t| t <= at)))
+                .map(|(key, _, _)| *key)
+                .last()
+                .unwrap_or(2 * after);
+            (latest + 1, relay, event)
+        })
+        .collect();
+    history.extend(placed);
+    history.sort_by_key(|a| (a.0, a.1));
 }
 
 /// The reaper's statement, stamped; its event if it reaped anything. Nothing this time when a
@@ -289,5 +324,45 @@ mod tests {
         let accepted = include_str!("../../tests/traces/valid-s11-delivered-before-the-reaper-is-not-judged.jsonl");
         let findings = check_history(reference, accepted).unwrap();
         assert!(findings.oracle.is_none() && !findings.oracle_fails_the_run, "{:?}", findings.oracle);
+    }
+
+    /// A statement of unknown outcome goes where it was issued: after its relay's previous
+    /// statement, and after the enqueues and other relays' statements issued before it (the
+    /// e2e run of seed 641 judged a claim placed before two enqueues it had locked the rows of).
+    #[test]
+    fn a_statement_of_unknown_outcome_goes_where_it_was_issued() {
+        let claim = |relay: &str, now: u64| serde_json::json!({"event": "claim", "relay": relay, "now": now});
+        let mut history = vec![
+            (10, 1, claim("r1", 100)),
+            (12, 0, serde_json::json!({"event": "enqueue", "now": 250})),
+            (14, 0, serde_json::json!({"event": "enqueue", "now": 290})),
+            (16, 2, claim("r2", 310)),
+            // r3 went on after its unknown claim; a statement another relay issued before the
+            // unknown claims committed late, and draws none of them after it.
+            (20, 3, claim("r3", 330)),
+            (22, 2, claim("r2", 295)),
+        ];
+        let unresolved = vec![
+            (5, 1, claim("r1", 300)),
+            (8, 2, serde_json::json!({"event": "publish", "relay": "r2"})),
+            (9, 3, claim("r3", 320)),
+        ];
+        place_pending(&mut history, unresolved);
+        let order: Vec<(i64, Option<u64>)> = history.iter().map(|(k, _, e)| (*k, e["now"].as_u64())).collect();
+        assert_eq!(
+            order,
+            [
+                (10, Some(100)),
+                (12, Some(250)),
+                (14, Some(290)),
+                (15, Some(300)),
+                (16, Some(310)),
+                (17, None),
+                (19, Some(320)),
+                (20, Some(330)),
+                (22, Some(295))
+            ],
+            "{history:?}"
+        );
     }
 }
