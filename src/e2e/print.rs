@@ -2,8 +2,9 @@
 
 use super::*;
 
-/// The report in words.
+/// The report in words, its verdict first.
 pub fn print(report: &RunReport) {
+    println!("{}", verdict(report));
     println!(
         "outbox-check e2e — {}, {} relay processes × {} over PostgreSQL and {}, seed {} (lease {}, backoff {}–{}, polls every {}, budget {})",
         report.design,
@@ -129,7 +130,11 @@ pub fn print(report: &RunReport) {
         secs((report.seconds * 1000.0) as u64),
         report.messages_per_second
     );
-    let verdict = if report.passed() {
+}
+
+/// The run's verdict in one line: PASSED, or FAILED with what failed.
+fn verdict(report: &RunReport) -> String {
+    if report.passed() {
         format!(
             "PASSED: {}, every message ended terminal and was delivered, none took effect twice",
             if report.oracle.is_none() {
@@ -164,6 +169,5 @@ pub fn print(report: &RunReport) {
             failed.push(format!("{} not terminal", crate::report::count(report.not_terminal.len() as u64, "message")));
         }
         format!("FAILED: {}", failed.join(", "))
-    };
-    println!("{verdict}");
+    }
 }
