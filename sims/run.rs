@@ -292,20 +292,19 @@ fn message(m: MessageId) -> String {
 // ---------------------------------------------------------------------------------------------
 // The database node.
 
-/// The clock a statement runs by: the database's own reading, and the `now` the statement
-/// uses — the database's, unless the relay's design binds its own clock as a parameter.
-fn statement_clock(s: &State, policy: &outbox_check::core::Policy, asked: Instant) -> (Instant, Instant) {
-    let true_now = Instant(s.now_ms());
-    let now = outbox_check::relay::Clocks { database: true_now, relay: asked }.now_for(policy);
-    (true_now, now)
+/// The clocks a statement runs by: the database's own reading, and the relay's (`asked`, the
+/// `now` it sent); the design says which one each statement reads.
+fn statement_clocks(s: &State, asked: Instant) -> outbox_check::relay::Clocks {
+    outbox_check::relay::Clocks { database: Instant(s.now_ms()), relay: asked }
 }
 
 fn db_claim(shared: &Shared, rpc: ClaimRpc) -> Vec<Lease> {
     let mut s = shared.lock();
     let policy = shared.setup.world.policy(rpc.relay as usize);
     let mut request = rpc.request;
-    let (true_now, now) = statement_clock(&s, &policy, request.now);
-    request.now = now;
+    let clocks = statement_clocks(&s, request.now);
+    let true_now = clocks.database;
+    request.now = clocks.now_for(&policy);
     let State { outbox, auditor, .. } = &mut *s;
     let leases = auditor.claim(outbox, &policy, &request, true_now).unwrap_or_default();
     s.audit();
@@ -318,8 +317,9 @@ fn db_write(shared: &Shared, rpc: WriteRpc) -> WriteResult {
     let mut s = shared.lock();
     let policy = shared.setup.world.policy(rpc.relay as usize);
     let mut request = rpc.request;
-    let true_now = Instant(s.now_ms());
-    request.now = outbox_check::relay::Clocks { database: true_now, relay: request.now }.now_for_write(&policy);
+    let clocks = statement_clocks(&s, request.now);
+    let true_now = clocks.database;
+    request.now = clocks.now_for_write(&policy);
     let State { outbox, auditor, .. } = &mut *s;
     let Ok(result) = auditor.write_at(outbox, &policy, &request, true_now) else {
         unreachable!("a relay's lease names a row of the table");

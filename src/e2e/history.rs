@@ -54,9 +54,10 @@ pub(super) fn merge_logs(
 /// goes after its relay's previous statement (`after`) and after the committed statements that
 /// follow it in commit order as long as they were issued no later than it (by `now`: every
 /// process reads the run's one clock), since it cannot have run before it was issued; it stops
-/// at the first one issued after it, and before its relay's next statement, which it preceded. Placed at its relay's previous statement alone, a claim issued after
-/// enqueues could not have seen those rows, and the rows it held locked would look skipped by
-/// the claims after it (C1) — a history the run's own relays made, judged wrong.
+/// at the first one issued after it, and before its relay's next statement, which it preceded.
+/// Placed at its relay's previous statement alone, a claim issued after enqueues could not have
+/// seen those rows, and the rows it held locked would look skipped by the claims after it (C1) —
+/// a history the run's own relays made, judged wrong.
 fn place_pending(history: &mut Vec<(i64, u64, serde_json::Value)>, unresolved: Vec<(i64, u64, serde_json::Value)>) {
     let now = |event: &serde_json::Value| event.get("now").and_then(serde_json::Value::as_u64);
     history.sort_by_key(|a| (a.0, a.1));

@@ -807,6 +807,14 @@ fn pg_fix_widths(sql: &str, params: &[Param]) -> Vec<Box<dyn postgres::types::To
         .collect()
 }
 
+/// The messages a reaper's `RETURNING message_id` names, in id order.
+fn reaped_ids(rows: &[postgres::Row]) -> Result<Vec<MessageId>, StoreError> {
+    let mut ids =
+        rows.iter().map(|r| number(&r.get::<_, String>(0), 'm').map(MessageId)).collect::<Result<Vec<_>, _>>()?;
+    ids.sort();
+    Ok(ids)
+}
+
 /// How long a stamped statement of the run's own (an enqueue, the reaper) waits for a lock
 /// before it gives way: a relay the run paused may hold the lock until the run resumes it.
 const LOCK_GIVE_WAY_MS: u64 = 200;
@@ -883,13 +891,10 @@ impl PgStore {
             Err(e) if e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) => return Ok(None),
             other => other?,
         };
-        let ids: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
         let stamp: i64 = stamp.get(0);
         tx.commit()?;
         self.common.log.push(render(&statement, &params));
-        let mut ids = ids.iter().map(|id| number(id, 'm').map(MessageId)).collect::<Result<Vec<_>, _>>()?;
-        ids.sort();
-        Ok(Some((ids, stamp)))
+        Ok(Some((reaped_ids(&rows)?, stamp)))
     }
 
     /// Forgets the SQL logged so far: a long-running caller that never reads it.
@@ -1021,12 +1026,9 @@ impl Store for PgStore {
         let statement = self.common.reap_sql()?;
         let params = [Param::Int(now.0 as i64), Param::Int(i64::from(max_attempts))];
         let values = pg_fix_widths(&statement, &params);
-        let ids: Vec<String> =
-            self.scratch.client().query(&statement, &refs(&values))?.iter().map(|r| r.get(0)).collect();
+        let rows = self.scratch.client().query(&statement, &refs(&values))?;
         self.common.log.push(render(&statement, &params));
-        let mut ids = ids.iter().map(|id| number(id, 'm').map(MessageId)).collect::<Result<Vec<_>, _>>()?;
-        ids.sort();
-        Ok(ids)
+        reaped_ids(&rows)
     }
 
     fn rows(&mut self) -> Result<Vec<Row>, StoreError> {
