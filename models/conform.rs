@@ -382,6 +382,7 @@ pub fn execute(
                     lease: Duration(bounds.lease_ms),
                     now,
                     max_attempts: bounds.max_attempts,
+                    retry_due: true,
                 };
                 let waiting = model.rows().unwrap_or_default();
                 if waiting

@@ -621,11 +621,14 @@ async fn relay(shared: Shared, index: usize) {
     let mut effects =
         SimEffects { shared: &shared, ep: &ep, relay: index as u16, skew: shared.setup.profile.skew[index] };
     let mut busy = false;
+    // The relay process's own retry timer (`retry.timer = "per-process"`): a crash restarts
+    // this task, and with it the timer.
+    let mut timer = None;
     loop {
         let poll = shared.setup.sim.poll_ms;
         let wait = if busy { 5 } else { poll + madsim::rand::random::<u64>() % poll };
         sleep(ms(wait)).await;
-        let Ok(claimed) = drive(&config, &mut effects).await;
+        let Ok(claimed) = drive(&config, &mut timer, &mut effects).await;
         busy = claimed as u32 == config.batch;
     }
 }

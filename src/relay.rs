@@ -151,6 +151,25 @@ enum Phase {
     Done,
 }
 
+/// A relay process's retry timer after its claim handed out `leases` at `clocks`
+/// (`retry.timer = "per-process"`): restarted for the backoff's delay, by the clock the design
+/// reads (`relay.clock`), where the claim took a row attempted before; `timer` unchanged otherwise (and always
+/// where the design keeps its retry time in the row).
+pub fn retry_timer_after(
+    config: &RelayConfig,
+    leases: &[Lease],
+    clocks: Clocks,
+    timer: Option<Instant>,
+) -> Option<Instant> {
+    let policy = &config.policy;
+    leases
+        .iter()
+        .filter(|l| policy.lease_restarts_relay_timer(l.attempts))
+        .map(|l| clocks.now_for(policy).plus(policy.backoff.delay(l.attempts)))
+        .max()
+        .or(timer)
+}
+
 /// One pass of one relay. Small and hashable, so a model checker can keep it in its state.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Cycle {
@@ -169,8 +188,20 @@ pub struct Step {
 impl Cycle {
     /// Starts a cycle: the first effect is the claim.
     pub fn start(config: &RelayConfig, clocks: Clocks) -> (Cycle, Effect) {
+        Cycle::start_timed(config, clocks, None)
+    }
+
+    /// [`Cycle::start`] for a relay that keeps its own retry timer (`retry.timer =
+    /// "per-process"`): `timer` is when it fires next (`None`: due, as at the process's start).
+    /// The claim may take a row attempted before only while the timer is due by the clock the
+    /// design reads (`relay.clock`: the process's own where the design binds it). A driver that runs such a design keeps the timer per relay process, restarts it
+    /// with [`retry_timer_after`] after each claim, and forgets it when the process restarts.
+    pub fn start_timed(config: &RelayConfig, clocks: Clocks, timer: Option<Instant>) -> (Cycle, Effect) {
         let mut cycle = Cycle { phase: Phase::Claiming, leases: Vec::new(), current: 0 };
-        let effect = cycle.claim(config, clocks);
+        let mut effect = cycle.claim(config, clocks);
+        if let Effect::Claim { request } = &mut effect {
+            request.retry_due = timer.is_none_or(|at| at <= request.now);
+        }
         (cycle, effect)
     }
 
@@ -210,7 +241,9 @@ impl Cycle {
         (self.phase, self.current, self.leases.len()).hash(state);
         self.leases.iter().for_each(|l| lease(l, state));
         match effect {
-            Effect::Claim { request } => (0u8, request.tenant_id, request.batch, request.now).hash(state),
+            Effect::Claim { request } => {
+                (0u8, request.tenant_id, request.batch, request.now, request.retry_due).hash(state)
+            }
             Effect::Publish { lease: l, key } => {
                 (1u8, key).hash(state);
                 lease(l, state);
@@ -233,6 +266,7 @@ impl Cycle {
                 lease: config.lease,
                 now: now(config, clocks),
                 max_attempts: config.max_attempts,
+                retry_due: true,
             },
         }
     }

@@ -167,6 +167,12 @@ impl WorldConfig {
         }
     }
 
+    /// Some design of the fleet keeps its retry timer in each relay process
+    /// (`retry.timer = "per-process"`): the world keeps one per relay.
+    pub fn keeps_relay_timers(&self) -> bool {
+        (0..self.relays.len()).any(|i| self.policy(i).retry_timer == crate::core::policy::RetryTimer::PerProcess)
+    }
+
     /// The rescuer the fleet runs, if a design of it has one (the first such design's).
     pub fn rescue(&self) -> Option<crate::core::ReleaseFence> {
         (0..self.relays.len()).find_map(|i| self.policy(i).rescue)
@@ -535,6 +541,10 @@ pub struct World {
     pub requeues_left: u8,
     /// The lease the rescuer read and has not yet acted on (two-statement rescuers only).
     pub rescuer: Option<Lease>,
+    /// Each relay process's own retry timer, when it fires next (`None`: due), in fleets with a
+    /// design of `retry.timer = "per-process"`; empty in every other fleet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timers: Vec<Option<Instant>>,
     pub step: StepFlags,
 }
 
@@ -559,7 +569,12 @@ impl std::fmt::Debug for World {
         }
         writeln!(f, "relays:")?;
         for r in 0..self.relays.len() {
-            writeln!(f, "  r{r}: {}", self.waits(r))?;
+            let timer = match self.timers.get(r) {
+                Some(Some(at)) => format!(" (retry timer fires at t={})", at.0),
+                Some(None) => " (retry timer due)".to_string(),
+                None => String::new(),
+            };
+            writeln!(f, "  r{r}: {}{timer}", self.waits(r))?;
         }
         let broken: Vec<&str> = Property::SAFETY.iter().filter(|p| self.step.violated(**p)).map(|p| p.id()).collect();
         if broken.is_empty() {
@@ -612,6 +627,7 @@ impl World {
             enqueued: 0,
             requeues_left: config.requeues,
             rescuer: None,
+            timers: if config.keeps_relay_timers() { vec![None; config.relays.len()] } else { Vec::new() },
             step: StepFlags::default(),
         };
         let mut report = StepReport::default();
@@ -725,6 +741,10 @@ impl World {
             Action::MisroutedWrite { relay } => self.write(config, relay as usize, DbFate::Ok, true, &mut report),
             Action::Crash { relay } => {
                 self.relays[relay as usize] = None;
+                // The process restarts, and its retry timer with it.
+                if let Some(timer) = self.timers.get_mut(relay as usize) {
+                    *timer = None;
+                }
                 report.event(|| Event::Crashed { relay });
                 self.end_session(config, relay as usize, &mut report);
             }
@@ -854,7 +874,8 @@ impl World {
     fn poll(&mut self, config: &WorldConfig, r: usize, db: DbFate, report: &mut StepReport) {
         let relay_config = config.relay_config(r);
         let clocks = self.clocks(config, r);
-        let (mut cycle, effect) = Cycle::start(&relay_config, clocks);
+        let timer = self.timers.get(r).copied().flatten();
+        let (mut cycle, effect) = Cycle::start_timed(&relay_config, clocks, timer);
         let Effect::Claim { request } = effect else {
             unreachable!("a cycle starts with its claim");
         };
@@ -891,6 +912,9 @@ impl World {
         report.event(|| Event::Claimed { relay: r as u16, request, leases: leases.clone(), db });
         if db == DbFate::LostAfter {
             self.end_session(config, r, report);
+        }
+        if let (DbFate::Ok, Some(timer)) = (db, self.timers.get_mut(r)) {
+            *timer = crate::relay::retry_timer_after(&relay_config, &leases, clocks, *timer);
         }
         let reply = if db == DbFate::Ok { Reply::Claimed(leases) } else { Reply::ConnectionLost };
         let step = cycle.answer(&relay_config, reply, clocks);

@@ -163,6 +163,7 @@ fn seed_tenant_story(store: &mut dyn Store) {
             lease,
             now: Instant(now),
             max_attempts: 3,
+            retry_due: true,
         };
         store.claim(&req).unwrap()
     };

@@ -87,6 +87,7 @@ fn run(policy: &Policy, ops: &[Op]) -> Vec<Violation> {
                     lease: Duration(lease),
                     now,
                     max_attempts: MAX_ATTEMPTS,
+                    retry_due: true,
                 };
                 leases.extend(auditor.claim(&mut outbox, policy, &req, now).expect("valid claim"));
             }

@@ -28,6 +28,7 @@ fn claim(owner: u16, batch: u32, now: u64) -> ClaimRequest {
         lease: Duration(10),
         now: Instant(now),
         max_attempts: MAX,
+        retry_due: true,
     }
 }
 
@@ -295,6 +296,7 @@ fn ghosts_that_differ_in_any_field_hash_apart() {
         requeued_after_claim: 4,
         publications_total: 6,
         stored: false,
+        retry_promise: None,
     };
     let variants: Vec<(&str, RowGhost)> = vec![
         ("message_id", RowGhost { message_id: 9, ..base.clone() }),
@@ -306,6 +308,7 @@ fn ghosts_that_differ_in_any_field_hash_apart() {
         ("requeued_after_claim", RowGhost { requeued_after_claim: 1, ..base.clone() }),
         ("publications_total", RowGhost { publications_total: 9, ..base.clone() }),
         ("stored", RowGhost { stored: true, ..base.clone() }),
+        ("retry_promise", RowGhost { retry_promise: Some(Instant(4)), ..base.clone() }),
     ];
     for (field, other) in &variants {
         assert_ne!(hash(&base), hash(other), "ghosts differing only in {field} hash alike");
@@ -335,6 +338,7 @@ fn ghost_lists_hash_apart_where_a_token_count_could_run_into_the_next_ghost() {
             requeued_after_claim,
             publications_total: 0,
             stored,
+            retry_promise: None,
         };
     let two_then_none = [ghost(0, 0, 0, false, &[5, 6]), ghost(1, 1, 0, false, &[])];
     let none_then_two = [ghost(0, 0, 0, true, &[]), ghost(5, 6, 1, false, &[0, 0])];
@@ -1019,6 +1023,7 @@ fn a_policys_switches_are_its_fields_under_their_keys_in_the_files_words() {
         "retry_checks_budget",
         "budget_in_write",
         "lease",
+        "retry_timer",
         "backoff",
         "relay.idempotency_key",
         "relay.rejection",
@@ -1611,4 +1616,58 @@ fn a_retry_time_already_past_in_true_time_breaks_s7_at_the_write() {
     // True time at the retry time itself: not later.
     assert_eq!(run(100_000, 101_000, true).0.len(), 1);
     assert!(run(100_000, 100_999, true).0.is_empty());
+}
+
+/// `retry.timer = "per-process"` (CAP#1797): the row keeps no retry time, a row attempted before
+/// is taken only by a claim whose relay's own timer is due, and S7 judges each retry against the
+/// backoff's delay after the last one, whichever relay made it. The relay restarts its timer
+/// after a claim that took such a row (`relay::retry_timer_after`).
+#[test]
+fn a_retry_timer_per_process_spaces_only_its_own_relays_retries() {
+    let text = "name = \"timers\"\nbased_on = \"reference\"\n[retry]\nclock = false\ntimer = \"per-process\"\nbackoff = \"fixed\"\ndelay_ms = 50\n";
+    let policy = outbox_check::design::from_text(text, "timers.toml").unwrap().policy();
+    let retry = WriteKind::Retry { code: FailureCode::Timeout };
+    let mut outbox = table(1);
+    let mut auditor = Auditor::new(MAX);
+    // The first attempt needs no timer; its retry write sets no retry time and breaks nothing.
+    let not_due = |owner: u16, now: u64| ClaimRequest { retry_due: false, ..claim(owner, 1, now) };
+    let first = auditor.claim(&mut outbox, &policy, &not_due(0, 100), Instant(100)).unwrap()[0];
+    auditor.write(&mut outbox, &policy, &write(first, retry, 100)).unwrap();
+    assert_eq!(outbox.row(MessageId(0)).unwrap().retry_at(), None);
+    assert!(auditor.take_violations().is_empty());
+    // A relay whose timer is not due takes nothing; one whose timer is due retries at once.
+    assert!(auditor.claim(&mut outbox, &policy, &not_due(0, 101), Instant(101)).unwrap().is_empty());
+    let second = auditor.claim(&mut outbox, &policy, &claim(0, 1, 101), Instant(101)).unwrap()[0];
+    assert!(auditor.take_violations().is_empty(), "a first retry may come at any time");
+    auditor.write(&mut outbox, &policy, &write(second, retry, 102)).unwrap();
+    // That relay's timer now fires 50 ms after its claim; another relay's timer is its own.
+    let config = outbox_check::relay::RelayConfig {
+        owner: RelayId(0),
+        tenant_id: TenantId(0),
+        batch: 1,
+        lease: Duration(30),
+        max_attempts: MAX,
+        policy,
+    };
+    let clocks = outbox_check::relay::Clocks::same(Instant(101));
+    assert_eq!(outbox_check::relay::retry_timer_after(&config, &[second], clocks, None), Some(Instant(151)));
+    assert_eq!(outbox_check::relay::retry_timer_after(&config, &[first], clocks, Some(Instant(7))), Some(Instant(7)));
+    // The other relay retries within the delay: S7, in the design's words.
+    auditor.claim(&mut outbox, &policy, &claim(1, 1, 120), Instant(120)).unwrap();
+    let v = auditor.take_violations();
+    assert!(
+        matches!(
+            v.as_slice(),
+            [Violation {
+                property: Property::S7,
+                breach: Breach::RetriedTooSoon { now: Instant(120), at: Instant(151), .. }
+            }]
+        ),
+        "{v:?}"
+    );
+    assert!(v[0].breach.words(&ModelNames).contains("within the retry delay of its last retry"), "{v:?}");
+    // The same design with its retry time in the row refuses a retry time and a timer both.
+    let both = text.replace("clock = false", "clock = true");
+    let refused = outbox_check::design::from_text(&both, "both.toml").unwrap_err().to_string();
+    assert!(refused.contains("retry.timer = \"per-process\" with a retry time in the row"), "{refused}");
 }

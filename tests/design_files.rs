@@ -892,3 +892,31 @@ fn nservicebus_463_is_found_through_a_due_time_from_a_clock_behind_the_databases
     let fixed = json(&check_example_with("docs/examples/real-bugs/nservicebus-sqlserver-4-3.toml", &["--skew", "-2"]));
     assert_eq!(property(&fixed, "S7")["status"], "holds");
 }
+
+/// CAP, issue 1797 (docs/examples/real-bugs/cap-10-0-1.toml): every instance runs its own retry
+/// processor on its own timer and the row keeps no retry time. Without skew, `check` finds the
+/// documented failure by its own route: a message one instance's processor has just retried is
+/// retried again, within the interval, by another instance's (S7 at that claim). With one relay
+/// its own timer spaces its retries (S7 holds, a retry being reached); with the retry time in the
+/// row instead (cap-10-0-1-retry-time-in-row.toml, what the issue expected) S7 holds too.
+#[test]
+fn cap_1797_is_found_through_each_instances_own_retry_timer() {
+    let file = "docs/examples/real-bugs/cap-10-0-1.toml";
+    let bug = json(&check_example_with(file, &["--skew", "0"]));
+    let s7 = property(&bug, "S7");
+    assert_eq!(s7["status"], "violated", "{s7:#}");
+    let steps = step_texts(&s7);
+    let claims: Vec<&String> = steps.iter().filter(|t| t.contains(" claims ")).collect();
+    let (last, before) = (claims[claims.len() - 1], claims[claims.len() - 2]);
+    assert!(steps.last() == Some(last), "{steps:?}");
+    assert_ne!(last[..2], before[..2], "the last two retries are two relays': {steps:?}");
+    assert!(!steps.iter().any(|t| t.contains("time advances")), "both within one interval: {steps:?}");
+    let cx = s7["counterexample"].as_array().unwrap();
+    let detail = cx.last().unwrap()["violations"][0]["detail"].as_str().unwrap();
+    assert!(detail.contains("within the retry delay of its last retry"), "{detail}");
+    let alone = json(&check_example_with(file, &["--skew", "0", "--relays", "1"]));
+    assert_eq!(property(&alone, "S7")["status"], "holds");
+    assert_eq!(property(&alone, "R-S2")["status"], "reached", "a retry happens with one relay");
+    let row = "docs/examples/real-bugs/cap-10-0-1-retry-time-in-row.toml";
+    assert_eq!(property(&json(&check_example_with(row, &["--skew", "0"])), "S7")["status"], "holds");
+}

@@ -206,6 +206,13 @@ fn queue_axes() -> Vec<Design> {
         // A lease the claiming relay's database session holds (good_job's advisory lock): ended by
         // a crash, a lost connection or the lease-lost fault, never by time; with reference's
         // fences, and with good_job's results by id.
+        // Retry timers kept in each relay process, not in the row (CAP#1797): with reference's
+        // fences, and with CAP's writes by id, no claim fence and failures that count attempts.
+        ("per-process-timer", "[retry]\nclock = false\ntimer = \"per-process\"\n"),
+        (
+            "cap",
+            "[claim]\nsets = \"unfenced\"\n[attempts]\ncounted_at = \"failure-write\"\n[write]\nfence = \"message-id-only\"\n[retry]\nclock = false\ntimer = \"per-process\"\n[exhaustion]\nstatus = false\n",
+        ),
         ("session", "[claim]\nlease = \"session\"\n"),
         (
             "good-job",
@@ -490,6 +497,12 @@ fn normalising_after_a_step_equals_normalising_in_full() {
     ];
     configs.extend(rescuers().into_iter().map(|d| WorldConfig::fleet(&[d, d], 2, 1, 3, Faults::all())));
     configs[1].relays[1].skew = -2;
+    // Retry timers in each relay process, one relay's clock behind: the timers are instants of
+    // their own to make relative.
+    let timers = queue_axes().into_iter().find(|d| d.to_string() == "per-process-timer").expect("the axis");
+    let mut with_timers = WorldConfig::fleet(&[timers, timers], 1, 1, 3, Faults::all());
+    with_timers.relays[1].skew = -2;
+    configs.push(with_timers);
     for config in configs {
         let facts = FleetFacts::of(&config);
         // The exact model, the safety check's with nothing settled, and with everything settled

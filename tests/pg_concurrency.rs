@@ -46,6 +46,7 @@ fn claim_request(owner: u16, now: u64, batch: u32, lease: u64) -> ClaimRequest {
         lease: Duration(lease),
         now: Instant(now),
         max_attempts: 3,
+        retry_due: true,
     }
 }
 
@@ -399,7 +400,7 @@ fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_wr
                         now: &now,
                         published_at,
                     };
-                    let claimed = drive_now(&config, &mut effects).unwrap();
+                    let claimed = drive_now(&config, &mut None, &mut effects).unwrap();
                     Driven { relay, killer, rng, published_at, .. } = effects;
                     if claimed == 0 {
                         let open: i64 = relay

@@ -15,7 +15,7 @@ use super::outbox::{
     ClaimRequest, CoreError, EnqueueRequest, EnqueueResult, Outbox, RequeueResult, StaleReason, WriteKind,
     WriteRequest, WriteResult,
 };
-use super::policy::{Policy, ReleaseFence, TokenKind};
+use super::policy::{Policy, ReleaseFence, RetryTimer, TokenKind};
 pub use super::property::Property;
 pub use super::row::IdempotencyKey;
 use super::row::{Lease, LeaseToken, MessageId, RelayId, Row, Status, TenantId};
@@ -91,6 +91,11 @@ pub struct RowGhost {
     pub publications_total: u32,
     /// The broker stored the message at least once.
     pub stored: bool,
+    /// `retry.timer = "per-process"`: the time before which the design promises no retry of the
+    /// row, its backoff's delay after the claim that last retried it. The row keeps no retry
+    /// time; each relay's own timer keeps that promise for itself only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_promise: Option<Instant>,
 }
 
 /// Packed words, like [`Row`]'s hash (every field at full width, so injective).
@@ -99,8 +104,13 @@ impl std::hash::Hash for RowGhost {
         state.write_u64(u64::from(self.message_id) | u64::from(self.claims) << 32);
         state.write_u64(u64::from(self.publications) | u64::from(self.publications_previous) << 32);
         state.write_u64(u64::from(self.requeued_after_claim) | u64::from(self.publications_total) << 32);
-        state.write_u64(u64::from(self.stored) | (self.tokens_seen.len() as u64) << 1);
+        // Whether a retry promise follows the tokens shares the word that counts them.
+        let promised = u64::from(self.retry_promise.is_some()) << 1;
+        state.write_u64(u64::from(self.stored) | promised | (self.tokens_seen.len() as u64) << 2);
         self.tokens_seen.iter().for_each(|t| state.write_u64(t.0));
+        if let Some(at) = self.retry_promise {
+            state.write_u64(at.0);
+        }
     }
 }
 
@@ -301,6 +311,15 @@ impl Auditor {
             if let Some(at) = old.retry_at().filter(|&at| at > true_now) {
                 self.violated(Property::S7, Breach::TookBeforeRetry { by, message, now: true_now, at });
             }
+            if policy.waits_for_relay_timer(old.attempts) {
+                // A retry: no sooner than the delay after the last one, whichever relay made it.
+                let promised = self.ghost(message).and_then(|g| g.retry_promise);
+                if let Some(at) = promised.filter(|&at| at > true_now) {
+                    self.violated(Property::S7, Breach::RetriedTooSoon { by, message, now: true_now, at });
+                }
+                let next = true_now.plus(policy.backoff.delay(lease.attempts));
+                self.ghost_mut(message).retry_promise = Some(next);
+            }
             let fresh = match policy.token_kind {
                 TokenKind::Counter => new.lease_token.0 == old.lease_token.0 + 1,
                 TokenKind::Random => {
@@ -370,7 +389,10 @@ impl Auditor {
                     self.violated(Property::S9, breach);
                 }
                 let later = req.now.max(true_now);
+                // Where each relay keeps its own retry timer, the row keeps no retry time: the
+                // claim's check above judges the retries.
                 if matches!(req.kind, WriteKind::Ambiguous { .. } | WriteKind::Retry { .. })
+                    && policy.retry_timer == RetryTimer::Row
                     && matches!(new.status, Status::Ambiguous | Status::Pending)
                     && new.retry_at().is_none_or(|at| at <= later)
                 {
@@ -562,6 +584,10 @@ pub enum Breach {
     TookLiveLease { by: Doer, message: MessageId, owner: Option<RelayId>, until: Instant, now: Instant },
     /// S7: a claim took a row before its retry time.
     TookBeforeRetry { by: Doer, message: MessageId, now: Instant, at: Instant },
+    /// S7: a claim retried a row within the backoff's delay after its last retry
+    /// (`retry.timer = "per-process"`: the last one was another relay's, whose timer this one
+    /// does not read).
+    RetriedTooSoon { by: Doer, message: MessageId, now: Instant, at: Instant },
     /// S7: an AMBIGUOUS or retry write left no later retry time.
     /// (`true_time`: `now` is true time, later than the write's own clock read.)
     RetryNotLater {
@@ -609,6 +635,7 @@ impl Breach {
             | Breach::OtherTenant { message, .. }
             | Breach::TookLiveLease { message, .. }
             | Breach::TookBeforeRetry { message, .. }
+            | Breach::RetriedTooSoon { message, .. }
             | Breach::RetryNotLater { message, .. }
             | Breach::AppliedNoChange { message, .. }
             | Breach::StaleButChanged { message, .. }
@@ -678,6 +705,11 @@ impl Breach {
             Breach::TookBeforeRetry { by, message, now, at } => {
                 format!("{} took {} at true time {now}, before its retry time {at}", by.words(names), m(*message))
             }
+            Breach::RetriedTooSoon { by, message, now, at } => format!(
+                "{} retried {} at true time {now}, within the retry delay of its last retry: none is due before {at} (each relay's timer spaces only its own retries)",
+                by.words(names),
+                m(*message)
+            ),
             Breach::RetryNotLater { by, message, status, retry_at, now, true_time } => format!(
                 "{} left {} {} with {}, not later than {}{now}",
                 by.words(names),

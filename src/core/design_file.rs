@@ -9,7 +9,7 @@
 
 use super::policy::{
     AmbiguousShape, AttemptsAt, Backoff, BudgetPredicate, ClaimFence, ClaimOrder, ClockSource, IdempotencyKeyPolicy,
-    LeaseKind, Policy, RejectionWrite, TokenKind, WriteFence,
+    LeaseKind, Policy, RejectionWrite, RetryTimer, TokenKind, WriteFence,
 };
 use super::time::Duration;
 use serde::{Deserialize, Serialize};
@@ -205,6 +205,9 @@ pub struct RetrySection {
     /// copy of the row).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_in_statement: Option<bool>,
+    /// Who keeps the retry time: `row` or `per-process` (each relay's own timer, CAP#1797).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timer: Option<RetryTimer>,
 }
 
 /// `[exhaustion]`.
@@ -343,6 +346,7 @@ impl DesignFile {
             set(&mut p.ambiguous_shape, r.ambiguous_write);
             set(&mut p.retry_in_lease, r.in_lease_column);
             set(&mut p.retry_checks_budget, r.retry_write_checks_budget);
+            set(&mut p.retry_timer, r.timer);
             set(&mut p.budget_in_write, r.budget_in_statement);
             let kind = r.backoff.unwrap_or(if p.backoff.base == p.backoff.cap {
                 BackoffKind::Fixed
@@ -425,6 +429,9 @@ impl DesignFile {
                 return Err("claim.lease = \"session\" with retry.in_lease_column = true: a session lease has no expiry column to keep a retry time in".into());
             }
         }
+        if p.retry_timer == RetryTimer::PerProcess && (p.retry_clock || p.retry_in_lease) {
+            return Err("retry.timer = \"per-process\" with a retry time in the row (retry.clock or retry.in_lease_column): a design keeps its retry time in the row or in each process's timer, not both".into());
+        }
         if p.failure_fence == Some(p.write_fence) {
             p.failure_fence = None;
         }
@@ -464,6 +471,7 @@ impl DesignFile {
                         | "retry.budget_in_statement"
                         | "claim.lease"
                         | "relay.write_clock"
+                        | "retry.timer"
                 )
             })
             .filter(|key| !key.starts_with("statuses."))
@@ -555,6 +563,7 @@ impl DesignFile {
                 in_lease_column: Some(p.retry_in_lease),
                 retry_write_checks_budget: Some(p.retry_checks_budget),
                 budget_in_statement: Some(p.budget_in_write),
+                timer: Some(p.retry_timer),
             }),
             exhaustion: Some(ExhaustionSection { status: Some(p.exhausted_status) }),
             maintenance: Some(MaintenanceSection {
@@ -626,7 +635,7 @@ pub const SECTION_DOCS: [(&str, &str); 9] = [
 ];
 
 /// Every key of a design file, dotted, with its meaning and allowed values.
-pub const KEY_DOCS: [(&str, &str); 48] = [
+pub const KEY_DOCS: [(&str, &str); 49] = [
     ("name", "The design's name, as fleets and reports name it (letters, digits, - and _)."),
     ("description", "One line saying what the design is."),
     ("based_on", "A built-in design to start from; the file then says only what differs."),
@@ -655,6 +664,7 @@ pub const KEY_DOCS: [(&str, &str); 48] = [
     ("retry.in_lease_column", "true: the retry time is kept in the lease's expiry column (a visibility timeout): a failure sets lease_expires_at to it, and the claim's lease check is its clock."),
     ("retry.retry_write_checks_budget", "true: the retry write (a definite, retryable failure: the broker unavailable, or a rejection with relay.on_rejection = \"mark-retry\") moves a row whose budget is spent to EXHAUSTED, as the AMBIGUOUS write does; false: it schedules another attempt whatever the attempts (awa's `RetryAfter` before awa#435). Optional, default true."),
     ("retry.budget_in_statement", "true: the AMBIGUOUS and retry statements check the row's attempts against the budget and exhaust a row whose budget is spent; false: they set what the relay sends, and the relay decides from its own copy of the row whether to retry or exhaust (Oban: `error_job` sets `retryable` by id, the worker discards at `attempt >= max_attempts`). Optional, default true."),
+    ("retry.timer", "Who keeps the time a failed row may be retried at: \"row\" (next_attempt_at, where retry.clock keeps one) or \"per-process\" (each relay's own timer: a row attempted before is taken only by a claim made while its relay's timer is due, which that claim then restarts for the backoff's delay; no other relay reads it: CAP's retry processor, one per instance, CAP#1797). \"per-process\" needs retry.clock = false. Optional, default \"row\"."),
     ("exhaustion.status", "true: the design has EXHAUSTED; a failure past the budget moves there."),
     ("maintenance.job", "\"none\", \"exhaust-expired\" (expired leases whose budget is spent move to EXHAUSTED) or \"rescue-expired\" (expired leases move back to PENDING; budget spent: EXHAUSTED)."),
     ("maintenance.fence", "The rescuer's fence: \"expired\" (finds and moves a row in one statement), \"token\" (moves the row it read if the token is still the one it read) or \"id\" (moves the row it read by id, whatever holds it now)."),

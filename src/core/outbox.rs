@@ -70,6 +70,15 @@ pub struct ClaimRequest {
     pub lease: Duration,
     pub now: Instant,
     pub max_attempts: u32,
+    /// The claiming relay's own retry timer is due (`retry.timer = "per-process"`): only then
+    /// may the claim take a row attempted before. Always true where the design keeps its retry
+    /// time in the row, and where a history is replayed (it says what was taken).
+    #[serde(default = "due")]
+    pub retry_due: bool,
+}
+
+fn due() -> bool {
+    true
 }
 
 /// The five writes that end a lease.
@@ -423,6 +432,7 @@ impl Outbox {
     fn pick(&self, policy: &Policy, req: &ClaimRequest, indices: impl Iterator<Item = usize>) -> Vec<usize> {
         let mut picked: Vec<usize> = indices
             .filter(|&i| Self::is_claimable(policy, &self.rows[i], req.tenant_id, req.now, req.max_attempts))
+            .filter(|&i| req.retry_due || !policy.waits_for_relay_timer(self.rows[i].attempts))
             .collect();
         picked.sort_by_key(|&i| Self::order_key(policy.claim_order, &self.rows[i]));
         picked.dedup();

@@ -71,6 +71,21 @@ pub enum LeaseKind {
     Session,
 }
 
+/// Who keeps the time a failed row may be retried at.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RetryTimer {
+    /// The row (`next_attempt_at`, or the lease's column of a visibility timeout), where
+    /// `retry_clock` keeps one: every claim reads it.
+    #[default]
+    Row,
+    /// Each relay process: a row attempted before is taken only by a claim made while its
+    /// relay's own timer is due, and a claim that takes one restarts that relay's timer for the
+    /// backoff's delay. No other relay reads it (CAP's retry processor, one per instance: N
+    /// replicas retry a failing message about N times per interval, CAP#1797).
+    PerProcess,
+}
+
 /// When `attempts` is counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -326,6 +341,9 @@ pub struct Policy {
     /// What holds a claim's lease: an expiry in the row, or the claiming relay's session.
     #[serde(default)]
     pub lease: LeaseKind,
+    /// Who keeps the retry time: the row, or each relay process's own timer.
+    #[serde(default)]
+    pub retry_timer: RetryTimer,
     pub backoff: Backoff,
     pub relay: RelayPolicy,
 }
@@ -414,6 +432,18 @@ impl Policy {
         let gaps: u64 =
             (1..publications).map(|k| lease.0 + if waits { self.backoff.delay(k).0 } else { 0 } + poll.0).sum();
         Ok(Span { publications, longest: Duration(lease.0 + gaps) })
+    }
+
+    /// `retry.timer = "per-process"`: a row with `attempts` was attempted before, so only a claim
+    /// made while its relay's own retry timer is due may take it.
+    pub fn waits_for_relay_timer(&self, attempts: u32) -> bool {
+        self.retry_timer == RetryTimer::PerProcess && attempts > 0
+    }
+
+    /// `retry.timer = "per-process"`: the claim that handed out a lease with `attempts` took a
+    /// row attempted before (one the relay's timer let it take), so it restarts that timer.
+    pub fn lease_restarts_relay_timer(&self, attempts: u32) -> bool {
+        self.retry_timer == RetryTimer::PerProcess && attempts > u32::from(self.attempts_at == AttemptsAt::Claim)
     }
 
     /// `attempts` after a failure write (AMBIGUOUS or retry) of a lease that had `attempts`:
@@ -550,6 +580,7 @@ impl Policy {
             retry_checks_budget: true,
             budget_in_write: true,
             lease: LeaseKind::Expiry,
+            retry_timer: RetryTimer::Row,
             backoff: Backoff { base: super::time::Duration(1), cap: super::time::Duration(1) },
             relay: RelayPolicy {
                 idempotency_key: IdempotencyKeyPolicy::MessageId,
@@ -601,6 +632,7 @@ impl Policy {
             ("retry_checks_budget", s(&self.retry_checks_budget)),
             ("budget_in_write", s(&self.budget_in_write)),
             ("lease", s(&self.lease)),
+            ("retry_timer", s(&self.retry_timer)),
             ("backoff", format!("{}..{}", self.backoff.base, self.backoff.cap)),
             ("relay.idempotency_key", s(&self.relay.idempotency_key)),
             ("relay.rejection", s(&self.relay.rejection)),

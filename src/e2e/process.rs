@@ -202,8 +202,10 @@ fn run(setup: &RelaySetup) -> Result<(), String> {
     let stopped = || setup.stop.exists() || unsafe { libc::getppid() } != parent;
     let mut effects =
         Process { setup, log, rng, runtime: &runtime, publisher, publications: 0, db, killer, relay, tenant };
+    // The process's own retry timer (`retry.timer = "per-process"`), gone with the process.
+    let mut timer = None;
     while !stopped() {
-        if drive_now(&config, &mut effects)? == 0 {
+        if drive_now(&config, &mut timer, &mut effects)? == 0 {
             std::thread::sleep(std::time::Duration::from_millis(setup.poll_ms));
         }
     }

@@ -291,6 +291,7 @@ impl Oracle {
                     lease: Duration(*lease_ms),
                     now: Instant(*now),
                     max_attempts: self.max_attempts,
+                    retry_due: true,
                 };
                 if *outcome == Outcome::Unknown {
                     // Not committed, or committed with leases nobody learnt of.
@@ -756,6 +757,7 @@ impl Oracle {
                         lease: Duration((*lease_ms).max(1)),
                         now: Instant(*now),
                         max_attempts,
+                        retry_due: true,
                     };
                     if let Ok(Ok(mut claimed)) =
                         b.auditor.claim_exactly(&mut b.outbox, &lax, &req, &[id], Instant(*now))

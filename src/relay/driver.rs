@@ -9,7 +9,7 @@
 //! outcome back through [`Cycle::answer`], as this loop does.
 
 use super::{Clocks, Cycle, Effect, Input, PublishOutcome, RelayConfig, Step};
-use crate::core::{ClaimRequest, IdempotencyKey, Lease, WriteRequest, WriteResult};
+use crate::core::{ClaimRequest, IdempotencyKey, Instant, Lease, WriteRequest, WriteResult};
 use std::future::Future;
 
 /// What an engine learnt from performing an effect.
@@ -58,8 +58,15 @@ pub trait Effects {
 
 /// One cycle of `config`'s relay on `effects`, from its claim to `Done`. Returns how many leases
 /// the claim took (0 when it took none or its reply was lost), for the engine's polling.
-pub async fn drive<E: Effects>(config: &RelayConfig, effects: &mut E) -> Result<usize, E::Error> {
-    let (mut cycle, mut effect) = Cycle::start(config, effects.clocks());
+/// `timer` is the relay process's own retry timer (`retry.timer = "per-process"`; see
+/// [`Cycle::start_timed`]): the engine keeps one per relay process, `None` when it starts.
+pub async fn drive<E: Effects>(
+    config: &RelayConfig,
+    timer: &mut Option<Instant>,
+    effects: &mut E,
+) -> Result<usize, E::Error> {
+    let clocks = effects.clocks();
+    let (mut cycle, mut effect) = Cycle::start_timed(config, clocks, *timer);
     let mut claimed = 0;
     loop {
         let reply = match effect {
@@ -68,6 +75,7 @@ pub async fn drive<E: Effects>(config: &RelayConfig, effects: &mut E) -> Result<
                 let reply = effects.claim(request).await?;
                 if let Reply::Claimed(leases) = &reply {
                     claimed = leases.len();
+                    *timer = super::retry_timer_after(config, leases, clocks, *timer);
                 }
                 reply
             }
@@ -80,8 +88,12 @@ pub async fn drive<E: Effects>(config: &RelayConfig, effects: &mut E) -> Result<
 
 /// [`drive`] for an engine whose effects never wait (they block the thread instead): the cycle
 /// runs to its end on this thread.
-pub fn drive_now<E: Effects>(config: &RelayConfig, effects: &mut E) -> Result<usize, E::Error> {
-    let future = std::pin::pin!(drive(config, effects));
+pub fn drive_now<E: Effects>(
+    config: &RelayConfig,
+    timer: &mut Option<Instant>,
+    effects: &mut E,
+) -> Result<usize, E::Error> {
+    let future = std::pin::pin!(drive(config, timer, effects));
     match future.poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
         std::task::Poll::Ready(result) => result,
         std::task::Poll::Pending => {

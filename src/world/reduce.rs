@@ -334,6 +334,9 @@ impl World {
                 None => 0u8.hash(&mut h),
                 Some((cycle, effect)) => cycle.hash_anonymous(effect, &mut h),
             }
+            if let Some(timer) = world.timers.get(i) {
+                timer.hash(&mut h);
+            }
             h.finish()
         };
         for &(a, b) in &facts.swappable {
@@ -411,6 +414,9 @@ impl World {
             }
         };
         self.relays.swap(i, j);
+        if !self.timers.is_empty() {
+            self.timers.swap(i, j);
+        }
         for row in self.outbox.rows_mut() {
             row.lease_owner = row.lease_owner.map(rename);
         }
@@ -547,6 +553,15 @@ impl World {
                     Instant(base + (i128::from(t.0) - horizon) as u64)
                 }
             });
+        }
+        // A relay's retry timer is compared only with its own clock, which reads at least the
+        // horizon; the auditor's retry promise only with true time, which reads at least now.
+        // Past those, each is due for good; later ones keep their distance.
+        for timer in &mut self.timers {
+            *timer = timer.filter(|t| i128::from(t.0) > horizon).map(|t| Instant(map(t.0)));
+        }
+        for ghost in self.auditor.ghosts_mut() {
+            ghost.retry_promise = ghost.retry_promise.filter(|t| t.0 > now).map(|t| Instant(map(t.0)));
         }
         self.now = Instant(base + window);
     }

@@ -351,7 +351,9 @@ impl Profile {
                                 killer,
                                 published_at,
                             };
-                            let claimed = drive_now(&config, &mut effects)?;
+                            // The profile's SQL decides what a claim takes: no timer of the
+                            // relay's is read (a design's per-process timer is the core's).
+                            let claimed = drive_now(&config, &mut None, &mut effects)?;
                             ThreadRelay { store, pid, rng, killer, published_at, .. } = effects;
                             if claimed == 0 {
                                 let can_reap = store.can_reap() || store.can_rescue();
