@@ -9,7 +9,7 @@
 //! write whose outcome it could not learn (the mutants of docs/designs.md aside, which are switches in
 //! the [`Policy`]).
 
-use crate::core::policy::{ClockSource, IdempotencyKeyPolicy, RejectionWrite};
+use crate::core::policy::{ClockSource, FailureWrite, IdempotencyKeyPolicy, RejectionWrite};
 use crate::core::{
     ClaimRequest, Duration, FailureCode, IdempotencyKey, Instant, Lease, MessageId, Policy, RelayId, Status, TenantId,
     WriteKind, WriteRequest, WriteResult,
@@ -388,8 +388,13 @@ fn record(config: &RelayConfig, lease: &Lease, outcome: PublishOutcome) -> Write
     let policy = &config.policy;
     // The core decides whether this failure spends the budget, as its write will.
     let failure = |kind| policy.failure_write(kind, lease.attempts, config.max_attempts);
+    let final_failure = policy.relay.on_failure == FailureWrite::MarkFailed;
     match outcome {
         PublishOutcome::Ack => WriteKind::Published,
+        PublishOutcome::RetryableFailure | PublishOutcome::Timeout if final_failure => {
+            let code = if outcome == PublishOutcome::Timeout { FailureCode::Timeout } else { FailureCode::Unavailable };
+            WriteKind::Failed { code }
+        }
         PublishOutcome::RetryableFailure => failure(WriteKind::Retry { code: FailureCode::Unavailable }),
         PublishOutcome::Timeout => failure(WriteKind::Ambiguous { code: FailureCode::Timeout }),
         PublishOutcome::Rejected => match policy.relay.rejection {

@@ -1034,6 +1034,7 @@ fn a_policys_switches_are_its_fields_under_their_keys_in_the_files_words() {
         "relay.write_clock",
         "relay.shared_owner",
         "relay.fails_claims_past_budget",
+        "relay.on_failure",
     ];
     for variant in [Variant::Reference, Variant::LegacyV1] {
         let policy = variant.policy();

@@ -920,3 +920,25 @@ fn cap_1797_is_found_through_each_instances_own_retry_timer() {
     let row = "docs/examples/real-bugs/cap-10-0-1-retry-time-in-row.toml";
     assert_eq!(property(&json(&check_example_with(row, &["--skew", "0"])), "S7")["status"], "holds");
 }
+
+/// aegra, PR 547 (docs/examples/real-bugs/aegra-0-10-4.toml): a worker name the same worker
+/// index reuses as the lease holder and a result written on the run's status alone. `check`
+/// finds the PR's third route: an attempt that stalled past its lease, was reaped and whose run
+/// was claimed again under the same name finishes late over its successor's run (S1 at that
+/// write, after the rescuer's step). Every failure is final, so no retry write shows S7. The PR's
+/// token per acquisition (aegra-pr-547.toml) holds S1 and S2.
+#[test]
+fn aegra_547_is_found_through_a_reaped_attempts_late_finish() {
+    let bug = json(&check_example("docs/examples/real-bugs/aegra-0-10-4.toml"));
+    let s1 = property(&bug, "S1");
+    assert_eq!(s1["status"], "violated", "{s1:#}");
+    let steps = step_texts(&s1);
+    let n = steps.len();
+    assert!(steps[n - 1].starts_with("r0 mark_published") && steps[n - 2].starts_with("r1 claims"), "{steps:?}");
+    assert!(steps[n - 3].starts_with("rescuer"), "{steps:?}");
+    assert_eq!(property(&bug, "S2")["status"], "violated", "no token");
+    assert_eq!(property(&bug, "S7")["status"], "not_exercised", "no retry write");
+    let fixed = json(&check_example("docs/examples/real-bugs/aegra-pr-547.toml"));
+    assert_eq!(property(&fixed, "S1")["status"], "holds");
+    assert_eq!(property(&fixed, "S2")["status"], "holds");
+}

@@ -186,3 +186,25 @@ fn a_relay_that_fails_claims_past_the_budget_records_them_without_publishing() {
     let (_, effect) = started(&plain, vec![lease(0, 4)]);
     assert!(matches!(effect, Effect::Publish { .. }), "{effect:?}");
 }
+
+/// `relay.on_failure = "mark-failed"` (aegra: a run whose execution raised is finalized `error`):
+/// a definite failure and an unknown outcome are recorded FAILED, with their own codes, at any
+/// attempt; an ack and a rejection are recorded as before.
+#[test]
+fn a_design_whose_every_failure_is_final_records_failed() {
+    let mut c = config(Variant::Reference);
+    c.policy.relay.on_failure = outbox_check::core::policy::FailureWrite::MarkFailed;
+    let cases = [
+        (1, PublishOutcome::RetryableFailure, WriteKind::Failed { code: FailureCode::Unavailable }),
+        (3, PublishOutcome::RetryableFailure, WriteKind::Failed { code: FailureCode::Unavailable }),
+        (1, PublishOutcome::Timeout, WriteKind::Failed { code: FailureCode::Timeout }),
+        (3, PublishOutcome::Timeout, WriteKind::Failed { code: FailureCode::Timeout }),
+        (1, PublishOutcome::Rejected, WriteKind::Failed { code: FailureCode::Rejected }),
+        (1, PublishOutcome::Ack, WriteKind::Published),
+    ];
+    for (attempts, outcome, expected) in cases {
+        let (mut cycle, _) = started(&c, vec![lease(0, attempts)]);
+        let step = cycle.resume(&c, Input::Published { outcome }, NOW);
+        assert_eq!(written_kind(step.effect), expected, "{outcome:?} at attempt {attempts}");
+    }
+}

@@ -8,8 +8,8 @@
 //! only what differs — which is how each mutant is written: one key.
 
 use super::policy::{
-    AmbiguousShape, AttemptsAt, Backoff, BudgetPredicate, ClaimFence, ClaimOrder, ClockSource, IdempotencyKeyPolicy,
-    LeaseKind, Policy, RejectionWrite, RetryTimer, TokenKind, WriteFence,
+    AmbiguousShape, AttemptsAt, Backoff, BudgetPredicate, ClaimFence, ClaimOrder, ClockSource, FailureWrite,
+    IdempotencyKeyPolicy, LeaseKind, Policy, RejectionWrite, RetryTimer, TokenKind, WriteFence,
 };
 use super::time::Duration;
 use serde::{Deserialize, Serialize};
@@ -277,6 +277,9 @@ pub struct RelaySection {
     /// A relay records a row it claimed past the budget as failed, without publishing it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fails_claims_past_budget: Option<bool>,
+    /// What a failed or unknown publication writes: `retry` or `mark-failed` (aegra).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<FailureWrite>,
 }
 
 /// `[requeue]`: the operator's requeue of FAILED and EXHAUSTED rows.
@@ -417,6 +420,7 @@ impl DesignFile {
             set(&mut p.relay.republish_after_db_loss, r.republish_after_db_loss);
             set(&mut p.relay.shared_owner, r.shared_owner);
             set(&mut p.relay.fails_claims_past_budget, r.fails_claims_past_budget);
+            set(&mut p.relay.on_failure, r.on_failure);
         }
         if p.lease == LeaseKind::Session {
             if !matches!(p.claim_fence, ClaimFence::OwnerAndToken | ClaimFence::OwnerOnly) {
@@ -472,6 +476,7 @@ impl DesignFile {
                         | "claim.lease"
                         | "relay.write_clock"
                         | "retry.timer"
+                        | "relay.on_failure"
                 )
             })
             .filter(|key| !key.starts_with("statuses."))
@@ -585,6 +590,7 @@ impl DesignFile {
                 republish_after_db_loss: Some(p.relay.republish_after_db_loss),
                 shared_owner: Some(p.relay.shared_owner),
                 fails_claims_past_budget: Some(p.relay.fails_claims_past_budget),
+                on_failure: Some(p.relay.on_failure),
             }),
             requeue: Some(RequeueSection { resets_token: Some(p.requeue_resets_token) }),
             statuses: None,
@@ -635,7 +641,7 @@ pub const SECTION_DOCS: [(&str, &str); 9] = [
 ];
 
 /// Every key of a design file, dotted, with its meaning and allowed values.
-pub const KEY_DOCS: [(&str, &str); 49] = [
+pub const KEY_DOCS: [(&str, &str); 50] = [
     ("name", "The design's name, as fleets and reports name it (letters, digits, - and _)."),
     ("description", "One line saying what the design is."),
     ("based_on", "A built-in design to start from; the file then says only what differs."),
@@ -678,6 +684,7 @@ pub const KEY_DOCS: [(&str, &str); 49] = [
     ("relay.republish_after_db_loss", "true: after losing the database post-publish, republish at once and record PUBLISHED."),
     ("relay.shared_owner", "true: every relay of the design writes one owner id (Graphile Worker's pool id since PR 469; a worker name a restarted attempt reuses, aegra PR 547), so a fence on the owner cannot tell them apart. Optional, default false."),
     ("relay.fails_claims_past_budget", "true: a relay that claimed a row past its budget (attempts above the maximum, where the claim has no budget predicate) records it failed at once without publishing it, deciding from its own copy of the row (Laravel's worker: `MaxAttemptsExceededException`). Optional, default false."),
+    ("relay.on_failure", "What a failed or unknown publication writes (the broker unavailable, or no answer): \"retry\" (mark_retry for a definite failure, mark_ambiguous for an unknown outcome) or \"mark-failed\" (FAILED for good: aegra finalizes a run whose execution raised as `error`, and only its reaper, for a worker that stopped, runs it again). Optional, default \"retry\"."),
     ("requeue.resets_token", "true: the operator's requeue resets the token to 0."),
     ("statuses.pending", "The queue's name for PENDING (waiting to be claimed), e.g. \"available\"."),
     ("statuses.in_flight", "The queue's name for IN_FLIGHT (claimed, leased), e.g. \"running\"."),

@@ -224,6 +224,18 @@ pub enum RejectionWrite {
     MarkRetry,
 }
 
+/// What a relay records for a failed or unknown publication (the broker unavailable, no answer).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureWrite {
+    /// A retry: `mark_retry` for a definite failure, `mark_ambiguous` for an unknown outcome.
+    #[default]
+    Retry,
+    /// `mark_failed`: every failure is final (aegra finalizes a run whose execution raised as
+    /// `error`; nothing retries it but the reaper, for a worker that stopped).
+    MarkFailed,
+}
+
 /// Switches read by the relay cycle, not by the database statements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RelayPolicy {
@@ -251,6 +263,9 @@ pub struct RelayPolicy {
     /// from its own copy of the job).
     #[serde(default)]
     pub fails_claims_past_budget: bool,
+    /// What a failed or unknown publication writes: a retry, or FAILED for good.
+    #[serde(default)]
+    pub on_failure: FailureWrite,
 }
 
 impl RelayPolicy {
@@ -592,6 +607,7 @@ impl Policy {
                 write_clock: None,
                 shared_owner: false,
                 fails_claims_past_budget: false,
+                on_failure: FailureWrite::Retry,
             },
         }
     }
@@ -643,6 +659,7 @@ impl Policy {
             ("relay.write_clock", self.relay.write_clock.map_or("as relay.clock".to_string(), |c| s(&c))),
             ("relay.shared_owner", s(&self.relay.shared_owner)),
             ("relay.fails_claims_past_budget", s(&self.relay.fails_claims_past_budget)),
+            ("relay.on_failure", s(&self.relay.on_failure)),
         ]
     }
 }
