@@ -942,3 +942,21 @@ fn aegra_547_is_found_through_a_reaped_attempts_late_finish() {
     assert_eq!(property(&fixed, "S1")["status"], "holds");
     assert_eq!(property(&fixed, "S2")["status"], "holds");
 }
+
+/// Solid Queue today (docs/examples/solid-queue.toml, unchanged since v1.5.0): every outcome and
+/// the pruner act on the claimed execution they hold, so S1–S8 hold; what `check` finds is S11 by
+/// the pruner's own route — a worker whose heartbeat went stale is pruned, its job failed, and it
+/// still delivers.
+#[test]
+fn solid_queue_today_keeps_its_claims_and_fails_a_live_workers_job() {
+    let report = json(&check_example("docs/examples/solid-queue.toml"));
+    for id in ["S1", "S2", "S3", "S4", "S5", "S7", "S8"] {
+        assert_eq!(property(&report, id)["status"], "holds", "{id}");
+    }
+    let s11 = property(&report, "S11");
+    assert_eq!(s11["status"], "violated", "{s11:#}");
+    let steps = step_texts(&s11);
+    let n = steps.len();
+    assert!(steps[n - 1].starts_with("r0 publishes") && steps[n - 2].starts_with("rescuer"), "{steps:?}");
+    assert!(steps[n - 2].contains("to FAILED"), "{steps:?}");
+}
