@@ -435,6 +435,13 @@ pub fn describe(event: &Event) -> String {
             now.0,
             messages.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", ")
         ),
+        Event::LeaseReleased { relay, message, cleared } => {
+            if *cleared {
+                format!("r{relay} releases {message}'s lease by its owner id: owner and expiry cleared, status kept")
+            } else {
+                format!("r{relay} releases {message}'s lease by its owner id: not its owner, nothing changed")
+            }
+        }
         Event::Reaped { now, messages } => {
             format!(
                 "reaper at t={}: {} exhausted",

@@ -185,6 +185,12 @@ fn mermaid_event(event: &Event, true_now: u64) -> String {
             now.0,
             messages.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", ")
         ),
+        Event::LeaseReleased { relay, message, cleared } => {
+            format!(
+                "    r{relay}->>DB: release {message}'s lease by owner: {}\n",
+                if *cleared { "cleared" } else { "no match" }
+            )
+        }
         Event::Reaped { now, messages } => format!(
             "    Note over DB: reaper at t={}: {} → EXHAUSTED\n",
             now.0,

@@ -1005,6 +1005,16 @@ pub fn from_world(config: &crate::world::WorldConfig, events: &[crate::world::Ev
             W::SessionEnded { relay: r, .. } => {
                 out.push(Event::Fault { kind: format!("{}'s database session ended", relay(*r)) })
             }
+            // The trace format has no release yet: the history says where one ran, as a note
+            // (trace refuses such designs, decision 85).
+            W::LeaseReleased { relay: r, message: m, cleared } => out.push(Event::Fault {
+                kind: format!(
+                    "{} released {}'s lease by its owner id{}",
+                    relay(*r),
+                    message(*m),
+                    if *cleared { "" } else { " (no match)" }
+                ),
+            }),
             W::Reaped { now, messages } => {
                 out.push(Event::Reap { now: now.0, messages: messages.iter().map(|m| message(*m)).collect() })
             }

@@ -476,6 +476,13 @@ pub enum Event {
         now: Instant,
         messages: Vec<MessageId>,
     },
+    /// A relay's lease release after its write (`write.releases_lease_by_owner`): `cleared` when
+    /// the row's owner was its own and the lease went.
+    LeaseReleased {
+        relay: u16,
+        message: MessageId,
+        cleared: bool,
+    },
     Reaped {
         now: Instant,
         messages: Vec<MessageId>,
@@ -984,6 +991,12 @@ impl World {
             }
         }
         report.event(|| Event::Wrote { relay: r as u16, request, result, db, misrouted });
+        // The release runs after the write on a connection of its own, whatever the write did.
+        if relay_config.policy.release_by_owner {
+            let lease = request.lease;
+            let cleared = self.auditor.release_by_owner(&mut self.outbox, &lease).unwrap_or(false);
+            report.event(|| Event::LeaseReleased { relay: r as u16, message: lease.message_id, cleared });
+        }
         if db != DbFate::Ok {
             self.end_session(config, r, report);
         }

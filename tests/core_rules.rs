@@ -1024,6 +1024,7 @@ fn a_policys_switches_are_its_fields_under_their_keys_in_the_files_words() {
         "budget_in_write",
         "lease",
         "retry_timer",
+        "release_by_owner",
         "backoff",
         "relay.idempotency_key",
         "relay.rejection",
@@ -1671,4 +1672,41 @@ fn a_retry_timer_per_process_spaces_only_its_own_relays_retries() {
     let both = text.replace("clock = false", "clock = true");
     let refused = outbox_check::design::from_text(&both, "both.toml").unwrap_err().to_string();
     assert!(refused.contains("retry.timer = \"per-process\" with a retry time in the row"), "{refused}");
+}
+
+/// `write.releases_lease_by_owner` (aegra's `_release_lease`): the release clears the owner and
+/// expiry where the owner is the releaser's and keeps the status; a release by a lease whose claim
+/// a later one under the same owner id superseded strips the successor's lease, which S1 names.
+#[test]
+fn a_release_by_owner_clears_the_lease_and_strips_a_successors_under_the_same_name() {
+    let text = "name = \"rel\"\nbased_on = \"reference\"\n[claim]\nsets = \"owner-only\"\n[write]\nreleases_lease_by_owner = true\n";
+    let policy = outbox_check::design::from_text(text, "rel.toml").unwrap().policy();
+    let mut outbox = table(1);
+    let mut auditor = Auditor::new(MAX);
+    let first = auditor.claim(&mut outbox, &policy, &claim(0, 1, 100), Instant(100)).unwrap()[0];
+    // Another relay's release matches nothing.
+    let other = Lease { owner: RelayId(1), ..first };
+    assert!(!auditor.release_by_owner(&mut outbox, &other).unwrap());
+    // The lease expires and the same owner id claims again: a second attempt, a later claim.
+    // (An owner-only claim keeps the token: S2, the design's own finding, and nothing else.)
+    auditor.claim(&mut outbox, &policy, &claim(0, 1, 200), Instant(200)).unwrap();
+    assert!(auditor.take_violations().iter().all(|v| v.property == Property::S2));
+    // The first attempt's release strips the second's lease; the row stays IN_FLIGHT.
+    assert!(auditor.release_by_owner(&mut outbox, &first).unwrap());
+    let row = *outbox.row(MessageId(0)).unwrap();
+    assert_eq!((row.status, row.lease_owner, row.lease_expires_at), (Status::InFlight, None, None));
+    let v = auditor.take_violations();
+    assert!(matches!(v.as_slice(), [Violation { property: Property::S1, breach: Breach::Superseded { .. } }]), "{v:?}");
+    assert!(v[0].breach.words(&ModelNames).starts_with("lease release by r0"), "{v:?}");
+    // The latest claim's own release is no breach.
+    let mut outbox = table(1);
+    let mut auditor = Auditor::new(MAX);
+    let only = auditor.claim(&mut outbox, &policy, &claim(0, 1, 100), Instant(100)).unwrap()[0];
+    auditor.take_violations();
+    assert!(auditor.release_by_owner(&mut outbox, &only).unwrap());
+    assert!(auditor.take_violations().is_empty());
+    // A design whose claim records no owner cannot release by it.
+    let unfenced = text.replace("owner-only", "unfenced");
+    let refused = outbox_check::design::from_text(&unfenced, "u.toml").unwrap_err();
+    assert!(refused.contains("write.releases_lease_by_owner = true needs claim.sets"), "{refused}");
 }

@@ -941,6 +941,26 @@ fn aegra_547_is_found_through_a_reaped_attempts_late_finish() {
     let fixed = json(&check_example("docs/examples/real-bugs/aegra-pr-547.toml"));
     assert_eq!(property(&fixed, "S1")["status"], "holds");
     assert_eq!(property(&fixed, "S2")["status"], "holds");
+    // The release route: a finalize lost with its connection, then `_release_lease` clears the
+    // lease of a run still running, which no reaper query sees again: the run hangs (L1). The
+    // PR's token leaves no such release.
+    let with_liveness = |file: &str| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        json(&run(&["check", "--design", path.to_str().unwrap(), "--json", "--quiet"]))
+    };
+    let bug = with_liveness("docs/examples/real-bugs/aegra-0-10-4.toml");
+    let l1 = property(&bug, "L1");
+    assert_eq!(l1["status"], "violated", "{l1:#}");
+    let texts: Vec<String> = l1["counterexample"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["text"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()))
+        .collect();
+    assert!(texts.iter().any(|t| t.contains("connection lost before the statement ran")), "{texts:?}");
+    assert!(texts.iter().any(|t| t.contains("owner and expiry cleared, status kept")), "{texts:?}");
+    let fixed = with_liveness("docs/examples/real-bugs/aegra-pr-547.toml");
+    assert_eq!(property(&fixed, "L1")["status"], "holds");
 }
 
 /// Solid Queue today (docs/examples/solid-queue.toml, unchanged since v1.5.0): every outcome and

@@ -303,17 +303,23 @@ fn parse_shard(text: &str) -> Result<(u64, u64), String> {
     Ok((i, n))
 }
 
-/// Refuses a design whose leases a database session holds (`claim.lease = "session"`) in a
-/// command that does not model a session: only check, explore and replay (the model's world)
-/// end a session's leases when it drops.
+/// Refuses a design whose leases a database session holds (`claim.lease = "session"`), or whose
+/// relay releases its lease by owner after each write (`write.releases_lease_by_owner`), in a
+/// command that does not model it: only check, explore and replay (the model's world) do.
 pub fn refuse_session_leases(designs: &[Design], command: &str) -> Result<(), String> {
-    match designs.iter().find(|d| d.policy().lease == outbox_check::core::LeaseKind::Session) {
-        Some(design) => Err(format!(
+    if let Some(design) = designs.iter().find(|d| d.policy().lease == outbox_check::core::LeaseKind::Session) {
+        return Err(format!(
             "design {}: claim.lease = \"session\" runs in check, explore and replay; {command} does not model a database session's end yet",
             design.name()
-        )),
-        None => Ok(()),
+        ));
     }
+    if let Some(design) = designs.iter().find(|d| d.policy().release_by_owner) {
+        return Err(format!(
+            "design {}: write.releases_lease_by_owner = true runs in check, explore and replay; {command} does not run a relay's lease release yet",
+            design.name()
+        ));
+    }
+    Ok(())
 }
 
 /// Parses a variant or mutant name.

@@ -420,6 +420,26 @@ impl Auditor {
         Ok(result)
     }
 
+    /// A relay's lease release after its write (`write.releases_lease_by_owner`), with S1 (a
+    /// release that clears the lease of a claim other than its own — a successor's under the same
+    /// owner id — is a stale write that changed the row), S4 and S2.
+    pub fn release_by_owner(&mut self, outbox: &mut Outbox, lease: &Lease) -> Result<bool, CoreError> {
+        let id = lease.message_id;
+        let Some(old) = outbox.row(id).cloned() else {
+            return Ok(false);
+        };
+        let cleared = outbox.release_by_owner(id, lease.owner)?;
+        let new = outbox.row(id).cloned().unwrap_or(old);
+        let by = Doer::LeaseRelease { owner: lease.owner };
+        let latest = self.ghost(id).map(|g| g.claims).unwrap_or(0);
+        if cleared && lease.claim_seq != latest && old.status == Status::InFlight {
+            self.violated(Property::S1, Breach::Superseded { by, message: id, seq: lease.claim_seq, latest });
+        }
+        self.check_absorbing(&old, &new, by);
+        self.check_token_kept(&old, &new, by);
+        Ok(cleared)
+    }
+
     /// A maintenance job's release with S1 (it may end only the latest claim's lease: one that
     /// applies after the row was claimed again ends a lease it never read), S4 and S2.
     pub fn release(
@@ -537,9 +557,22 @@ impl Names for ModelNames {}
 /// The step that broke a property.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Doer {
-    Claim { owner: RelayId },
-    Write { kind: WriteKind, owner: RelayId, token: LeaseToken },
-    Release { fence: ReleaseFence, to: Status },
+    Claim {
+        owner: RelayId,
+    },
+    Write {
+        kind: WriteKind,
+        owner: RelayId,
+        token: LeaseToken,
+    },
+    Release {
+        fence: ReleaseFence,
+        to: Status,
+    },
+    /// A relay's lease release after its write, by its owner id.
+    LeaseRelease {
+        owner: RelayId,
+    },
     Reap,
     Requeue,
 }
@@ -553,6 +586,7 @@ impl Doer {
                 format!("{} by {} with {token}", kind.name(), names.relay_name(owner))
             }
             Doer::Release { fence, to } => format!("release ({} fence) to {}", fence.name(), names.status_name(to)),
+            Doer::LeaseRelease { owner } => format!("lease release by {}", names.relay_name(owner)),
             Doer::Reap => "reap".to_string(),
             Doer::Requeue => "requeue".to_string(),
         }

@@ -162,6 +162,10 @@ pub struct WriteSection {
     /// A write recording a row FAILED or EXHAUSTED deletes it (moves it out of the table).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_deletes: Option<bool>,
+    /// After each of its writes the relay clears the row's lease where the owner is its own,
+    /// leaving the status (aegra's `_release_lease`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub releases_lease_by_owner: Option<bool>,
 }
 
 /// How the retry delay grows.
@@ -343,6 +347,7 @@ impl DesignFile {
             set(&mut p.swallow_stale, w.unmatched_reported_as_applied);
             set(&mut p.completion, w.completion);
             set(&mut p.failure_deletes, w.failure_deletes);
+            set(&mut p.release_by_owner, w.releases_lease_by_owner);
         }
         if let Some(r) = &self.retry {
             set(&mut p.retry_clock, r.clock);
@@ -433,6 +438,9 @@ impl DesignFile {
                 return Err("claim.lease = \"session\" with retry.in_lease_column = true: a session lease has no expiry column to keep a retry time in".into());
             }
         }
+        if p.release_by_owner && !matches!(p.claim_fence, ClaimFence::OwnerAndToken | ClaimFence::OwnerOnly) {
+            return Err("write.releases_lease_by_owner = true needs claim.sets = \"owner-and-token\" or \"owner-only\": the release matches the row by the owner its claim recorded".into());
+        }
         if p.retry_timer == RetryTimer::PerProcess && (p.retry_clock || p.retry_in_lease) {
             return Err("retry.timer = \"per-process\" with a retry time in the row (retry.clock or retry.in_lease_column): a design keeps its retry time in the row or in each process's timer, not both".into());
         }
@@ -477,6 +485,7 @@ impl DesignFile {
                         | "relay.write_clock"
                         | "retry.timer"
                         | "relay.on_failure"
+                        | "write.releases_lease_by_owner"
                 )
             })
             .filter(|key| !key.starts_with("statuses."))
@@ -557,6 +566,7 @@ impl DesignFile {
                 unmatched_reported_as_applied: Some(p.swallow_stale),
                 completion: Some(p.completion),
                 failure_deletes: Some(p.failure_deletes),
+                releases_lease_by_owner: Some(p.release_by_owner),
             }),
             retry: Some(RetrySection {
                 clock: Some(p.retry_clock),
@@ -641,7 +651,7 @@ pub const SECTION_DOCS: [(&str, &str); 9] = [
 ];
 
 /// Every key of a design file, dotted, with its meaning and allowed values.
-pub const KEY_DOCS: [(&str, &str); 50] = [
+pub const KEY_DOCS: [(&str, &str); 51] = [
     ("name", "The design's name, as fleets and reports name it (letters, digits, - and _)."),
     ("description", "One line saying what the design is."),
     ("based_on", "A built-in design to start from; the file then says only what differs."),
@@ -661,6 +671,7 @@ pub const KEY_DOCS: [(&str, &str); 50] = [
     ("write.unmatched_reported_as_applied", "true: a write that matched no row is reported as applied."),
     ("write.completion", "\"mark\" (mark_published sets PUBLISHED) or \"delete\" (it deletes the row: no later statement matches it)."),
     ("write.failure_deletes", "true: a write that records a row FAILED or EXHAUSTED also deletes it from the table (Laravel moves a failed job to failed_jobs; pgmq archives a message): no later statement matches it, and an operator's requeue puts it back. Optional, default false."),
+    ("write.releases_lease_by_owner", "true: after each terminal or failure write the relay runs one more statement that clears the row's lease (owner and expiry) where the owner is still its own, and leaves the status, whatever the write did: applied, matched nothing, or lost with its connection (aegra's `_release_lease`, in a `finally`, `WHERE run_id = ? AND claimed_by = ?`). The model runs it in the write's step. With a worker name another attempt reuses, a stale attempt's release strips its successor's lease (aegra PR 547). Needs claim.sets to record an owner. Optional, default false."),
     ("retry.clock", "true: failure writes set next_attempt_at and the claim waits for it."),
     ("retry.backoff", "\"exponential\" (base_ms doubling per attempt up to cap_ms) or \"fixed\" (delay_ms every time)."),
     ("retry.base_ms", "Exponential backoff: the first delay, in ms (at least 1)."),

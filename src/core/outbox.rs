@@ -669,6 +669,20 @@ impl Outbox {
         released
     }
 
+    /// A relay's lease release after its write (`write.releases_lease_by_owner`): clears the
+    /// owner and expiry of row `id` where its owner is `owner`, and leaves the status. Returns
+    /// whether it matched (and so changed) the row.
+    pub fn release_by_owner(&mut self, id: MessageId, owner: RelayId) -> Result<bool, CoreError> {
+        let i = self.index(id).ok_or(CoreError::UnknownMessage(id))?;
+        let row = &mut self.rows[i];
+        if row.deleted || row.lease_owner != Some(owner) {
+            return Ok(false);
+        }
+        row.lease_owner = None;
+        row.lease_expires_at = None;
+        Ok(true)
+    }
+
     /// The rescuer's read: the first row, by id, whose lease has expired at `now`.
     pub fn rescuable(&self, now: Instant) -> Option<&Row> {
         self.rows.iter().find(|row| row.status == Status::InFlight && row.lease_expires_at.is_some_and(|at| at <= now))

@@ -359,6 +359,12 @@ pub struct Policy {
     /// Who keeps the retry time: the row, or each relay process's own timer.
     #[serde(default)]
     pub retry_timer: RetryTimer,
+    /// After each terminal or failure write the relay clears the lease (owner and expiry) of the
+    /// row where the owner is still its own, whatever the write did — applied, matched nothing,
+    /// or lost with its connection — and leaves the status (aegra's `_release_lease`, in a
+    /// `finally`).
+    #[serde(default)]
+    pub release_by_owner: bool,
     pub backoff: Backoff,
     pub relay: RelayPolicy,
 }
@@ -596,6 +602,7 @@ impl Policy {
             budget_in_write: true,
             lease: LeaseKind::Expiry,
             retry_timer: RetryTimer::Row,
+            release_by_owner: false,
             backoff: Backoff { base: super::time::Duration(1), cap: super::time::Duration(1) },
             relay: RelayPolicy {
                 idempotency_key: IdempotencyKeyPolicy::MessageId,
@@ -649,6 +656,7 @@ impl Policy {
             ("budget_in_write", s(&self.budget_in_write)),
             ("lease", s(&self.lease)),
             ("retry_timer", s(&self.retry_timer)),
+            ("release_by_owner", s(&self.release_by_owner)),
             ("backoff", format!("{}..{}", self.backoff.base, self.backoff.cap)),
             ("relay.idempotency_key", s(&self.relay.idempotency_key)),
             ("relay.rejection", s(&self.relay.rejection)),

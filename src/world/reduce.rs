@@ -662,6 +662,7 @@ impl FleetFacts {
                     && !p.swallow_stale
                     && !p.requeue_resets_token
                     && p.rescue != Some(crate::core::ReleaseFence::Id)
+                    && !p.release_by_owner
             }),
             keeps_terminal: policies.iter().all(|p| {
                 !p.claim_terminal
