@@ -308,7 +308,8 @@ fn ghosts_that_differ_in_any_field_hash_apart() {
         ("requeued_after_claim", RowGhost { requeued_after_claim: 1, ..base.clone() }),
         ("publications_total", RowGhost { publications_total: 9, ..base.clone() }),
         ("stored", RowGhost { stored: true, ..base.clone() }),
-        ("retry_promise", RowGhost { retry_promise: Some(Instant(4)), ..base.clone() }),
+        ("retry_promise at 0", RowGhost { retry_promise: Some(Instant(0)), ..base.clone() }),
+        ("retry_promise at 1", RowGhost { retry_promise: Some(Instant(1)), ..base.clone() }),
     ];
     for (field, other) in &variants {
         assert_ne!(hash(&base), hash(other), "ghosts differing only in {field} hash alike");
@@ -1668,10 +1669,29 @@ fn a_retry_timer_per_process_spaces_only_its_own_relays_retries() {
         "{v:?}"
     );
     assert!(v[0].breach.words(&ModelNames).contains("within the retry delay of its last retry"), "{v:?}");
+    // Another relay's retry at the promised time itself is on time.
+    let mut outbox = table(1);
+    let mut auditor = Auditor::new(MAX);
+    let first = auditor.claim(&mut outbox, &policy, &claim(0, 1, 100), Instant(100)).unwrap()[0];
+    auditor.write(&mut outbox, &policy, &write(first, retry, 100)).unwrap();
+    let second = auditor.claim(&mut outbox, &policy, &claim(0, 1, 101), Instant(101)).unwrap()[0];
+    auditor.write(&mut outbox, &policy, &write(second, retry, 102)).unwrap();
+    let third = auditor.claim(&mut outbox, &policy, &claim(1, 1, 151), Instant(151)).unwrap();
+    assert_eq!(third.len(), 1);
+    assert!(auditor.take_violations().is_empty(), "a retry at its promised time");
     // The same design with its retry time in the row refuses a retry time and a timer both.
     let both = text.replace("clock = false", "clock = true");
     let refused = outbox_check::design::from_text(&both, "both.toml").unwrap_err().to_string();
     assert!(refused.contains("retry.timer = \"per-process\" with a retry time in the row"), "{refused}");
+}
+
+/// A claim request written without `retry_due` (a file or message from before the field) reads
+/// as due: no timer of the relay's holds it back.
+#[test]
+fn a_claim_request_without_retry_due_reads_as_due() {
+    let text = r#"{"tenant_id":0,"owner":1,"batch":2,"lease":10,"now":5,"max_attempts":3}"#;
+    let req: ClaimRequest = serde_json::from_str(text).unwrap();
+    assert!(req.retry_due);
 }
 
 /// `write.releases_lease_by_owner` (aegra's `_release_lease`): the release clears the owner and

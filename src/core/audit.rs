@@ -104,13 +104,10 @@ impl std::hash::Hash for RowGhost {
         state.write_u64(u64::from(self.message_id) | u64::from(self.claims) << 32);
         state.write_u64(u64::from(self.publications) | u64::from(self.publications_previous) << 32);
         state.write_u64(u64::from(self.requeued_after_claim) | u64::from(self.publications_total) << 32);
-        // Whether a retry promise follows the tokens shares the word that counts them.
-        let promised = u64::from(self.retry_promise.is_some()) << 1;
-        state.write_u64(u64::from(self.stored) | promised | (self.tokens_seen.len() as u64) << 2);
+        state.write_u64(u64::from(self.stored) | (self.tokens_seen.len() as u64) << 1);
+        // The retry promise in a word of its own, 0 for none (an instant is far below u64::MAX).
+        state.write_u64(self.retry_promise.map_or(0, |at| at.0 + 1));
         self.tokens_seen.iter().for_each(|t| state.write_u64(t.0));
-        if let Some(at) = self.retry_promise {
-            state.write_u64(at.0);
-        }
     }
 }
 
