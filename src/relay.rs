@@ -153,8 +153,8 @@ enum Phase {
 
 /// A relay process's retry timer after its claim handed out `leases` at `clocks`
 /// (`retry.timer = "per-process"`): restarted for the backoff's delay, by the clock the design
-/// reads (`relay.clock`), where the claim took a row attempted before; `timer` unchanged otherwise (and always
-/// where the design keeps its retry time in the row).
+/// reads (`relay.clock`), where the claim took a row attempted before; `timer` unchanged
+/// otherwise (and always where the design keeps its retry time in the row).
 pub fn retry_timer_after(
     config: &RelayConfig,
     leases: &[Lease],
@@ -194,8 +194,9 @@ impl Cycle {
     /// [`Cycle::start`] for a relay that keeps its own retry timer (`retry.timer =
     /// "per-process"`): `timer` is when it fires next (`None`: due, as at the process's start).
     /// The claim may take a row attempted before only while the timer is due by the clock the
-    /// design reads (`relay.clock`: the process's own where the design binds it). A driver that runs such a design keeps the timer per relay process, restarts it
-    /// with [`retry_timer_after`] after each claim, and forgets it when the process restarts.
+    /// design reads (`relay.clock`: the process's own where the design binds it). A driver that
+    /// runs such a design keeps the timer per relay process, restarts it with
+    /// [`retry_timer_after`] after each claim, and forgets it when the process restarts.
     pub fn start_timed(config: &RelayConfig, clocks: Clocks, timer: Option<Instant>) -> (Cycle, Effect) {
         let mut cycle = Cycle { phase: Phase::Claiming, leases: Vec::new(), current: 0 };
         let mut effect = cycle.claim(config, clocks);
