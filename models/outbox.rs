@@ -439,7 +439,7 @@ pub fn describe(event: &Event) -> String {
             if *cleared {
                 format!("r{relay} releases {message}'s lease by its owner id: owner and expiry cleared, status kept")
             } else {
-                format!("r{relay} releases {message}'s lease by its owner id: not its owner, nothing changed")
+                format!("r{relay} releases {message}'s lease by its owner id: matched nothing")
             }
         }
         Event::Reaped { now, messages } => {
