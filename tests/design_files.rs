@@ -492,6 +492,13 @@ fn property(report: &serde_json::Value, id: &str) -> serde_json::Value {
     report["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap().clone()
 }
 
+/// A property's entry that must be violated (its entry in full if not).
+fn violated(report: &serde_json::Value, id: &str) -> serde_json::Value {
+    let p = property(report, id);
+    assert_eq!(p["status"], "violated", "{p:#}");
+    p
+}
+
 /// The first line of each step of a property's counterexample.
 fn step_texts(p: &serde_json::Value) -> Vec<String> {
     p["counterexample"].as_array().unwrap().iter().map(|s| s["text"][0].as_str().unwrap().to_string()).collect()
@@ -880,9 +887,7 @@ fn wolverine_587_is_found_by_its_recovery_and_the_fix_only_through_a_live_node_j
 #[test]
 fn nservicebus_463_is_found_through_a_due_time_from_a_clock_behind_the_databases() {
     let file = "docs/examples/real-bugs/nservicebus-sqlserver-4-2.toml";
-    let bug = json(&check_example_with(file, &["--skew", "-2"]));
-    let s7 = property(&bug, "S7");
-    assert_eq!(s7["status"], "violated", "{s7:#}");
+    let s7 = violated(&json(&check_example_with(file, &["--skew", "-2"])), "S7");
     let last = s7["counterexample"].as_array().unwrap().last().unwrap().clone();
     let text = last["text"][0].as_str().unwrap();
     assert!(text.starts_with("r1 mark_ambiguous") && text.contains("runs 2 behind"), "{text}");
@@ -902,9 +907,7 @@ fn nservicebus_463_is_found_through_a_due_time_from_a_clock_behind_the_databases
 #[test]
 fn cap_1797_is_found_through_each_instances_own_retry_timer() {
     let file = "docs/examples/real-bugs/cap-10-0-1.toml";
-    let bug = json(&check_example_with(file, &["--skew", "0"]));
-    let s7 = property(&bug, "S7");
-    assert_eq!(s7["status"], "violated", "{s7:#}");
+    let s7 = violated(&json(&check_example_with(file, &["--skew", "0"])), "S7");
     let steps = step_texts(&s7);
     let claims: Vec<&String> = steps.iter().filter(|t| t.contains(" claims ")).collect();
     let (last, before) = (claims[claims.len() - 1], claims[claims.len() - 2]);
@@ -930,9 +933,7 @@ fn cap_1797_is_found_through_each_instances_own_retry_timer() {
 #[test]
 fn aegra_547_is_found_through_a_reaped_attempts_late_finish() {
     let bug = json(&check_example("docs/examples/real-bugs/aegra-0-10-4.toml"));
-    let s1 = property(&bug, "S1");
-    assert_eq!(s1["status"], "violated", "{s1:#}");
-    let steps = step_texts(&s1);
+    let steps = step_texts(&violated(&bug, "S1"));
     let n = steps.len();
     assert!(steps[n - 1].starts_with("r0 mark_published") && steps[n - 2].starts_with("r1 claims"), "{steps:?}");
     assert!(steps[n - 3].starts_with("rescuer"), "{steps:?}");
@@ -949,8 +950,7 @@ fn aegra_547_is_found_through_a_reaped_attempts_late_finish() {
         json(&run(&["check", "--design", path.to_str().unwrap(), "--json", "--quiet"]))
     };
     let bug = with_liveness("docs/examples/real-bugs/aegra-0-10-4.toml");
-    let l1 = property(&bug, "L1");
-    assert_eq!(l1["status"], "violated", "{l1:#}");
+    let l1 = violated(&bug, "L1");
     let texts: Vec<String> = l1["counterexample"]
         .as_array()
         .unwrap()
@@ -973,9 +973,7 @@ fn solid_queue_today_keeps_its_claims_and_fails_a_live_workers_job() {
     for id in ["S1", "S2", "S3", "S4", "S5", "S7", "S8"] {
         assert_eq!(property(&report, id)["status"], "holds", "{id}");
     }
-    let s11 = property(&report, "S11");
-    assert_eq!(s11["status"], "violated", "{s11:#}");
-    let steps = step_texts(&s11);
+    let steps = step_texts(&violated(&report, "S11"));
     let n = steps.len();
     assert!(steps[n - 1].starts_with("r0 publishes") && steps[n - 2].starts_with("rescuer"), "{steps:?}");
     assert!(steps[n - 2].contains("to FAILED"), "{steps:?}");

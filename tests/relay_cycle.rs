@@ -40,6 +40,15 @@ fn started(config: &RelayConfig, leases: Vec<Lease>) -> (Cycle, Effect) {
     (cycle, step.effect)
 }
 
+/// Each broker outcome, at the lease's attempts, makes `c`'s relay record the write given.
+fn assert_records(c: &RelayConfig, cases: &[(u32, PublishOutcome, WriteKind)]) {
+    for &(attempts, outcome, expected) in cases {
+        let (mut cycle, _) = started(c, vec![lease(0, attempts)]);
+        let step = cycle.resume(c, Input::Published { outcome }, NOW);
+        assert_eq!(written_kind(step.effect), expected, "{outcome:?} at attempt {attempts}");
+    }
+}
+
 fn written_kind(effect: Effect) -> WriteKind {
     match effect {
         Effect::Write { request } => request.kind,
@@ -72,11 +81,7 @@ fn outcomes_map_to_the_writes_of_spec_section_4() {
         (3, PublishOutcome::Timeout, WriteKind::Exhausted { code: FailureCode::Timeout }),
         (1, PublishOutcome::Rejected, WriteKind::Failed { code: FailureCode::Rejected }),
     ];
-    for (attempts, outcome, expected) in cases {
-        let (mut cycle, _) = started(&c, vec![lease(0, attempts)]);
-        let step = cycle.resume(&c, Input::Published { outcome }, NOW);
-        assert_eq!(written_kind(step.effect), expected, "{outcome:?} at attempt {attempts}");
-    }
+    assert_records(&c, &cases);
 }
 
 #[test]
@@ -202,9 +207,5 @@ fn a_design_whose_every_failure_is_final_records_failed() {
         (1, PublishOutcome::Rejected, WriteKind::Failed { code: FailureCode::Rejected }),
         (1, PublishOutcome::Ack, WriteKind::Published),
     ];
-    for (attempts, outcome, expected) in cases {
-        let (mut cycle, _) = started(&c, vec![lease(0, attempts)]);
-        let step = cycle.resume(&c, Input::Published { outcome }, NOW);
-        assert_eq!(written_kind(step.effect), expected, "{outcome:?} at attempt {attempts}");
-    }
+    assert_records(&c, &cases);
 }

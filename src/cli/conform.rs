@@ -379,7 +379,7 @@ pub fn run(args: Args) -> ExitCode {
         }
     };
     let variant = profile.as_ref().map_or(variant, |p| p.design);
-    if let Err(problem) = crate::refuse_session_leases(&[variant, against.unwrap_or(variant)], "conform") {
+    if let Err(problem) = crate::refuse_world_only(&[variant, against.unwrap_or(variant)], "conform") {
         eprintln!("outbox-check: {problem}");
         return ExitCode::from(2);
     }

@@ -175,7 +175,7 @@ pub fn run(args: Args) -> ExitCode {
         json,
         quiet,
     } = args;
-    if let Err(problem) = crate::refuse_session_leases(&[variant], "e2e") {
+    if let Err(problem) = crate::refuse_world_only(&[variant], "e2e") {
         eprintln!("outbox-check: {problem}");
         return ExitCode::from(2);
     }

@@ -306,7 +306,7 @@ fn parse_shard(text: &str) -> Result<(u64, u64), String> {
 /// Refuses a design whose leases a database session holds (`claim.lease = "session"`), or whose
 /// relay releases its lease by owner after each write (`write.releases_lease_by_owner`), in a
 /// command that does not model it: only check, explore and replay (the model's world) do.
-pub fn refuse_session_leases(designs: &[Design], command: &str) -> Result<(), String> {
+pub fn refuse_world_only(designs: &[Design], command: &str) -> Result<(), String> {
     if let Some(design) = designs.iter().find(|d| d.policy().lease == outbox_check::core::LeaseKind::Session) {
         return Err(format!(
             "design {}: claim.lease = \"session\" runs in check, explore and replay; {command} does not model a database session's end yet",

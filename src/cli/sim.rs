@@ -358,7 +358,7 @@ pub fn run(args: Args) -> ExitCode {
         quiet,
     } = args;
     let designs = designs(variant, &fleet, relays);
-    if let Err(problem) = crate::refuse_session_leases(&designs, "sim") {
+    if let Err(problem) = crate::refuse_world_only(&designs, "sim") {
         eprintln!("outbox-check: {problem}");
         return ExitCode::from(2);
     }

@@ -98,7 +98,7 @@ fn environment(args: &VerifyArgs) -> Result<(BTreeMap<String, Found>, Option<Str
         crate::writable_dir(dir).map_err(|problem| format!("--report {}: {problem}", dir.display()))?;
     }
     // verify simulates every fleet, and the simulations do not model a session's end.
-    crate::refuse_session_leases(&args.designs, "verify")?;
+    crate::refuse_world_only(&args.designs, "verify")?;
     if let Some(file) = &args.junit {
         crate::writable_file(file).map_err(|problem| format!("--junit {}: {problem}", file.display()))?;
     }

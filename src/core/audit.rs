@@ -308,14 +308,14 @@ impl Auditor {
             if let Some(at) = old.retry_at().filter(|&at| at > true_now) {
                 self.violated(Property::S7, Breach::TookBeforeRetry { by, message, now: true_now, at });
             }
-            if policy.waits_for_relay_timer(old.attempts) {
-                // A retry: no sooner than the delay after the last one, whichever relay made it.
+            // A retry of a design whose relays keep their own timers: no sooner than the delay after
+            // the last one, whichever relay made it (the ghost's promise, renewed below).
+            let retry = policy.waits_for_relay_timer(old.attempts);
+            if retry {
                 let promised = self.ghost(message).and_then(|g| g.retry_promise);
                 if let Some(at) = promised.filter(|&at| at > true_now) {
                     self.violated(Property::S7, Breach::RetriedTooSoon { by, message, now: true_now, at });
                 }
-                let next = true_now.plus(policy.backoff.delay(lease.attempts));
-                self.ghost_mut(message).retry_promise = Some(next);
             }
             let fresh = match policy.token_kind {
                 TokenKind::Counter => new.lease_token.0 == old.lease_token.0 + 1,
@@ -332,6 +332,9 @@ impl Auditor {
             let ghost = self.ghost_mut(old.message_id);
             ghost.claims += 1;
             lease.claim_seq = ghost.claims;
+            if retry {
+                ghost.retry_promise = Some(true_now.plus(policy.backoff.delay(lease.attempts)));
+            }
             if policy.token_kind == TokenKind::Random {
                 ghost.tokens_seen.push(old.lease_token);
             }
