@@ -19,7 +19,9 @@ pub use outbox::{
     random_token, ClaimRefusal, ClaimRequest, CoreError, EnqueueRequest, EnqueueResult, Outbox, ReleaseFence,
     ReleaseRequest, RequeueResult, StaleReason, WriteKind, WriteRequest, WriteResult,
 };
-pub use policy::{used_up, Backoff, ClaimFence, LeaseKind, Policy, RescueBudget, RescueTarget, TokenKind, WriteFence};
+pub use policy::{
+    used_up, Backoff, ClaimFence, Growth, LeaseKind, Policy, RescueBudget, RescueTarget, TokenKind, WriteFence,
+};
 pub use property::{Ghosts, Property, Situation};
 pub use row::{
     Aggregate, AggregateId, FailureCode, IdempotencyKey, Lease, LeaseToken, MessageId, RelayId, Row, Status, TenantId,

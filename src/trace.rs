@@ -40,10 +40,11 @@ pub struct Header {
     /// picking a built-in design.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub design: Option<Switches>,
-    /// The implementation's own status names, each mapped onto one of the model's six
-    /// (version 2): `{"available": "PENDING", "running": "IN_FLIGHT", "completed": "PUBLISHED"}`.
+    /// The implementation's own status names, each mapped onto one of the model's six, or onto
+    /// several its statements do not tell apart (version 2): `{"available": "PENDING",
+    /// "running": "IN_FLIGHT", "completed": "PUBLISHED", "discarded": ["FAILED", "EXHAUSTED"]}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub statuses: Option<std::collections::BTreeMap<String, String>>,
+    pub statuses: Option<std::collections::BTreeMap<String, StatusList>>,
     /// Every relay (and maintenance job) that may appear (version 2, optional): under
     /// skip-locked, once each has logged an event after a claim, nothing later can excuse a row
     /// the claim passed over.
@@ -75,21 +76,50 @@ impl Header {
         self.concurrency.unwrap_or(if self.version == 1 { Concurrency::SkipLocked } else { Concurrency::Serial })
     }
 
-    /// The model's status a name of the history stands for: one of the implementation's own
-    /// names (the header's `statuses`), else one of the six.
-    pub fn status(&self, name: &str) -> Option<Status> {
+    /// The model's statuses a name of the history stands for: one of the implementation's own
+    /// names (the header's `statuses`: one status, or several no statement tells apart), else
+    /// one of the six; none for a name that is neither.
+    pub fn statuses_of(&self, name: &str) -> Vec<Status> {
         match self.statuses.as_ref().and_then(|m| m.get(name)) {
-            Some(model) => Status::parse(model),
-            None => Status::parse(name),
+            Some(list) => list.models().iter().filter_map(|m| Status::parse(m)).collect(),
+            None => Status::parse(name).into_iter().collect(),
         }
+    }
+
+    /// Whether a name of the history stands for `status`.
+    pub fn stands_for(&self, name: &str, status: Status) -> bool {
+        self.statuses_of(name).contains(&status)
     }
 
     /// The implementation's name for a status of the model (its first, where it has several).
     pub fn status_name(&self, status: Status) -> String {
         self.statuses
             .as_ref()
-            .and_then(|m| m.iter().find(|(_, model)| model.as_str() == status.as_str()).map(|(name, _)| name.clone()))
+            .and_then(|m| {
+                m.iter()
+                    .find(|(_, list)| list.models().iter().any(|m| m == status.as_str()))
+                    .map(|(name, _)| name.clone())
+            })
             .unwrap_or_else(|| status.as_str().to_string())
+    }
+}
+
+/// What one of the header's status names stands for: one of the model's statuses, or a list of
+/// them no statement tells apart (`["FAILED", "EXHAUSTED"]`: a queue's one `discarded`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum StatusList {
+    One(String),
+    Several(Vec<String>),
+}
+
+impl StatusList {
+    /// The model's status names it lists.
+    pub fn models(&self) -> &[String] {
+        match self {
+            StatusList::One(one) => std::slice::from_ref(one),
+            StatusList::Several(several) => several,
+        }
     }
 }
 
@@ -870,8 +900,18 @@ pub fn stream_reader<T>(
     let mut header: Header = read_header(&buffer, first, options.strict, &mut ignored)
         .map_err(|(column, message)| error(first, column, format!("bad header: {message}")))?;
     if let (VERSION, None, Some(names)) = (header.version, &header.statuses, options.statuses) {
-        header.statuses =
-            Some(names.names().into_iter().map(|(name, status)| (name, status.as_str().to_string())).collect());
+        header.statuses = Some(
+            names
+                .by_name()
+                .into_iter()
+                .map(|(name, statuses)| {
+                    let mut models: Vec<String> = statuses.iter().map(|s| s.as_str().to_string()).collect();
+                    let list =
+                        if models.len() == 1 { StatusList::One(models.remove(0)) } else { StatusList::Several(models) };
+                    (name, list)
+                })
+                .collect(),
+        );
     }
     if header.format != FORMAT {
         return Err(error(
@@ -890,13 +930,37 @@ pub fn stream_reader<T>(
     if header.version == 1 && (header.design.is_some() || header.statuses.is_some() || header.relays.is_some()) {
         return Err(error(first, 1, "`design`, `statuses` and `relays` need version 2".into()));
     }
-    if let Some((name, model)) = header.statuses.iter().flatten().find(|(_, model)| Status::parse(model).is_none()) {
+    if let Some((name, model)) = header
+        .statuses
+        .iter()
+        .flatten()
+        .find_map(|(name, list)| list.models().iter().find(|m| Status::parse(m).is_none()).map(|m| (name, m)))
+    {
         let six: Vec<&str> = Status::ALL.iter().map(|s| s.as_str()).collect();
         return Err(error(
             first,
             1,
             format!("statuses: '{name}' maps to '{model}', which is not one of {}", six.join(", ")),
         ));
+    }
+    let mut shared = header.statuses.iter().flatten().filter(|(_, list)| list.models().len() != 1);
+    if let Some((name, list)) = shared.next() {
+        // The same rule as a design file's [statuses]: only statuses no statement tells apart.
+        let mut listed = list.models().iter().filter_map(|m| Status::parse(m));
+        let fine = match (listed.next(), listed.next(), listed.next()) {
+            (Some(a), Some(b), None) => crate::core::design_file::indistinct(a, b),
+            _ => false,
+        };
+        if !fine {
+            return Err(error(
+                first,
+                1,
+                format!(
+                    "statuses: '{name}' maps to {}; a name may stand for two statuses only where no statement tells them apart: PENDING and AMBIGUOUS, or FAILED and EXHAUSTED",
+                    list.models().join(" and ")
+                ),
+            ));
+        }
     }
     if header.max_attempts == 0 {
         return Err(error(first, 1, "max_attempts must be at least 1".into()));
@@ -912,7 +976,7 @@ pub fn stream_reader<T>(
             Event::Release { to, .. } => Some(("to", to)),
             _ => None,
         };
-        if let Some((field, name)) = status.filter(|(_, name)| header.status(name).is_none()) {
+        if let Some((field, name)) = status.filter(|(_, name)| header.statuses_of(name).is_empty()) {
             let column = buffer.find(&format!("\"{field}\"")).map_or(1, |c| c + 1);
             let mut allowed: Vec<String> = header.statuses.iter().flatten().map(|(n, _)| n.clone()).collect();
             allowed.extend(Status::ALL.iter().map(|s| s.as_str().to_string()));

@@ -148,7 +148,8 @@ impl WorldConfig {
         self
     }
 
-    /// The policy relay `index` runs, with the world's backoff.
+    /// The policy relay `index` runs, with the world's backoff: its base and cap, the design's
+    /// growth.
     pub fn policy(&self, index: usize) -> Policy {
         let mut policy = self.relays[index].design.policy();
         policy.backoff.base = self.backoff_base;

@@ -202,11 +202,34 @@ fn requeue_keeps_the_token_and_starts_a_new_budget() {
 
 #[test]
 fn backoff_doubles_up_to_its_cap_and_is_never_zero() {
-    let b = Backoff { base: Duration(100), cap: Duration(350) };
+    let b = Backoff::between(Duration(100), Duration(350));
     let delays: Vec<u64> = (0..6).map(|a| b.delay(a).0).collect();
     assert_eq!(delays, [100, 100, 200, 350, 350, 350]);
-    assert_eq!(Backoff { base: Duration(0), cap: Duration(0) }.delay(3), Duration(1));
-    assert_eq!(Backoff { base: Duration(u64::MAX / 2), cap: Duration(u64::MAX) }.delay(40).0, u64::MAX);
+    assert_eq!(Backoff::between(Duration(0), Duration(0)).delay(3), Duration(1));
+    assert_eq!(Backoff::between(Duration(u64::MAX / 2), Duration(u64::MAX)).delay(40).0, u64::MAX);
+}
+
+/// The real queues' backoffs: River's attempt⁴ s and Graphile Worker's exp(min(attempts, 10))
+/// s, each delay as the queue's own code computes it (jitter aside).
+#[test]
+fn backoff_grows_by_a_power_or_a_factor_of_its_own() {
+    let s = 1_000;
+    let river = Backoff { growth: Growth::Power { exponent: 4 }, ..Backoff::between(Duration(s), Duration(u64::MAX)) };
+    let delays: Vec<u64> = (1..5).map(|a| river.delay(a).0).collect();
+    assert_eq!(delays, [s, 16 * s, 81 * s, 256 * s]);
+    assert_eq!(river.delay(0), Duration(s), "no attempt yet counts as the first");
+    let graphile = Backoff {
+        growth: Growth::Exponential { factor_milli: 2718 },
+        ..Backoff::between(Duration(2718), Duration(22_026_466))
+    };
+    let delays: Vec<u64> = [1, 2, 3, 10, 11, 30].iter().map(|a| graphile.delay(*a).0).collect();
+    // e, e², e³ s to the rounding of e itself to 2.718 (e¹⁰ drifts 0.1 % low); the cap, e¹⁰ s,
+    // from the eleventh attempt on.
+    assert_eq!(delays, [2718, 7387, 20077, 22_000_894, 22_026_466, 22_026_466]);
+    assert!(!graphile.is_doubling() && !river.is_doubling() && Backoff::default().is_doubling());
+    // Huge exponents and factors saturate at the cap, never wrap.
+    let steep = Backoff { growth: Growth::Power { exponent: 64 }, ..Backoff::between(Duration(7), Duration(1_000)) };
+    assert_eq!(steep.delay(u32::MAX), Duration(1_000));
 }
 
 #[test]
@@ -430,14 +453,14 @@ fn the_publication_span_follows_lease_backoff_and_budget() {
     use outbox_check::core::Duration;
     use outbox_check::design::{Design, Mutant};
     let mut reference = Variant::Reference.policy();
-    reference.backoff = Backoff { base: Duration(200), cap: Duration(300) };
+    reference.backoff = Backoff::between(Duration(200), Duration(300));
     let span = reference.publication_span(Duration(1_000), 3, Duration(100)).unwrap();
     // 1,000 for the last lease, then two gaps: lease + delay(1) + poll, lease + delay(2) (capped) + poll.
     assert_eq!((span.publications, span.longest), (3, Duration(1_000 + (1_000 + 200 + 100) + (1_000 + 300 + 100))));
     assert_eq!(reference.publication_span(Duration(1_000), 1, Duration(100)).unwrap().longest, Duration(1_000));
     // docs/cli.md's example: lease 30 s, backoff 1–60 s, budget 5, a poll every second: 169 s.
     let mut readme = Variant::Reference.policy();
-    readme.backoff = Backoff { base: Duration(1_000), cap: Duration(60_000) };
+    readme.backoff = Backoff::between(Duration(1_000), Duration(60_000));
     assert_eq!(readme.publication_span(Duration(30_000), 5, Duration(1_000)).unwrap().longest, Duration(169_000));
     // One attempt over the budget: one more publication, one more gap.
     let mut over = Design::Mutant(Mutant::ExhaustOffByOne).policy();
@@ -702,20 +725,60 @@ mod design_file_rules {
     }
 
     #[test]
-    fn one_name_may_not_stand_for_two_statuses() {
+    fn one_name_stands_for_two_statuses_only_where_no_statement_tells_them_apart() {
         assert_eq!(StatusNames::default().check(), Ok(()));
+        assert_eq!(StatusNames::default().check_distinct(), Ok(()));
         let river = StatusNames {
             pending: Some("available".into()),
             in_flight: Some("running".into()),
             ..StatusNames::default()
         };
         assert_eq!(river.check(), Ok(()));
-        let twice = StatusNames {
+        // River's and Oban's `discarded`; a queue with no AMBIGUOUS.
+        let discarded = StatusNames {
             failed: Some("discarded".into()),
             exhausted: Some("discarded".into()),
             ..StatusNames::default()
         };
-        assert_eq!(twice.check(), Err("statuses: \"discarded\" names two statuses".to_string()));
+        assert_eq!(discarded.check(), Ok(()));
+        assert_eq!(discarded.by_name()["discarded"], vec![Status::Failed, Status::Exhausted]);
+        let retryable = StatusNames {
+            pending: Some("retryable".into()),
+            ambiguous: Some("retryable".into()),
+            ..StatusNames::default()
+        };
+        assert_eq!(retryable.check(), Ok(()));
+        // A profile reads a status back from its name: there each needs its own.
+        let e = discarded.check_distinct().unwrap_err();
+        assert!(e.starts_with("statuses: \"discarded\" names both FAILED and EXHAUSTED; a profile"), "{e}");
+        // Statuses a statement tells apart never share a name, whichever comes first.
+        for (a, b) in [
+            (Status::Pending, Status::InFlight),
+            (Status::Published, Status::Failed),
+            (Status::Ambiguous, Status::Exhausted),
+        ] {
+            let mut names = StatusNames::default();
+            for s in [a, b] {
+                let slot = match s {
+                    Status::Pending => &mut names.pending,
+                    Status::InFlight => &mut names.in_flight,
+                    Status::Published => &mut names.published,
+                    Status::Ambiguous => &mut names.ambiguous,
+                    Status::Failed => &mut names.failed,
+                    Status::Exhausted => &mut names.exhausted,
+                };
+                *slot = Some("same".into());
+            }
+            let e = names.check().unwrap_err();
+            assert!(
+                e.starts_with(&format!(
+                    "statuses: \"same\" names both {} and {}, which the statements",
+                    a.as_str(),
+                    b.as_str()
+                )),
+                "{e}"
+            );
+        }
         assert_eq!(ModelNames.status_name(Status::InFlight), "IN_FLIGHT");
     }
 
@@ -732,27 +795,56 @@ mod design_file_rules {
     #[test]
     fn backoff_keys_go_with_their_kind() {
         let exponential = Design::Variant(Variant::Reference).policy();
-        let fixed = Policy { backoff: Backoff { base: Duration(250), cap: Duration(250) }, ..exponential };
+        let fixed = Policy { backoff: Backoff::between(Duration(250), Duration(250)), ..exponential };
         // Without `backoff`, the base's kind: a fixed base takes delay_ms, an exponential one not.
         assert_eq!(
             apply(fixed, "[retry]\ndelay_ms = 300").unwrap().backoff,
-            Backoff { base: Duration(300), cap: Duration(300) }
+            Backoff::between(Duration(300), Duration(300))
         );
-        assert!(apply(exponential, "[retry]\ndelay_ms = 300").unwrap_err().contains("goes with backoff = \"fixed\""));
-        // Fixed takes no base or cap, either of them.
-        assert!(apply(exponential, "[retry]\nbackoff = \"fixed\"\ncap_ms = 5\ndelay_ms = 5")
+        assert_eq!(
+            apply(exponential, "[retry]\ndelay_ms = 300").unwrap_err(),
+            "retry.delay_ms does not go with backoff = \"exponential\", which takes base_ms, cap_ms and factor"
+        );
+        // Fixed takes no base or cap, either of them, nor another kind's keys.
+        for key in ["cap_ms = 5", "base_ms = 5", "factor = 3.0", "exponent = 2"] {
+            let e = apply(exponential, &format!("[retry]\nbackoff = \"fixed\"\n{key}\ndelay_ms = 5")).unwrap_err();
+            let name = key.split(' ').next().unwrap();
+            assert_eq!(e, format!("retry.backoff = \"fixed\" takes delay_ms, not {name}"));
+        }
+        // Power: River's attempt⁴ seconds; it needs its exponent, takes no factor.
+        let river =
+            apply(exponential, "[retry]\nbackoff = \"power\"\nbase_ms = 1000\ncap_ms = 9000000\nexponent = 4").unwrap();
+        assert_eq!(river.backoff.delay(3), Duration(81_000));
+        assert_eq!(
+            apply(exponential, "[retry]\nbackoff = \"power\"").unwrap_err(),
+            "retry.backoff = \"power\" needs exponent"
+        );
+        assert!(apply(exponential, "[retry]\nbackoff = \"power\"\nexponent = 0").unwrap_err().contains("exponent = 0"));
+        assert!(apply(exponential, "[retry]\nbackoff = \"power\"\nexponent = 2\nfactor = 3.0")
             .unwrap_err()
-            .contains("not base_ms or cap_ms"));
-        assert!(apply(exponential, "[retry]\nbackoff = \"fixed\"\nbase_ms = 5\ndelay_ms = 5")
-            .unwrap_err()
-            .contains("not base_ms or cap_ms"));
+            .starts_with("retry.factor does not go with backoff = \"power\""));
+        // A power base keeps its kind without `backoff`; an exponential one returns to doubling.
+        assert_eq!(apply(river, "[retry]\nbase_ms = 2").unwrap().backoff.delay(2), Duration(32));
+        let back = apply(river, "[retry]\nbackoff = \"exponential\"").unwrap();
+        assert_eq!(back.backoff.delay(3), Duration(4_000));
+        // A factor: Graphile Worker's e; none at or below 1.
+        let graphile = apply(exponential, "[retry]\nbase_ms = 2718\ncap_ms = 22026466\nfactor = 2.718").unwrap();
+        assert_eq!(graphile.backoff.delay(2), Duration(7387));
+        let e = DesignFile::parse("name = \"q\"\n[retry]\nfactor = 1.0\n").unwrap_err();
+        assert!(e.message.contains("1 is no factor a delay can grow by"), "{e}");
+        // Each shape round-trips through a complete file.
+        for policy in [river, graphile, fixed] {
+            let text = DesignFile::complete("q", "round trip", &policy).to_toml();
+            let again = DesignFile::parse(&text).unwrap().resolve(&|_| None).unwrap();
+            assert_eq!(again.backoff, policy.backoff, "{text}");
+        }
         // Fixed needs a delay only where the base's backoff is not fixed already.
         assert!(apply(exponential, "[retry]\nbackoff = \"fixed\"").unwrap_err().contains("needs delay_ms"));
         assert_eq!(apply(fixed, "[retry]\nbackoff = \"fixed\"").unwrap().backoff, fixed.backoff);
         // The cap may equal the base, not be below it.
         assert_eq!(
             apply(exponential, "[retry]\nbase_ms = 10\ncap_ms = 10").unwrap().backoff,
-            Backoff { base: Duration(10), cap: Duration(10) }
+            Backoff::between(Duration(10), Duration(10))
         );
         assert!(apply(exponential, "[retry]\nbase_ms = 10\ncap_ms = 9")
             .unwrap_err()
@@ -790,7 +882,7 @@ mod design_file_rules {
     #[test]
     fn a_complete_file_gives_back_its_policy_with_its_kind_of_backoff() {
         let reference = Design::Variant(Variant::Reference).policy();
-        let fixed = Policy { backoff: Backoff { base: Duration(250), cap: Duration(250) }, ..reference };
+        let fixed = Policy { backoff: Backoff::between(Duration(250), Duration(250)), ..reference };
         for (policy, has, lacks) in [
             (reference, &["base_ms = 1000", "cap_ms = 60000"][..], &["delay_ms"][..]),
             (fixed, &["delay_ms = 250"][..], &["base_ms", "cap_ms"][..]),

@@ -363,14 +363,55 @@ fn a_design_files_status_names_read_a_history_that_names_none() {
     let out = run(&["trace", "--variant", "reference", history.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(String::from_utf8_lossy(&out.stderr).contains("available"));
-    // One name for two statuses is refused.
+    // One name for two statuses a statement tells apart is refused.
     let twice = scratch(
         "twice.toml",
-        "name = \"twice\"\nbased_on = \"reference\"\n[statuses]\npending = \"open\"\nambiguous = \"open\"\n",
+        "name = \"twice\"\nbased_on = \"reference\"\n[statuses]\npending = \"open\"\nin_flight = \"open\"\n",
     );
     let out = run(&["check", "--design", twice.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("\"open\" names two statuses"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("\"open\" names both PENDING and IN_FLIGHT"));
+    // FAILED and EXHAUSTED under one name read the same history: its `discarded` is EXHAUSTED.
+    let shared = scratch(
+        "named-shared.toml",
+        "name = \"named-shared\"\nbased_on = \"reference\"\n[statuses]\npending = \"available\"\nin_flight = \"running\"\npublished = \"completed\"\nfailed = \"discarded\"\nexhausted = \"discarded\"\n",
+    );
+    let out = run(&["trace", "--design", shared.to_str().unwrap(), history.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    // A profile reads statuses back from names: it needs one per status.
+    let jobs = root.join("docs/examples/jobs");
+    scratch("schema.sql", &std::fs::read_to_string(jobs.join("schema.sql")).unwrap());
+    let profile = std::fs::read_to_string(jobs.join("jobs.profile.toml")).unwrap();
+    assert!(profile.contains("exhausted = \"dead\""));
+    let profile = scratch("shared.profile.toml", &profile.replace("exhausted = \"dead\"", "exhausted = \"discarded\""));
+    let out = run(&["conform", "--profile", profile.to_str().unwrap(), "--store", "sqlite"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stdout));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("\"discarded\" names both FAILED and EXHAUSTED; a profile reads"), "{stderr}");
+}
+
+/// A backoff that grows by a power or a factor of its own is a design like any other for the
+/// model checker, which keeps the growth with its own ticks; outbox-check's own SQL computes only
+/// doubling, so conform without a profile refuses it rather than compare another backoff.
+#[test]
+fn a_backoff_of_its_own_growth_is_checked_and_needs_a_profile_to_conform() {
+    let power = scratch(
+        "power-backoff.toml",
+        "name = \"power-backoff\"\nbased_on = \"reference\"\n[retry]\nbackoff = \"power\"\nbase_ms = 1000\ncap_ms = 100000\nexponent = 4\n",
+    );
+    let doubling = json(&run(&["check", "--json", "--no-liveness", "--variant", "reference"]));
+    let grown = json(&run(&["check", "--json", "--no-liveness", "--design", power.to_str().unwrap()]));
+    // The same verdicts; a retry waits 1, 4, 4 ticks instead of 1, 2, 4, so other states.
+    let verdicts = |v: &serde_json::Value| {
+        v["properties"].as_array().unwrap().iter().map(|p| p["status"].clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(verdicts(&grown), verdicts(&doubling));
+    assert_ne!(grown["unique_states"], doubling["unique_states"]);
+    let out = run(&["conform", "--variant", power.to_str().unwrap(), "--store", "sqlite"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stdout));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("a backoff other than doubling: describe yours in a SQL profile"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
 
 /// Completion by deletion and a visibility timeout are designs like any other: the tools find

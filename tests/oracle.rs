@@ -475,6 +475,46 @@ fn status_names_and_switches_come_from_the_header() {
     assert_eq!((code, v["files"][0]["divergence"]["property"].as_str()), (Some(1), Some("S1")), "{v}");
 }
 
+/// One name of the header may stand for two statuses no statement tells apart (River's and
+/// Oban's `discarded` for FAILED and EXHAUSTED): a write's `status` agrees with either, a release
+/// to it is read as the one the row can be in, and any other pair is refused as bad input.
+#[test]
+fn one_header_name_may_stand_for_failed_and_exhausted() {
+    let head = r#"{"format":"outbox-check-trace","version":2,"max_attempts":1,"design":{"attempts_counted":"claim","write_fence":"token"},"statuses":{"available":"PENDING","running":"IN_FLIGHT","completed":"PUBLISHED","discarded":["FAILED","EXHAUSTED"]}}"#;
+    let claim = |id: &str, token: u32, now: u32| {
+        format!(
+            r#"{{"event":"claim","relay":"w1","tenant":"d","batch":1,"lease_ms":100,"now":{now},"leases":[{{"message":"{id}","token":{token},"attempts":1}}]}}"#
+        )
+    };
+    let failed = r#"{"event":"write","relay":"w1","write":"mark_failed","message":"j1","tenant":"d","token":7,"now":20,"code":"rejected","result":"applied","status":"discarded"}"#;
+    // j2's budget (1) is spent: the rescuer's release to `discarded` is read as EXHAUSTED, and
+    // w1's late completion then matches nothing.
+    let release = r#"{"event":"release","relay":"rescuer","message":"j2","now":500,"to":"discarded","fence":"expired","result":"applied"}"#;
+    let late = r#"{"event":"write","relay":"w1","write":"mark_published","message":"j2","tenant":"d","token":8,"now":600,"result":"stale"}"#;
+    let text = format!("{head}\n{}\n{failed}\n{}\n{release}\n{late}\n", claim("j1", 7, 10), claim("j2", 8, 30));
+    let (code, v) = trace_cli("discarded", &text, &[]);
+    assert_eq!((code, v["files"][0]["verdict"].as_str()), (Some(0), Some("consistent")), "{v}");
+    // The name still says something: a completion reported as `discarded` is a divergence.
+    let wrong = failed.replace("mark_failed", "mark_published").replace(r#""code":"rejected","#, "");
+    let (code, v) = trace_cli("discarded-wrong", &format!("{head}\n{}\n{wrong}\n", claim("j1", 7, 10)), &[]);
+    assert_eq!(code, Some(1), "{v}");
+    let d = &v["files"][0]["divergence"];
+    assert_eq!((d["conformance"].as_str(), d["expected"].as_str()), (Some("C4"), Some("status completed")));
+    // Statuses a statement tells apart never share a name.
+    let bad = head.replace(r#"["FAILED","EXHAUSTED"]"#, r#"["PENDING","IN_FLIGHT"]"#);
+    let file = std::env::temp_dir().join(format!("outbox-check-shared-bad-{}.jsonl", std::process::id()));
+    std::fs::write(&file, format!("{bad}\n")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).arg("trace").arg(&file).output().unwrap();
+    std::fs::remove_file(&file).ok();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("statuses: 'discarded' maps to PENDING and IN_FLIGHT; a name may stand for two"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
 /// The header's `relays`: once every relay it lists has logged after a skip-locked claim,
 /// nothing can excuse a row the claim passed over — not even a relay it does not list. Without
 /// the list, a relay seen for the first time may have begun its first statement at any time.

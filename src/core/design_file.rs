@@ -8,7 +8,7 @@
 //! only what differs — which is how each mutant is written: one key.
 
 use super::policy::{
-    AmbiguousShape, AttemptsAt, Backoff, BudgetPredicate, ClaimFence, ClaimOrder, ClockSource, FailureWrite,
+    AmbiguousShape, AttemptsAt, Backoff, BudgetPredicate, ClaimFence, ClaimOrder, ClockSource, FailureWrite, Growth,
     IdempotencyKeyPolicy, LeaseKind, Policy, RejectionWrite, RetryTimer, TokenKind, WriteFence,
 };
 use super::time::Duration;
@@ -83,16 +83,57 @@ impl StatusNames {
         ]
     }
 
-    /// One name for two statuses is an error naming it.
+    /// A name may stand for several statuses only where no statement of the model tells them
+    /// apart: PENDING and AMBIGUOUS (both claimable: a queue with no AMBIGUOUS returns a row of
+    /// unknown outcome to its waiting status) or FAILED and EXHAUSTED (both terminal, both
+    /// requeued: River's and Oban's `discarded`). Any other shared name is an error naming it.
     pub fn check(&self) -> Result<(), String> {
         let names = self.names();
-        for (i, (n, _)) in names.iter().enumerate() {
-            if names[..i].iter().any(|(m, _)| m == n) {
-                return Err(format!("statuses: {n:?} names two statuses"));
+        for (i, (n, status)) in names.iter().enumerate() {
+            if let Some((_, other)) = names[..i].iter().find(|(m, other)| m == n && !indistinct(*other, *status)) {
+                return Err(format!(
+                    "statuses: {n:?} names both {} and {}, which the statements tell apart \
+                     (only PENDING and AMBIGUOUS, or FAILED and EXHAUSTED, may share a name)",
+                    other.as_str(),
+                    status.as_str()
+                ));
             }
         }
         Ok(())
     }
+
+    /// As [`check`](Self::check), and every status has a name of its own: a profile reads each
+    /// row's status back from its name.
+    pub fn check_distinct(&self) -> Result<(), String> {
+        self.check()?;
+        let names = self.names();
+        for (i, (n, status)) in names.iter().enumerate() {
+            if let Some((_, other)) = names[..i].iter().find(|(m, _)| m == n) {
+                return Err(format!(
+                    "statuses: {n:?} names both {} and {}; a profile reads a row's status back from \
+                     its name, so give each its own in the profile's [statuses]",
+                    other.as_str(),
+                    status.as_str()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The statuses each name stands for, in the model's order.
+    pub fn by_name(&self) -> std::collections::BTreeMap<String, Vec<super::row::Status>> {
+        let mut out: std::collections::BTreeMap<String, Vec<super::row::Status>> = Default::default();
+        for (name, status) in self.names() {
+            out.entry(name).or_default().push(status);
+        }
+        out
+    }
+}
+
+/// Statuses no statement of the model tells apart, which one name of a queue may stand for.
+pub fn indistinct(a: super::row::Status, b: super::row::Status) -> bool {
+    use super::row::Status::*;
+    matches!((a, b), (Pending, Ambiguous) | (Ambiguous, Pending) | (Failed, Exhausted) | (Exhausted, Failed))
 }
 
 /// `[claim]`: which rows a claim takes, in what order, and what it writes on them.
@@ -172,10 +213,35 @@ pub struct WriteSection {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum BackoffKind {
-    /// `min(base · 2^(attempts−1), cap)`.
+    /// `min(base · factor^(attempts−1), cap)`, the factor 2 unless `factor` says otherwise.
     Exponential,
     /// The same delay every time (`delay_ms`).
     Fixed,
+    /// `min(base · attempts^exponent, cap)` (River: `attempt⁴` seconds).
+    Power,
+}
+
+/// An exponential backoff's factor, as written (`factor = 2.718`), kept in thousandths so a
+/// design stays comparable and hashable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Factor(pub u32);
+
+impl Serialize for Factor {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(f64::from(self.0) / 1000.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Factor {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Factor, D::Error> {
+        let value = f64::deserialize(d)?;
+        if !(value > 1.0 && value <= 1000.0) {
+            return Err(serde::de::Error::custom(format!(
+                "{value} is no factor a delay can grow by: give a number above 1 (at most 1000); a delay that does not grow is backoff = \"fixed\""
+            )));
+        }
+        Ok(Factor((value * 1000.0).round() as u32))
+    }
 }
 
 /// `[retry]`: the retry clock and its backoff.
@@ -196,6 +262,12 @@ pub struct RetrySection {
     /// Fixed: the delay (ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay_ms: Option<u64>,
+    /// Exponential: what each attempt multiplies the delay by (default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub factor: Option<Factor>,
+    /// Power: the attempt count's exponent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exponent: Option<u32>,
     /// What the AMBIGUOUS write leaves: `clears-lease` or `keeps-owner`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ambiguous_write: Option<AmbiguousShape>,
@@ -356,28 +428,62 @@ impl DesignFile {
             set(&mut p.retry_checks_budget, r.retry_write_checks_budget);
             set(&mut p.retry_timer, r.timer);
             set(&mut p.budget_in_write, r.budget_in_statement);
-            let kind = r.backoff.unwrap_or(if p.backoff.base == p.backoff.cap {
-                BackoffKind::Fixed
-            } else {
-                BackoffKind::Exponential
+            let kind = r.backoff.unwrap_or(match p.backoff.growth {
+                Growth::Power { .. } => BackoffKind::Power,
+                _ if p.backoff.base == p.backoff.cap => BackoffKind::Fixed,
+                _ => BackoffKind::Exponential,
             });
+            let given = |keys: &[(&'static str, bool)]| keys.iter().find(|(_, g)| *g).map(|(k, _)| *k);
             match kind {
                 BackoffKind::Fixed => {
-                    if r.base_ms.is_some() || r.cap_ms.is_some() {
-                        return Err("retry.backoff = \"fixed\" takes delay_ms, not base_ms or cap_ms".into());
+                    let other = [
+                        ("base_ms", r.base_ms.is_some()),
+                        ("cap_ms", r.cap_ms.is_some()),
+                        ("factor", r.factor.is_some()),
+                        ("exponent", r.exponent.is_some()),
+                    ];
+                    if let Some(key) = given(&other) {
+                        return Err(format!("retry.backoff = \"fixed\" takes delay_ms, not {key}"));
                     }
                     if let Some(d) = r.delay_ms {
-                        p.backoff = Backoff { base: Duration(d), cap: Duration(d) };
-                    } else if r.backoff.is_some() && p.backoff.base != p.backoff.cap {
+                        p.backoff = Backoff::between(Duration(d), Duration(d));
+                    } else if r.backoff.is_some() && (p.backoff.base != p.backoff.cap || !p.backoff.is_doubling()) {
                         return Err("retry.backoff = \"fixed\" needs delay_ms".into());
                     }
                 }
                 BackoffKind::Exponential => {
-                    if r.delay_ms.is_some() {
-                        return Err("retry.delay_ms goes with backoff = \"fixed\"; an exponential backoff takes base_ms and cap_ms".into());
+                    if let Some(key) = given(&[("delay_ms", r.delay_ms.is_some()), ("exponent", r.exponent.is_some())])
+                    {
+                        return Err(format!(
+                            "retry.{key} does not go with backoff = \"exponential\", which takes base_ms, cap_ms and factor"
+                        ));
                     }
                     set(&mut p.backoff.base.0, r.base_ms);
                     set(&mut p.backoff.cap.0, r.cap_ms);
+                    match r.factor {
+                        Some(Factor(factor_milli)) => p.backoff.growth = Growth::Exponential { factor_milli },
+                        None if matches!(p.backoff.growth, Growth::Power { .. }) => {
+                            p.backoff.growth = Growth::default()
+                        }
+                        None => {}
+                    }
+                }
+                BackoffKind::Power => {
+                    if let Some(key) = given(&[("delay_ms", r.delay_ms.is_some()), ("factor", r.factor.is_some())]) {
+                        return Err(format!(
+                            "retry.{key} does not go with backoff = \"power\", which takes base_ms, cap_ms and exponent"
+                        ));
+                    }
+                    set(&mut p.backoff.base.0, r.base_ms);
+                    set(&mut p.backoff.cap.0, r.cap_ms);
+                    match (r.exponent, p.backoff.growth) {
+                        (Some(0), _) => {
+                            return Err("retry.exponent = 0: a delay that does not grow is backoff = \"fixed\"".into())
+                        }
+                        (Some(exponent), _) => p.backoff.growth = Growth::Power { exponent: exponent.min(64) },
+                        (None, Growth::Power { .. }) => {}
+                        (None, _) => return Err("retry.backoff = \"power\" needs exponent".into()),
+                    }
                 }
             }
             if p.backoff.base.0 == 0 {
@@ -469,6 +575,8 @@ impl DesignFile {
                         | "retry.base_ms"
                         | "retry.cap_ms"
                         | "retry.delay_ms"
+                        | "retry.factor"
+                        | "retry.exponent"
                         | "maintenance.fence"
                         | "write.completion"
                         | "retry.in_lease_column"
@@ -542,7 +650,15 @@ impl DesignFile {
 
     /// The complete file of a policy: every key, so it can be edited into one's own design.
     pub fn complete(name: &str, description: &str, p: &Policy) -> DesignFile {
-        let fixed = p.backoff.base == p.backoff.cap;
+        let fixed = p.backoff.base == p.backoff.cap && p.backoff.growth == Growth::default();
+        let power = match p.backoff.growth {
+            Growth::Power { exponent } => Some(exponent),
+            Growth::Exponential { .. } => None,
+        };
+        let factor = match p.backoff.growth {
+            Growth::Exponential { factor_milli } if factor_milli != 2000 => Some(Factor(factor_milli)),
+            _ => None,
+        };
         DesignFile {
             name: name.to_string(),
             description: Some(description.to_string()),
@@ -570,10 +686,16 @@ impl DesignFile {
             }),
             retry: Some(RetrySection {
                 clock: Some(p.retry_clock),
-                backoff: Some(if fixed { BackoffKind::Fixed } else { BackoffKind::Exponential }),
+                backoff: Some(match (fixed, power) {
+                    (true, _) => BackoffKind::Fixed,
+                    (false, Some(_)) => BackoffKind::Power,
+                    (false, None) => BackoffKind::Exponential,
+                }),
                 base_ms: (!fixed).then_some(p.backoff.base.0),
                 cap_ms: (!fixed).then_some(p.backoff.cap.0),
                 delay_ms: fixed.then_some(p.backoff.base.0),
+                factor,
+                exponent: power,
                 ambiguous_write: Some(p.ambiguous_shape),
                 in_lease_column: Some(p.retry_in_lease),
                 retry_write_checks_budget: Some(p.retry_checks_budget),
@@ -651,7 +773,7 @@ pub const SECTION_DOCS: [(&str, &str); 9] = [
 ];
 
 /// Every key of a design file, dotted, with its meaning and allowed values.
-pub const KEY_DOCS: [(&str, &str); 51] = [
+pub const KEY_DOCS: [(&str, &str); 53] = [
     ("name", "The design's name, as fleets and reports name it (letters, digits, - and _)."),
     ("description", "One line saying what the design is."),
     ("based_on", "A built-in design to start from; the file then says only what differs."),
@@ -673,10 +795,12 @@ pub const KEY_DOCS: [(&str, &str); 51] = [
     ("write.failure_deletes", "true: a write that records a row FAILED or EXHAUSTED also deletes it from the table (Laravel moves a failed job to failed_jobs; pgmq archives a message): no later statement matches it, and an operator's requeue puts it back. Optional, default false."),
     ("write.releases_lease_by_owner", "true: after each terminal or failure write the relay runs one more statement that clears the row's lease (owner and expiry) where the owner is still its own, and leaves the status, whatever the write did: applied, matched nothing, or lost with its connection (aegra's `_release_lease`, in a `finally`, `WHERE run_id = ? AND claimed_by = ?`). The model runs it in the write's step. With a worker name another attempt reuses, a stale attempt's release strips its successor's lease (aegra PR 547). Needs claim.sets to record an owner. Optional, default false."),
     ("retry.clock", "true: failure writes set next_attempt_at and the claim waits for it."),
-    ("retry.backoff", "\"exponential\" (base_ms doubling per attempt up to cap_ms) or \"fixed\" (delay_ms every time)."),
+    ("retry.backoff", "\"exponential\" (base_ms multiplied by factor, 2 unless given, per attempt up to cap_ms), \"power\" (base_ms · attempts^exponent up to cap_ms) or \"fixed\" (delay_ms every time)."),
     ("retry.base_ms", "Exponential backoff: the first delay, in ms (at least 1)."),
     ("retry.cap_ms", "Exponential backoff: the longest delay, in ms (at least base_ms)."),
     ("retry.delay_ms", "Fixed backoff: the delay, in ms (at least 1)."),
+    ("retry.factor", "Exponential backoff: what each attempt multiplies the delay by, a number above 1 (Graphile Worker's exp(attempts) seconds: 2.718 from a base of 2718 ms). Optional, default 2."),
+    ("retry.exponent", "Power backoff (`backoff = \"power\"`, delay base_ms · attempts^exponent up to cap_ms): the exponent (River's attempt⁴ seconds: 4, from a base of 1000 ms)."),
     ("retry.ambiguous_write", "\"clears-lease\" (owner and expiry cleared, retry time set) or \"keeps-owner\" (expiry cleared only)."),
     ("retry.in_lease_column", "true: the retry time is kept in the lease's expiry column (a visibility timeout): a failure sets lease_expires_at to it, and the claim's lease check is its clock."),
     ("retry.retry_write_checks_budget", "true: the retry write (a definite, retryable failure: the broker unavailable, or a rejection with relay.on_rejection = \"mark-retry\") moves a row whose budget is spent to EXHAUSTED, as the AMBIGUOUS write does; false: it schedules another attempt whatever the attempts (awa's `RetryAfter` before awa#435). Optional, default true."),
@@ -700,9 +824,9 @@ pub const KEY_DOCS: [(&str, &str); 51] = [
     ("statuses.pending", "The queue's name for PENDING (waiting to be claimed), e.g. \"available\"."),
     ("statuses.in_flight", "The queue's name for IN_FLIGHT (claimed, leased), e.g. \"running\"."),
     ("statuses.published", "The queue's name for PUBLISHED (done), e.g. \"completed\"."),
-    ("statuses.ambiguous", "The queue's name for AMBIGUOUS (outcome unknown, to be retried)."),
+    ("statuses.ambiguous", "The queue's name for AMBIGUOUS (outcome unknown, to be retried); a queue with no such status gives its PENDING name (River's `retryable` stands for both)."),
     ("statuses.failed", "The queue's name for FAILED (rejected for good), e.g. \"discarded\"."),
-    ("statuses.exhausted", "The queue's name for EXHAUSTED (budget spent), e.g. \"dead\"."),
+    ("statuses.exhausted", "The queue's name for EXHAUSTED (budget spent), e.g. \"dead\"; a queue with one status for both gives its FAILED name (River's and Oban's `discarded`)."),
 ];
 
 fn set<T>(field: &mut T, value: Option<T>) {
@@ -744,7 +868,7 @@ mod tests {
     #[test]
     fn a_complete_file_gives_back_its_policy() {
         let mut p = Policy::unset();
-        p.backoff = Backoff { base: Duration(250), cap: Duration(250) };
+        p.backoff = Backoff::between(Duration(250), Duration(250));
         p.write_fence = WriteFence::MessageIdOnly;
         let file = DesignFile::complete("x", "y", &p);
         let again = DesignFile::parse(&file.to_toml()).unwrap();
@@ -775,15 +899,12 @@ mod tests {
         };
         assert_eq!(
             file("backoff = \"fixed\"\ndelay_ms = 500").unwrap().backoff,
-            Backoff { base: Duration(500), cap: Duration(500) }
+            Backoff::between(Duration(500), Duration(500))
         );
         assert!(file("backoff = \"fixed\"\ncap_ms = 5").unwrap_err().contains("delay_ms"));
         assert!(file("backoff = \"fixed\"").unwrap_err().contains("needs delay_ms"));
         assert!(file("base_ms = 10\ncap_ms = 5").unwrap_err().contains("cap_ms = 5"));
         assert!(file("base_ms = 0").unwrap_err().contains("at least 1 ms"));
-        assert_eq!(
-            file("base_ms = 10\ncap_ms = 80").unwrap().backoff,
-            Backoff { base: Duration(10), cap: Duration(80) }
-        );
+        assert_eq!(file("base_ms = 10\ncap_ms = 80").unwrap().backoff, Backoff::between(Duration(10), Duration(80)));
     }
 }

@@ -384,26 +384,74 @@ pub enum Completion {
     Delete,
 }
 
-/// The retry clock's delay: exponential in the attempt count, with a cap.
+/// The retry clock's delay: grown from a base by the attempt count, capped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Backoff {
     pub base: Duration,
     pub cap: Duration,
+    /// How the delay grows with the attempts (default: doubling).
+    #[serde(default)]
+    pub growth: Growth,
+}
+
+/// How a backoff's delay grows with the attempt count `n`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Growth {
+    /// `base · factor^(n−1)`, the factor in thousandths: 2000 doubles (seed 000's outbox, Oban's
+    /// `2^attempt` s, its 15 s pad aside); Graphile Worker's `exp(attempts)` seconds grows by e, 2718.
+    Exponential { factor_milli: u32 },
+    /// `base · n^exponent` (River's default, `attempt⁴` seconds).
+    Power { exponent: u32 },
+}
+
+impl Default for Growth {
+    fn default() -> Self {
+        Growth::Exponential { factor_milli: 2000 }
+    }
 }
 
 impl Backoff {
-    /// `min(base · 2^(attempts−1), cap)`, never less than 1 ms so a retry time is strictly later
-    /// than now.
+    /// Doubling from `base` up to `cap` (a fixed delay where the two are equal).
+    pub const fn between(base: Duration, cap: Duration) -> Backoff {
+        Backoff { base, cap, growth: Growth::Exponential { factor_milli: 2000 } }
+    }
+
+    /// `min(grown, cap)`, where grown is `base · 2^(attempts−1)` by default (see [`Growth`]);
+    /// never less than 1 ms so a retry time is strictly later than now.
     pub fn delay(self, attempts: u32) -> Duration {
-        let doublings = attempts.saturating_sub(1).min(32);
-        let delay = self.base.0.saturating_mul(1u64 << doublings).min(self.cap.0);
+        let steps = attempts.saturating_sub(1);
+        let (base, cap) = (u128::from(self.base.0), u128::from(self.cap.0));
+        let grown = match self.growth {
+            Growth::Exponential { factor_milli: 2000 } => base << steps.min(32),
+            Growth::Exponential { factor_milli } => {
+                let mut d = base;
+                for _ in 0..steps {
+                    if d >= cap {
+                        break;
+                    }
+                    d = d * u128::from(factor_milli) / 1000;
+                }
+                d
+            }
+            Growth::Power { exponent } => {
+                base.saturating_mul(u128::from(attempts.max(1)).saturating_pow(exponent.min(64)))
+            }
+        };
+        let delay = u64::try_from(grown.min(cap)).unwrap_or(u64::MAX);
         Duration(delay.max(1))
+    }
+
+    /// Whether the backoff doubles (the default's shape): the one outbox-check's own SQL
+    /// computes.
+    pub fn is_doubling(self) -> bool {
+        self.growth == Growth::default()
     }
 }
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff { base: Duration(1_000), cap: Duration(60_000) }
+        Backoff::between(Duration(1_000), Duration(60_000))
     }
 }
 
@@ -603,7 +651,7 @@ impl Policy {
             lease: LeaseKind::Expiry,
             retry_timer: RetryTimer::Row,
             release_by_owner: false,
-            backoff: Backoff { base: super::time::Duration(1), cap: super::time::Duration(1) },
+            backoff: Backoff::between(super::time::Duration(1), super::time::Duration(1)),
             relay: RelayPolicy {
                 idempotency_key: IdempotencyKeyPolicy::MessageId,
                 rejection: RejectionWrite::MarkFailed,

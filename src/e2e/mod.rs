@@ -526,6 +526,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<RunReport, Stri
         p.backoff = crate::core::policy::Backoff {
             base: Duration(options.backoff_base_ms),
             cap: Duration(options.backoff_cap_ms),
+            ..p.backoff
         };
         p
     };

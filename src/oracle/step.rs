@@ -5,6 +5,23 @@
 use super::*;
 
 impl Oracle {
+    /// The status a maintenance job's release moves `row` to, by the history's name for it: a
+    /// name that stands for two statuses no statement tells apart is read as the one the row
+    /// can be in — EXHAUSTED where its budget is spent, else FAILED; PENDING before AMBIGUOUS.
+    /// None for a name that is no status a release may write.
+    fn release_status(&self, name: &str, row: &Row) -> Option<Status> {
+        let spent = row.attempts >= self.max_attempts;
+        let mut candidates = self.header.statuses_of(name);
+        candidates.retain(|s| matches!(s, Status::Pending | Status::Ambiguous | Status::Failed | Status::Exhausted));
+        candidates.sort_by_key(|s| match s {
+            Status::Exhausted => u8::from(!spent),
+            Status::Failed => u8::from(spent),
+            Status::Pending => 0,
+            _ => 1,
+        });
+        candidates.first().copied()
+    }
+
     /// Erases, in the rows `event` touched, what no rule of the model ever reads again: the last
     /// failure code, when a row was published, and a terminal row's retry time (unless the
     /// design may claim terminal rows). Resolutions of unknown outcomes that differ only there
@@ -552,7 +569,7 @@ impl Oracle {
                             return Err(diverge(blame, finding, &before));
                         }
                         if let (Some(got), WriteResult::Applied { status: expected }) = (status, model) {
-                            if self.header.status(got) != Some(expected) {
+                            if !self.header.stands_for(got, expected) {
                                 let finding = Finding::Status { model: expected, got: got.clone() };
                                 return Err(diverge(conformance(Conformance::C4), finding, &before));
                             }
@@ -573,9 +590,9 @@ impl Oracle {
                     let finding = Finding::UnknownRow { asked: Asked::Release, message: id };
                     return Err(diverge(conformance(Conformance::C7), finding, &[]));
                 };
-                let to = match self.header.status(to) {
-                    Some(status @ (Status::Pending | Status::Ambiguous | Status::Failed | Status::Exhausted)) => status,
-                    _ => {
+                let to = match self.release_status(to, &row) {
+                    Some(status) => status,
+                    None => {
                         return Err(diverge(
                             conformance(Conformance::C8),
                             Finding::ReleaseTo { to: to.clone() },
@@ -813,7 +830,8 @@ impl Oracle {
                 let _ = self.step(b, line, event, plan, 0);
             }
             Event::Release { now, to, next_attempt_at, result, .. } if result == "applied" => {
-                if let Some(to) = self.header.status(to) {
+                let row = b.outbox.index(messages[0]).map(|i| b.outbox.rows()[i]);
+                if let Some(to) = row.and_then(|row| self.release_status(to, &row)) {
                     force_release(b, messages[0], to, *next_attempt_at, *now);
                     b.open.push(messages[0]);
                 }

@@ -290,21 +290,23 @@ struct Common {
 }
 
 /// Whether outbox-check's own SQL (built from the policy's switches) covers the design: it has
-/// no statements for completion or failure by deletion, a retry time in the lease's column, or a
-/// rescuer.
+/// no statements for completion or failure by deletion, a retry time in the lease's column, a
+/// rescuer, or a backoff other than doubling (its retry time is computed in SQL from the base
+/// and the cap).
 pub fn ours_cover(policy: &Policy) -> bool {
     policy.completion == crate::core::policy::Completion::Mark
         && !policy.failure_deletes
         && !policy.retry_in_lease
         && policy.rescue.is_none()
         && policy.lease == crate::core::LeaseKind::Expiry
+        && policy.backoff.is_doubling()
 }
 
 impl Common {
     fn new(policy: Policy, dialect: Dialect) -> Result<Common, StoreError> {
         if !ours_cover(&policy) {
             return Err(StoreError::Setup(
-                "outbox-check writes no SQL of its own for completion by deletion, a retry time in the lease's column, a rescuer or a session's lease: describe yours in a SQL profile (conform --profile, docs/sql-profile.md)".into(),
+                "outbox-check writes no SQL of its own for completion by deletion, a retry time in the lease's column, a rescuer, a session's lease or a backoff other than doubling: describe yours in a SQL profile (conform --profile, docs/sql-profile.md)".into(),
             ));
         }
         let table = Table::of(&policy);

@@ -208,7 +208,7 @@ impl Profile {
             (None, Design::Custom(c)) => c.statuses.clone().unwrap_or_default(),
             (None, _) => StatusNames::default(),
         };
-        statuses.check().map_err(|e| format!("{shown}: {e}"))?;
+        statuses.check_distinct().map_err(|e| format!("{shown}: {e}"))?;
         Ok(Profile { file, design, schema_sql, statuses, origin: path.to_path_buf() })
     }
 

@@ -206,7 +206,8 @@ impl Profile {
         }
         let mut policy = self.design.policy();
         // Short retries, so a run ends in seconds; the history's header says so.
-        policy.backoff = crate::core::Backoff { base: crate::core::Duration(20), cap: crate::core::Duration(200) };
+        policy.backoff =
+            crate::core::Backoff { base: crate::core::Duration(20), cap: crate::core::Duration(200), ..policy.backoff };
         let max_attempts = 3;
         let mut setup =
             crate::store::postgres::Scratch::connect(url, disposable).map_err(|e| StoreError::Setup(e.to_string()))?;
