@@ -442,6 +442,11 @@ pub fn describe(event: &Event) -> String {
                 format!("r{relay} releases {message}'s lease by its owner id: matched nothing")
             }
         }
+        Event::LeaseRenewed { relay, until, messages } => format!(
+            "r{relay}'s heartbeat renews the lease on {} to t={}",
+            messages.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", "),
+            until.0
+        ),
         Event::Reaped { now, messages } => {
             format!(
                 "reaper at t={}: {} exhausted",
@@ -570,6 +575,7 @@ fn rename_relay(action: Action, real_of: &[usize]) -> Action {
         Action::Write { relay, db } => Action::Write { relay: map(relay), db },
         Action::Crash { relay } => Action::Crash { relay: map(relay) },
         Action::LeaseLost { relay } => Action::LeaseLost { relay: map(relay) },
+        Action::Renew { relay } => Action::Renew { relay: map(relay) },
         Action::MisroutedWrite { relay } => Action::MisroutedWrite { relay: map(relay) },
         other => other,
     }

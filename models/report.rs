@@ -191,6 +191,11 @@ fn mermaid_event(event: &Event, true_now: u64) -> String {
                 if *cleared { "cleared" } else { "no match" }
             )
         }
+        Event::LeaseRenewed { relay, until, messages } => format!(
+            "    r{relay}->>DB: heartbeat: {}'s lease to t={}\n",
+            messages.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", "),
+            until.0
+        ),
         Event::Reaped { now, messages } => format!(
             "    Note over DB: reaper at t={}: {} → EXHAUSTED\n",
             now.0,

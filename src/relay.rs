@@ -227,6 +227,15 @@ impl Cycle {
         &self.leases[from.min(self.leases.len())..]
     }
 
+    /// The leases this cycle still works on — its current one and those after it — which a
+    /// heartbeat renews (`claim.renewal`); none before its claim's answer or once it is done.
+    pub fn leases_held(&self) -> &[Lease] {
+        match self.phase {
+            Phase::Claiming | Phase::Done => &[],
+            _ => &self.leases[self.current.min(self.leases.len())..],
+        }
+    }
+
     /// Mutable leases, for normalising engines that rewrite tokens in place.
     pub fn leases_mut(&mut self) -> &mut [Lease] {
         &mut self.leases

@@ -1079,6 +1079,15 @@ pub fn from_world(config: &crate::world::WorldConfig, events: &[crate::world::Ev
                     if *cleared { "" } else { " (no match)" }
                 ),
             }),
+            // Nor a renewal: a note too (trace refuses such designs, decision 88).
+            W::LeaseRenewed { relay: r, until, messages } => out.push(Event::Fault {
+                kind: format!(
+                    "{}'s heartbeat renewed the lease of {} to {}",
+                    relay(*r),
+                    messages.iter().map(|m| message(*m)).collect::<Vec<_>>().join(", "),
+                    until.0
+                ),
+            }),
             W::Reaped { now, messages } => {
                 out.push(Event::Reap { now: now.0, messages: messages.iter().map(|m| message(*m)).collect() })
             }

@@ -313,6 +313,8 @@ pub enum Action {
     /// A relay's session (its database session, its node's registration) ends while the relay
     /// runs on (designs whose session holds the lease): the leases it held end with it.
     LeaseLost { relay: u16 },
+    /// A relay's heartbeat renews the leases it works on (`claim.renewal`).
+    Renew { relay: u16 },
     /// The reaper job runs (when a design of the fleet has one).
     Reap,
     /// The rescuer finds an expired lease and moves its row in the same statement (fence
@@ -339,7 +341,8 @@ impl Action {
             Action::MisroutedWrite { .. } => Some(Fault::MisroutedWrite),
             Action::Crash { .. } => Some(Fault::Crash),
             Action::LeaseLost { .. } => Some(Fault::LeaseLost),
-            Action::Reap
+            Action::Renew { .. }
+            | Action::Reap
             | Action::Rescue
             | Action::RescueRead
             | Action::RescueWrite
@@ -483,6 +486,12 @@ pub enum Event {
         relay: u16,
         message: MessageId,
         cleared: bool,
+    },
+    /// A relay's heartbeat extended the leases of `messages` to `until` (`claim.renewal`).
+    LeaseRenewed {
+        relay: u16,
+        until: Instant,
+        messages: Vec<MessageId>,
     },
     Reaped {
         now: Instant,
@@ -695,6 +704,11 @@ impl World {
             if allowed(Some(Fault::LeaseLost)) && relay.is_some() && self.holds_session_leases(config, i) {
                 actions.push(Action::LeaseLost { relay: r });
             }
+            // Enabled only where a renewal changes a row: a heartbeat that extends nothing is no
+            // step.
+            if self.renewals(config, i).next().is_some() {
+                actions.push(Action::Renew { relay: r });
+            }
         }
         // The reaper is enabled only when it has work: a reap that changes nothing is no step.
         if config.has_reaper()
@@ -757,6 +771,7 @@ impl World {
                 self.end_session(config, relay as usize, &mut report);
             }
             Action::LeaseLost { relay } => self.end_session(config, relay as usize, &mut report),
+            Action::Renew { relay } => self.renew(config, relay as usize, &mut report),
             Action::Reap => {
                 let messages = self.auditor.reap(&mut self.outbox, self.now);
                 self.step.seen.exhausted |= !messages.is_empty();
@@ -868,6 +883,34 @@ impl World {
 
     /// Relay `r`'s session ends: where its design's leases are the session's, every
     /// lease it holds ends now, whether or not the relay still runs.
+    /// The leases relay `r`'s heartbeat would renew now, each with the expiry it would set: those
+    /// its cycle works on whose row the renewal matches and changes.
+    fn renewals<'a>(&'a self, config: &'a WorldConfig, r: usize) -> impl Iterator<Item = (Lease, Instant)> + 'a {
+        let policy = config.policy(r);
+        let held = match (&self.relays[r], policy.renewal) {
+            (Some((cycle, _)), renewal) if renewal != crate::core::policy::Renewal::None => cycle.leases_held(),
+            _ => &[],
+        };
+        let until = self.clocks(config, r).now_for(&policy).plus(config.lease);
+        held.iter().filter_map(move |lease| {
+            let row = self.outbox.row(lease.message_id)?;
+            Outbox::renews(policy.renewal, row, lease, until).then_some((*lease, until))
+        })
+    }
+
+    fn renew(&mut self, config: &WorldConfig, r: usize, report: &mut StepReport) {
+        let renewal = config.policy(r).renewal;
+        let due: SmallVec<[(Lease, Instant); 4]> = self.renewals(config, r).collect();
+        let mut messages = Vec::new();
+        for (lease, until) in &due {
+            if self.auditor.renew(&mut self.outbox, renewal, lease, *until).unwrap_or(false) {
+                messages.push(lease.message_id);
+            }
+        }
+        let until = due.first().map_or(self.now, |(_, until)| *until);
+        report.event(|| Event::LeaseRenewed { relay: r as u16, until, messages });
+    }
+
     fn end_session(&mut self, config: &WorldConfig, r: usize, report: &mut StepReport) {
         if config.policy(r).lease != LeaseKind::Session {
             return;
@@ -1052,6 +1095,7 @@ impl fmt::Display for Action {
             Action::MisroutedWrite { relay } => write!(f, "r{relay} writes with another tenant's id"),
             Action::Crash { relay } => write!(f, "r{relay} crashes"),
             Action::LeaseLost { relay } => write!(f, "r{relay}'s session drops while it runs"),
+            Action::Renew { relay } => write!(f, "r{relay}'s heartbeat renews its lease"),
             Action::Reap => write!(f, "reaper runs"),
             Action::Rescue => write!(f, "rescuer runs"),
             Action::RescueRead => write!(f, "rescuer reads an expired lease"),

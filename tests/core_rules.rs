@@ -1118,6 +1118,7 @@ fn a_policys_switches_are_its_fields_under_their_keys_in_the_files_words() {
         "lease",
         "retry_timer",
         "release_by_owner",
+        "renewal",
         "backoff",
         "relay.idempotency_key",
         "relay.rejection",
@@ -1821,4 +1822,67 @@ fn a_release_by_owner_clears_the_lease_and_strips_a_successors_under_the_same_na
     let unfenced = text.replace("owner-only", "unfenced");
     let refused = outbox_check::design::from_text(&unfenced, "u.toml").unwrap_err();
     assert!(refused.contains("write.releases_lease_by_owner = true needs claim.sets"), "{refused}");
+}
+
+/// `claim.renewal` (a heartbeat): the renewal sets the expiry where the row is IN_FLIGHT and its
+/// fence matches, and changes nothing else; by owner, a superseded attempt's renewal extends its
+/// successor's lease under the same owner id, which S1 names; by token it matches nothing then.
+#[test]
+fn a_renewal_extends_only_what_its_fence_matches_and_a_stale_one_is_s1() {
+    use outbox_check::core::policy::Renewal;
+    let design = |renewal: &str, sets: &str| {
+        let name = format!("hb-{renewal}-{sets}");
+        let text = format!(
+            "name = \"{name}\"\nbased_on = \"reference\"\n[claim]\nsets = \"{sets}\"\nrenewal = \"{renewal}\"\n"
+        );
+        outbox_check::design::from_text(&text, &format!("{name}.toml")).map(|d| d.policy())
+    };
+    let by_owner = design("by-owner", "owner-only").unwrap();
+    assert_eq!(by_owner.renewal, Renewal::ByOwner);
+    let mut outbox = table(1);
+    let mut auditor = Auditor::new(MAX);
+    let first = auditor.claim(&mut outbox, &by_owner, &claim(0, 1, 100), Instant(100)).unwrap()[0];
+    // (An owner-only claim keeps the token: S2, the design's own finding.)
+    assert!(auditor.take_violations().iter().all(|v| v.property == Property::S2));
+    let before = *outbox.row(MessageId(0)).unwrap();
+    // Its own lease: the expiry moves, nothing else, and no breach.
+    assert!(auditor.renew(&mut outbox, Renewal::ByOwner, &first, Instant(150)).unwrap());
+    let after = *outbox.row(MessageId(0)).unwrap();
+    assert_eq!(Row { lease_expires_at: before.lease_expires_at, ..after }, before);
+    assert_eq!(after.lease_expires_at, Some(Instant(150)));
+    assert!(auditor.take_violations().is_empty());
+    // The same expiry again changes nothing; another owner's renewal matches nothing.
+    assert!(!auditor.renew(&mut outbox, Renewal::ByOwner, &first, Instant(150)).unwrap());
+    let other = Lease { owner: RelayId(1), ..first };
+    assert!(!auditor.renew(&mut outbox, Renewal::ByOwner, &other, Instant(170)).unwrap());
+    assert!(!auditor.renew(&mut outbox, Renewal::None, &first, Instant(170)).unwrap());
+    // Expired, claimed again under the same owner id: the first attempt's heartbeat extends the
+    // second's lease (S1).
+    auditor.claim(&mut outbox, &by_owner, &claim(0, 1, 200), Instant(200)).unwrap();
+    auditor.take_violations();
+    assert!(auditor.renew(&mut outbox, Renewal::ByOwner, &first, Instant(260)).unwrap());
+    let v = auditor.take_violations();
+    assert!(matches!(v.as_slice(), [Violation { property: Property::S1, breach: Breach::Superseded { .. } }]), "{v:?}");
+    assert!(v[0].breach.words(&ModelNames).starts_with("heartbeat renewal by r0"), "{v:?}");
+    // By token: the first attempt's token is not the second's.
+    let by_token = design("by-token", "owner-and-token").unwrap();
+    let mut outbox = table(1);
+    let mut auditor = Auditor::new(MAX);
+    let first = auditor.claim(&mut outbox, &by_token, &claim(0, 1, 100), Instant(100)).unwrap()[0];
+    assert!(auditor.renew(&mut outbox, Renewal::ByToken, &first, Instant(150)).unwrap());
+    auditor.claim(&mut outbox, &by_token, &claim(0, 1, 200), Instant(200)).unwrap();
+    assert!(!auditor.renew(&mut outbox, Renewal::ByToken, &first, Instant(260)).unwrap());
+    // A terminal row is renewed by nobody, its own last holder included.
+    let second = Lease { token: outbox.row(MessageId(0)).unwrap().lease_token, ..first };
+    let write = WriteRequest { lease: second, kind: WriteKind::Published, now: Instant(210), max_attempts: MAX };
+    assert!(matches!(outbox.write(&by_token, &write).unwrap(), WriteResult::Applied { .. }));
+    assert!(!auditor.renew(&mut outbox, Renewal::ByToken, &second, Instant(260)).unwrap());
+    assert!(auditor.take_violations().iter().all(|v| v.property != Property::S1));
+    // What the fence needs, the claim must record; and only an expiry in the row is renewed.
+    assert!(design("by-owner", "token-only").unwrap_err().contains("claim.renewal = \"by-owner\" needs claim.sets"));
+    assert!(design("by-token", "owner-only").unwrap_err().contains("claim.renewal = \"by-token\" needs claim.sets"));
+    let session =
+        "name = \"hb-session\"\nbased_on = \"reference\"\n[claim]\nlease = \"session\"\nrenewal = \"by-token\"\n";
+    let e = outbox_check::design::from_text(session, "hb-session.toml").unwrap_err();
+    assert!(e.contains("claim.renewal renews an expiry in the row"), "{e}");
 }

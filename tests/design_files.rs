@@ -1002,6 +1002,19 @@ fn aegra_547_is_found_through_a_reaped_attempts_late_finish() {
     assert!(texts.iter().any(|t| t.contains("owner and expiry cleared, status kept")), "{texts:?}");
     let fixed = with_liveness("docs/examples/real-bugs/aegra-pr-547.toml");
     assert_eq!(property(&fixed, "L1")["status"], "holds");
+    // The heartbeat route (tests/world_search.rs walks it) lives in the model's world: the
+    // simulations and the SQL runs refuse a heartbeat with one line and exit 2.
+    let heartbeat =
+        scratch("heartbeat.toml", "name = \"heartbeat\"\nbased_on = \"reference\"\n[claim]\nrenewal = \"by-token\"\n");
+    for command in [&["sim", "--seeds", "1"][..], &["conform", "--store", "sqlite"][..]] {
+        let mut args = command.to_vec();
+        args.extend(["--variant", heartbeat.to_str().unwrap()]);
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(2), "{command:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("claim.renewal runs in check, explore and replay"), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
 }
 
 /// Solid Queue today (docs/examples/solid-queue.toml, unchanged since v1.5.0): every outcome and

@@ -215,10 +215,12 @@ fn queue_axes() -> Vec<Design> {
         ),
         // A relay whose every failure is final and that releases its lease by owner after each
         // write, with aegra's claim and status-only result (aegra 0.10.4: a worker name reused,
-        // a reaper back to pending).
+        // a reaper back to pending, a heartbeat by that name); and a heartbeat by token with
+        // reference's fences.
+        ("heartbeat-token", "[claim]\nrenewal = \"by-token\"\n"),
         (
             "aegra",
-            "[claim]\ntakes_expired_leases = false\nsets = \"owner-only\"\nbudget = \"absent\"\n[write]\nfence = \"status-only\"\nreleases_lease_by_owner = true\n[retry]\nclock = false\n[exhaustion]\nstatus = false\n[relay]\nshared_owner = true\non_failure = \"mark-failed\"\n[maintenance]\njob = \"rescue-expired\"\n",
+            "[claim]\ntakes_expired_leases = false\nsets = \"owner-only\"\nrenewal = \"by-owner\"\nbudget = \"absent\"\n[write]\nfence = \"status-only\"\nreleases_lease_by_owner = true\n[retry]\nclock = false\n[exhaustion]\nstatus = false\n[relay]\nshared_owner = true\non_failure = \"mark-failed\"\n[maintenance]\njob = \"rescue-expired\"\n",
         ),
         ("session", "[claim]\nlease = \"session\"\n"),
         (

@@ -188,3 +188,52 @@ fn a_session_ends_with_its_relays_crash_lost_connection_or_the_lease_lost_fault(
             != Some(outbox_check::core::Instant::NEVER)
     );
 }
+
+/// A heartbeat (`claim.renewal`) is a relay's step only where it extends a lease its cycle
+/// works on; fenced on a worker name another attempt reuses (aegra 0.10.4), a stale attempt's
+/// heartbeat extends its successor's lease — S1, by the route aegra PR 547 names — and fenced on
+/// the claim's token it matches nothing once the row is claimed again.
+#[test]
+fn a_heartbeat_renews_its_own_lease_and_by_owner_alone_a_successors_too() {
+    use outbox_check::core::{Doer, MessageId, Property};
+    use outbox_check::world::{Action, DbFate, Event, World};
+    let run = |path: &str| {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let design = outbox_check::design::load(&root.join(path)).unwrap();
+        let config = WorldConfig::fleet(&[design, design], 1, 1, 3, Faults::all());
+        let mut world = World::new(&config);
+        let mut actions = Vec::new();
+        let mut offered = |world: &World| {
+            actions.clear();
+            world.actions(&config, &mut actions);
+            actions.contains(&Action::Renew { relay: 0 })
+        };
+        assert!(!offered(&world), "nothing held yet");
+        world.apply(&config, Action::Poll { relay: 0, db: DbFate::Ok });
+        assert!(!offered(&world), "a lease just claimed: a renewal would change nothing");
+        world.apply(&config, Action::Tick);
+        assert!(offered(&world), "a tick later the heartbeat extends it");
+        let report = world.apply(&config, Action::Renew { relay: 0 });
+        let row = *world.outbox.row(MessageId(0)).unwrap();
+        assert_eq!(row.lease_expires_at, Some(world.now.plus(config.lease)), "{:?}", report.events);
+        assert!(report.violations.is_empty());
+        // r0 stalls past its lease; the rescuer returns the job and r1 claims it.
+        world.apply(&config, Action::Tick);
+        world.apply(&config, Action::Tick);
+        world.apply(&config, Action::Tick);
+        world.apply(&config, Action::Rescue);
+        world.apply(&config, Action::Poll { relay: 1, db: DbFate::Ok });
+        world.apply(&config, Action::Tick);
+        let stale = offered(&world);
+        let report = stale.then(|| world.apply(&config, Action::Renew { relay: 0 }));
+        (stale, report)
+    };
+    let (stale, report) = run("docs/examples/real-bugs/aegra-0-10-4.toml");
+    assert!(stale, "the same worker name: r0's heartbeat matches r1's claim");
+    let report = report.unwrap();
+    assert!(report.events.iter().any(|e| matches!(e, Event::LeaseRenewed { relay: 0, .. })));
+    let s1 = report.violations.iter().find(|v| v.property == Property::S1).expect("S1");
+    assert!(matches!(s1.breach, outbox_check::core::Breach::Superseded { by: Doer::Renewal { .. }, .. }), "{s1:?}");
+    let (stale, _) = run("docs/examples/real-bugs/aegra-pr-547.toml");
+    assert!(!stale, "PR 547's token: r0's heartbeat matches nothing of r1's claim");
+}

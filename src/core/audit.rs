@@ -440,6 +440,32 @@ impl Auditor {
         Ok(cleared)
     }
 
+    /// A heartbeat's renewal of `lease` to `until` (`claim.renewal`), with S1 (a renewal that
+    /// extends the lease of a claim other than its own — a successor's under the same owner id —
+    /// is a stale write that changed the row), S4 and S2.
+    pub fn renew(
+        &mut self,
+        outbox: &mut Outbox,
+        renewal: super::policy::Renewal,
+        lease: &Lease,
+        until: Instant,
+    ) -> Result<bool, CoreError> {
+        let id = lease.message_id;
+        let Some(old) = outbox.row(id).cloned() else {
+            return Ok(false);
+        };
+        let renewed = outbox.renew(renewal, lease, until)?;
+        let new = outbox.row(id).cloned().unwrap_or(old);
+        let by = Doer::Renewal { owner: lease.owner };
+        let latest = self.ghost(id).map(|g| g.claims).unwrap_or(0);
+        if renewed && lease.claim_seq != latest {
+            self.violated(Property::S1, Breach::Superseded { by, message: id, seq: lease.claim_seq, latest });
+        }
+        self.check_absorbing(&old, &new, by);
+        self.check_token_kept(&old, &new, by);
+        Ok(renewed)
+    }
+
     /// A maintenance job's release with S1 (it may end only the latest claim's lease: one that
     /// applies after the row was claimed again ends a lease it never read), S4 and S2.
     pub fn release(
@@ -573,6 +599,10 @@ pub enum Doer {
     LeaseRelease {
         owner: RelayId,
     },
+    /// A relay's heartbeat renewing a lease.
+    Renewal {
+        owner: RelayId,
+    },
     Reap,
     Requeue,
 }
@@ -587,6 +617,7 @@ impl Doer {
             }
             Doer::Release { fence, to } => format!("release ({} fence) to {}", fence.name(), names.status_name(to)),
             Doer::LeaseRelease { owner } => format!("lease release by {}", names.relay_name(owner)),
+            Doer::Renewal { owner } => format!("heartbeat renewal by {}", names.relay_name(owner)),
             Doer::Reap => "reap".to_string(),
             Doer::Requeue => "requeue".to_string(),
         }

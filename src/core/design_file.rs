@@ -9,7 +9,7 @@
 
 use super::policy::{
     AmbiguousShape, AttemptsAt, Backoff, BudgetPredicate, ClaimFence, ClaimOrder, ClockSource, FailureWrite, Growth,
-    IdempotencyKeyPolicy, LeaseKind, Policy, RejectionWrite, RetryTimer, TokenKind, WriteFence,
+    IdempotencyKeyPolicy, LeaseKind, Policy, RejectionWrite, Renewal, RetryTimer, TokenKind, WriteFence,
 };
 use super::time::Duration;
 use serde::{Deserialize, Serialize};
@@ -169,6 +169,10 @@ pub struct ClaimSection {
     /// database session: good_job's advisory lock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseKind>,
+    /// A heartbeat that renews the lease while the relay works: `none`, `by-owner` (aegra's
+    /// `claimed_by = worker_name`) or `by-token`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renewal: Option<Renewal>,
 }
 
 /// `[attempts]`.
@@ -406,6 +410,7 @@ impl DesignFile {
             set(&mut p.claim_fence, c.sets);
             set(&mut p.token_kind, c.token);
             set(&mut p.lease, c.lease);
+            set(&mut p.renewal, c.renewal);
         }
         if let Some(a) = &self.attempts {
             set(&mut p.attempts_at, a.counted_at);
@@ -547,6 +552,19 @@ impl DesignFile {
         if p.release_by_owner && !matches!(p.claim_fence, ClaimFence::OwnerAndToken | ClaimFence::OwnerOnly) {
             return Err("write.releases_lease_by_owner = true needs claim.sets = \"owner-and-token\" or \"owner-only\": the release matches the row by the owner its claim recorded".into());
         }
+        match p.renewal {
+            Renewal::None => {}
+            _ if p.lease != LeaseKind::Expiry || p.retry_in_lease => {
+                return Err("claim.renewal renews an expiry in the row: it needs claim.lease = \"expiry\" and retry.in_lease_column = false".into());
+            }
+            Renewal::ByOwner if !matches!(p.claim_fence, ClaimFence::OwnerAndToken | ClaimFence::OwnerOnly) => {
+                return Err("claim.renewal = \"by-owner\" needs claim.sets = \"owner-and-token\" or \"owner-only\": the heartbeat matches the row by the owner its claim recorded".into());
+            }
+            Renewal::ByToken if !matches!(p.claim_fence, ClaimFence::OwnerAndToken | ClaimFence::TokenOnly) => {
+                return Err("claim.renewal = \"by-token\" needs claim.sets = \"owner-and-token\" or \"token-only\": the heartbeat matches the row by the token its claim set".into());
+            }
+            _ => {}
+        }
         if p.retry_timer == RetryTimer::PerProcess && (p.retry_clock || p.retry_in_lease) {
             return Err("retry.timer = \"per-process\" with a retry time in the row (retry.clock or retry.in_lease_column): a design keeps its retry time in the row or in each process's timer, not both".into());
         }
@@ -590,6 +608,7 @@ impl DesignFile {
                         | "write.failure_deletes"
                         | "retry.budget_in_statement"
                         | "claim.lease"
+                        | "claim.renewal"
                         | "relay.write_clock"
                         | "retry.timer"
                         | "relay.on_failure"
@@ -673,6 +692,7 @@ impl DesignFile {
                 sets: Some(p.claim_fence),
                 token: Some(p.token_kind),
                 lease: Some(p.lease),
+                renewal: Some(p.renewal),
             }),
             attempts: Some(AttemptsSection { counted_at: Some(p.attempts_at) }),
             write: Some(WriteSection {
@@ -773,7 +793,7 @@ pub const SECTION_DOCS: [(&str, &str); 9] = [
 ];
 
 /// Every key of a design file, dotted, with its meaning and allowed values.
-pub const KEY_DOCS: [(&str, &str); 53] = [
+pub const KEY_DOCS: [(&str, &str); 54] = [
     ("name", "The design's name, as fleets and reports name it (letters, digits, - and _)."),
     ("description", "One line saying what the design is."),
     ("based_on", "A built-in design to start from; the file then says only what differs."),
@@ -786,6 +806,7 @@ pub const KEY_DOCS: [(&str, &str); 53] = [
     ("claim.sets", "\"owner-and-token\" (owner and a fresh token), \"owner-only\" (the token stays), \"token-only\" (a fresh token, no owner: underway's `current_attempt`) or \"unfenced\" (status and expiry only)."),
     ("claim.token", "\"counter\" (token + 1) or \"random\" (a fresh value, compared for equality only)."),
     ("claim.lease", "What holds a claim's lease: \"expiry\" (a time in the row; it ends when time passes it) or \"session\" (held by the claiming relay's session: a database session, as good_job's advisory lock, or a node's registration, as Wolverine's owner_id; no time ends it, the session's end does — the relay crashes, its connection dies, or the fault lease-lost ends it while the relay keeps running, good_job#989, Wolverine#3850). A session lease needs claim.sets to record the owner. Optional, default \"expiry\"."),
+    ("claim.renewal", "A heartbeat that renews the lease while the relay works on it, setting the expiry to now + the lease where the row is IN_FLIGHT and: \"by-owner\" its owner is the relay's (aegra's heartbeat, `WHERE run_id = ? AND claimed_by = ?`: with a worker name another attempt reuses, a stale attempt's heartbeat extends its successor's lease, aegra PR 547) or \"by-token\" its token is the claim's; \"none\": a lease lasts what its claim gave it. A relay paused takes no step, its heartbeat included. Needs claim.lease = \"expiry\" and claim.sets to record what it matches. Optional, default \"none\"."),
     ("attempts.counted_at", "\"claim\" (the claim's statement counts) or \"failure-write\" (the AMBIGUOUS and retry writes count)."),
     ("write.fence", "\"status-owner-token\", \"status-token\", \"status-owner\", \"status-only\" (IN_FLIGHT and the id, whoever holds it: River's completer) or \"message-id-only\" (by id alone)."),
     ("write.failure_fence", "The fence of the failure writes (AMBIGUOUS, retry, FAILED, EXHAUSTED) where it is not write.fence, the completion's; the same values. Graphile Worker completes by id and fails by `locked_by` (\"status-owner\"). Optional, default write.fence."),

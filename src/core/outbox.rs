@@ -6,7 +6,9 @@
 //! [`EnqueueResult::Stale`]); invalid input is a [`CoreError`].
 
 pub use super::policy::ReleaseFence;
-use super::policy::{AmbiguousShape, AttemptsAt, ClaimFence, ClaimOrder, LeaseKind, Policy, TokenKind, WriteFence};
+use super::policy::{
+    AmbiguousShape, AttemptsAt, ClaimFence, ClaimOrder, LeaseKind, Policy, Renewal, TokenKind, WriteFence,
+};
 use super::row::{Aggregate, AggregateId, FailureCode, Lease, LeaseToken, MessageId, RelayId, Row, Status, TenantId};
 use super::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
@@ -680,6 +682,31 @@ impl Outbox {
         }
         row.lease_owner = None;
         row.lease_expires_at = None;
+        Ok(true)
+    }
+
+    /// Whether a heartbeat's renewal of `lease` to `until` matches row `row` (`renewal`'s fence:
+    /// IN_FLIGHT and the owner, or IN_FLIGHT and the token) and would change it.
+    pub fn renews(renewal: Renewal, row: &Row, lease: &Lease, until: Instant) -> bool {
+        let matches = !row.deleted
+            && row.status == Status::InFlight
+            && match renewal {
+                Renewal::None => false,
+                Renewal::ByOwner => row.lease_owner == Some(lease.owner),
+                Renewal::ByToken => row.lease_token == lease.token,
+            };
+        matches && row.lease_expires_at != Some(until)
+    }
+
+    /// A heartbeat's renewal (`claim.renewal`): sets row `id`'s expiry to `until` where
+    /// [`Outbox::renews`] says it matches. Returns whether it changed the row.
+    pub fn renew(&mut self, renewal: Renewal, lease: &Lease, until: Instant) -> Result<bool, CoreError> {
+        let i = self.index(lease.message_id).ok_or(CoreError::UnknownMessage(lease.message_id))?;
+        let row = &mut self.rows[i];
+        if !Self::renews(renewal, row, lease, until) {
+            return Ok(false);
+        }
+        row.lease_expires_at = Some(until);
         Ok(true)
     }
 

@@ -71,6 +71,22 @@ pub enum LeaseKind {
     Session,
 }
 
+/// A heartbeat that renews a claim's lease while its relay works on it: `UPDATE … SET
+/// lease_expires_at = now + lease WHERE id = ? AND status = IN_FLIGHT AND <fence>`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Renewal {
+    /// No renewal: a lease lasts what its claim gave it (seed 000's outbox).
+    #[default]
+    None,
+    /// Fenced on the owner id alone (aegra's heartbeat, `claimed_by = worker_name`): with an id
+    /// another attempt reuses, a stale attempt's heartbeat extends its successor's lease.
+    ByOwner,
+    /// Fenced on the claim's token (aegra PR 547's proposal: every worker write on the exact
+    /// claim token).
+    ByToken,
+}
+
 /// Who keeps the time a failed row may be retried at.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -365,6 +381,9 @@ pub struct Policy {
     /// `finally`).
     #[serde(default)]
     pub release_by_owner: bool,
+    /// A heartbeat that renews the lease while its relay works, and what it is fenced on.
+    #[serde(default)]
+    pub renewal: Renewal,
     pub backoff: Backoff,
     pub relay: RelayPolicy,
 }
@@ -651,6 +670,7 @@ impl Policy {
             lease: LeaseKind::Expiry,
             retry_timer: RetryTimer::Row,
             release_by_owner: false,
+            renewal: Renewal::None,
             backoff: Backoff::between(super::time::Duration(1), super::time::Duration(1)),
             relay: RelayPolicy {
                 idempotency_key: IdempotencyKeyPolicy::MessageId,
@@ -705,7 +725,19 @@ impl Policy {
             ("lease", s(&self.lease)),
             ("retry_timer", s(&self.retry_timer)),
             ("release_by_owner", s(&self.release_by_owner)),
-            ("backoff", format!("{}..{}", self.backoff.base, self.backoff.cap)),
+            ("renewal", s(&self.renewal)),
+            (
+                "backoff",
+                match self.backoff.growth {
+                    Growth::Exponential { factor_milli: 2000 } => {
+                        format!("{}..{}", self.backoff.base, self.backoff.cap)
+                    }
+                    Growth::Exponential { factor_milli } => {
+                        format!("{}..{} ×{}", self.backoff.base, self.backoff.cap, f64::from(factor_milli) / 1000.0)
+                    }
+                    Growth::Power { exponent } => format!("{}..{} n^{exponent}", self.backoff.base, self.backoff.cap),
+                },
+            ),
             ("relay.idempotency_key", s(&self.relay.idempotency_key)),
             ("relay.rejection", s(&self.relay.rejection)),
             ("relay.publish_before_ack", s(&self.relay.publish_before_ack)),

@@ -663,6 +663,7 @@ impl FleetFacts {
                     && !p.requeue_resets_token
                     && p.rescue != Some(crate::core::ReleaseFence::Id)
                     && !p.release_by_owner
+                    && p.renewal == crate::core::policy::Renewal::None
             }),
             keeps_terminal: policies.iter().all(|p| {
                 !p.claim_terminal
