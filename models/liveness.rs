@@ -29,7 +29,18 @@ use outbox_check::world::{Abstraction, Action, Fault, World, WorldConfig};
 use std::collections::HashMap;
 
 /// The maintenance jobs, each weakly fair: enabled in a run's cycle, it runs there.
-const MAINTENANCE: [Action; 4] = [Action::Reap, Action::Rescue, Action::RescueRead, Action::RescueWrite];
+const MAINTENANCE: [Action; 5] =
+    [Action::Reap, Action::Rescue, Action::RescueRead, Action::RescueWrite, Action::Schedule { node: None }];
+
+/// The maintenance job an action is, as [`MAINTENANCE`] lists them (the scheduler on any node
+/// is one job).
+fn job_of(action: Action) -> Option<usize> {
+    let kind = match action {
+        Action::Schedule { .. } => Action::Schedule { node: None },
+        other => other,
+    };
+    MAINTENANCE.iter().position(|job| *job == kind)
+}
 
 /// How the liveness graph normalises its states: with the safety abstractions and no
 /// reachability flag tracked.
@@ -53,10 +64,8 @@ impl Summary {
     /// The summary of `world`, whose enabled steps are `actions`.
     pub fn of(world: &World, config: &WorldConfig, actions: &[Action]) -> Summary {
         let mut flags = if pauses(world, config) { PAUSES } else { 0 };
-        for (j, job) in MAINTENANCE.iter().enumerate() {
-            if actions.contains(job) {
-                flags |= JOB << j;
-            }
+        for j in actions.iter().filter_map(|a| job_of(*a)) {
+            flags |= JOB << j;
         }
         let mut bytes = smallvec::smallvec![flags];
         for m in 0..config.messages {
@@ -84,7 +93,7 @@ pub fn class_of(action: Action, config: &WorldConfig) -> u16 {
     if action == Action::Tick {
         class |= TICK;
     }
-    if let Some(j) = MAINTENANCE.iter().position(|job| *job == action) {
+    if let Some(j) = job_of(action) {
         class |= EDGE_JOB << j;
     }
     if let Some(r) = relay_of(action) {
@@ -96,7 +105,7 @@ pub fn class_of(action: Action, config: &WorldConfig) -> u16 {
 const FAULT: u16 = 1;
 const TICK: u16 = 2;
 const EDGE_JOB: u16 = 4;
-const RELAY_SHIFT: u16 = 6;
+const RELAY_SHIFT: u16 = 7;
 
 /// The explored graph, built by [`crate::graph::explore`]: states by number (breadth-first
 /// order), each with its parent in the search tree (for paths), its edges in the order of
@@ -320,25 +329,25 @@ impl Graph {
                 if class & TICK != 0 {
                     seen_classes |= 1;
                 }
-                seen_classes |= u64::from((class >> 2) & 0xf) << 1;
+                seen_classes |= u64::from((class >> 2) & 0x1f) << 1;
                 let relay = class >> RELAY_SHIFT;
-                if relay > 0 && relay < 59 {
-                    seen_classes |= 1 << (4 + relay);
+                if relay > 0 && relay < 58 {
+                    seen_classes |= 1 << (5 + relay);
                 }
             }
             if seen_classes & 1 == 0 {
                 continue;
             }
-            if !(0..relays).all(|r| seen_classes & (1 << (5 + r)) != 0) {
+            if !(0..relays).all(|r| seen_classes & (1 << (6 + r)) != 0) {
                 continue;
             }
             // Weak fairness for the maintenance jobs: each one enabled somewhere in the
             // component runs in it.
-            let enabled = component.iter().fold(0u8, |acc, &i| acc | self.flags(i) >> 1) & 0xf;
+            let enabled = component.iter().fold(0u8, |acc, &i| acc | self.flags(i) >> 1) & 0x1f;
             if u64::from(enabled) & (seen_classes >> 1) != u64::from(enabled) {
                 continue;
             }
-            let jobs: Vec<u16> = (0..4).filter(|j| enabled & (1 << j) != 0).map(|j| EDGE_JOB << j).collect();
+            let jobs: Vec<u16> = (0..5).filter(|j| enabled & (1 << j) != 0).map(|j| EDGE_JOB << j).collect();
             if reached_from_start.as_ref().is_some_and(|r| component.iter().all(|&i| !r[i as usize])) {
                 continue;
             }
@@ -722,13 +731,13 @@ pub fn confirm_lasso(
     if !cycle.contains(&Action::Tick) {
         return Err("time does not advance in the cycle".into());
     }
-    for job in MAINTENANCE {
+    for (j, job) in MAINTENANCE.iter().enumerate() {
         let enabled = worlds[start..].iter().any(|w| {
             let mut enabled = Vec::new();
             w.actions(config, &mut enabled);
-            enabled.contains(&job)
+            enabled.iter().any(|a| job_of(*a) == Some(j))
         });
-        if enabled && !cycle.contains(&job) {
+        if enabled && !cycle.iter().any(|a| job_of(*a) == Some(j)) {
             return Err(format!("\"{job}\" has work in the cycle but never runs"));
         }
     }

@@ -447,6 +447,12 @@ pub fn describe(event: &Event) -> String {
             messages.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", "),
             until.0
         ),
+        Event::Scheduled { node, now, messages } => format!(
+            "scheduler{} at t={}: {} claimable again (retry time passed)",
+            node.map_or(String::new(), |r| format!(" on r{r}'s node, by its clock,")),
+            now.0,
+            messages.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", ")
+        ),
         Event::Reaped { now, messages } => {
             format!(
                 "reaper at t={}: {} exhausted",
@@ -576,6 +582,7 @@ fn rename_relay(action: Action, real_of: &[usize]) -> Action {
         Action::Crash { relay } => Action::Crash { relay: map(relay) },
         Action::LeaseLost { relay } => Action::LeaseLost { relay: map(relay) },
         Action::Renew { relay } => Action::Renew { relay: map(relay) },
+        Action::Schedule { node } => Action::Schedule { node: node.map(map) },
         Action::MisroutedWrite { relay } => Action::MisroutedWrite { relay: map(relay) },
         other => other,
     }

@@ -196,6 +196,11 @@ fn mermaid_event(event: &Event, true_now: u64) -> String {
             messages.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", "),
             until.0
         ),
+        Event::Scheduled { now, messages, .. } => format!(
+            "    Note over DB: scheduler at t={}: {} claimable again\n",
+            now.0,
+            messages.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", ")
+        ),
         Event::Reaped { now, messages } => format!(
             "    Note over DB: reaper at t={}: {} → EXHAUSTED\n",
             now.0,

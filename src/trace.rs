@@ -1088,6 +1088,14 @@ pub fn from_world(config: &crate::world::WorldConfig, events: &[crate::world::Ev
                     until.0
                 ),
             }),
+            // Nor a scheduler: a note (trace refuses such designs, decision 89).
+            W::Scheduled { now, messages, .. } => out.push(Event::Fault {
+                kind: format!(
+                    "the scheduler made {} claimable again at {}",
+                    messages.iter().map(|m| message(*m)).collect::<Vec<_>>().join(", "),
+                    now.0
+                ),
+            }),
             W::Reaped { now, messages } => {
                 out.push(Event::Reap { now: now.0, messages: messages.iter().map(|m| message(*m)).collect() })
             }

@@ -179,6 +179,11 @@ impl WorldConfig {
         (0..self.relays.len()).find_map(|i| self.policy(i).rescue)
     }
 
+    /// Some design of the fleet runs the scheduler (`maintenance.scheduler`).
+    pub fn has_scheduler(&self) -> bool {
+        (0..self.relays.len()).any(|i| self.policy(i).scheduler)
+    }
+
     /// Some design of the fleet runs the reaper job.
     pub fn has_reaper(&self) -> bool {
         (0..self.relays.len()).any(|i| self.policy(i).relay.reaper)
@@ -324,6 +329,10 @@ pub enum Action {
     RescueRead,
     /// The rescuer's second statement: moves the row it read (fence `token` or `id`).
     RescueWrite,
+    /// The scheduler makes the rows whose retry time has passed claimable again, by the database's
+    /// clock (`node: None`), or, for a design that reads the process's clock, by the clock of
+    /// relay `node`'s process: it may run on any node.
+    Schedule { node: Option<u16> },
     /// The true clock advances by one tick.
     Tick,
     /// The application enqueues the next message; `stale` with a version it read too early.
@@ -346,6 +355,7 @@ impl Action {
             | Action::Rescue
             | Action::RescueRead
             | Action::RescueWrite
+            | Action::Schedule { .. }
             | Action::Tick
             | Action::Enqueue { .. }
             | Action::Requeue { .. } => None,
@@ -494,6 +504,13 @@ pub enum Event {
         messages: Vec<MessageId>,
     },
     Reaped {
+        now: Instant,
+        messages: Vec<MessageId>,
+    },
+    /// The scheduler made `messages` claimable again (`maintenance.scheduler`), at `now` by the
+    /// clock it read: the database's, or relay `node`'s process's.
+    Scheduled {
+        node: Option<u16>,
         now: Instant,
         messages: Vec<MessageId>,
     },
@@ -725,6 +742,25 @@ impl World {
             }),
             _ => {}
         }
+        // Enabled only when it has work, as the reaper: on the database's clock, and on each node
+        // whose design reads its own (nodes of one clock offer the same step, so that renaming
+        // relays renames it).
+        let mut database = false;
+        for i in 0..config.relays.len() {
+            let policy = config.policy(i);
+            if !policy.scheduler {
+                continue;
+            }
+            let node = policy.relay.reads_relay_clock().then_some(i as u16);
+            if node.is_none() && std::mem::replace(&mut database, true) {
+                continue;
+            }
+            if let Some(now) = self.scheduler_clock(config, node) {
+                if self.outbox.rows().iter().any(|row| Outbox::is_schedulable(row, now)) {
+                    actions.push(Action::Schedule { node });
+                }
+            }
+        }
         if config.time_max.is_none_or(|max| self.now.plus(config.tick) <= max) {
             actions.push(Action::Tick);
         }
@@ -791,6 +827,11 @@ impl World {
                 let lease = self.rescuer.take().expect("a rescuer write after its read");
                 let fence = config.rescue().expect("a design with a rescuer");
                 self.rescue(config, lease, fence, &mut report);
+            }
+            Action::Schedule { node } => {
+                let now = self.scheduler_clock(config, node).expect("a scheduler on that clock");
+                let messages = self.auditor.schedule(&mut self.outbox, now, self.now);
+                report.event(|| Event::Scheduled { node, now, messages });
             }
             Action::Tick => {
                 self.now = self.now.plus(config.tick);
@@ -883,6 +924,18 @@ impl World {
 
     /// Relay `r`'s session ends: where its design's leases are the session's, every
     /// lease it holds ends now, whether or not the relay still runs.
+    /// The clock a scheduler reads: the database's, or that of relay `node`'s process (a design
+    /// with a scheduler that reads its process's clock); None where no such scheduler runs.
+    fn scheduler_clock(&self, config: &WorldConfig, node: Option<u16>) -> Option<Instant> {
+        match node {
+            None => config.has_scheduler().then_some(self.now),
+            Some(r) => {
+                let policy = config.relays.get(r as usize).map(|_| config.policy(r as usize))?;
+                policy.scheduler.then(|| self.clocks(config, r as usize).now_for(&policy))
+            }
+        }
+    }
+
     /// The leases relay `r`'s heartbeat would renew now, each with the expiry it would set: those
     /// its cycle works on whose row the renewal matches and changes.
     fn renewals<'a>(&'a self, config: &'a WorldConfig, r: usize) -> impl Iterator<Item = (Lease, Instant)> + 'a {
@@ -1100,6 +1153,8 @@ impl fmt::Display for Action {
             Action::Rescue => write!(f, "rescuer runs"),
             Action::RescueRead => write!(f, "rescuer reads an expired lease"),
             Action::RescueWrite => write!(f, "rescuer moves the row it read"),
+            Action::Schedule { node: None } => write!(f, "scheduler runs"),
+            Action::Schedule { node: Some(r) } => write!(f, "scheduler runs on r{r}'s node"),
             Action::Tick => write!(f, "tick"),
             Action::Enqueue { stale } => write!(f, "enqueue{}", if *stale { " (stale)" } else { "" }),
             Action::Requeue { message } => write!(f, "requeue m{message}"),

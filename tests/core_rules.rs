@@ -1119,6 +1119,7 @@ fn a_policys_switches_are_its_fields_under_their_keys_in_the_files_words() {
         "retry_timer",
         "release_by_owner",
         "renewal",
+        "scheduler",
         "backoff",
         "relay.idempotency_key",
         "relay.rejection",
@@ -1885,4 +1886,63 @@ fn a_renewal_extends_only_what_its_fence_matches_and_a_stale_one_is_s1() {
         "name = \"hb-session\"\nbased_on = \"reference\"\n[claim]\nlease = \"session\"\nrenewal = \"by-token\"\n";
     let e = outbox_check::design::from_text(session, "hb-session.toml").unwrap_err();
     assert!(e.contains("claim.renewal renews an expiry in the row"), "{e}");
+}
+
+/// `maintenance.scheduler` (River's `JobSchedule`, Oban's `stage_jobs`): a row given a retry time
+/// is claimable only once the scheduler has run after that time; the scheduler moves every such
+/// row and nothing else.
+#[test]
+fn a_scheduler_makes_due_retries_claimable_and_the_claim_waits_for_it() {
+    let text = "name = \"sched\"\nbased_on = \"reference\"\n[maintenance]\nscheduler = true\n";
+    let policy = outbox_check::design::from_text(text, "sched.toml").unwrap().policy();
+    assert!(policy.scheduler);
+    let mut outbox = table(3);
+    let mut auditor = Auditor::new(MAX);
+    // m0 fails and waits until its retry time; m1 is claimed and stays IN_FLIGHT; m2 is fresh.
+    let m0 = auditor.claim(&mut outbox, &policy, &claim(0, 1, 100), Instant(100)).unwrap()[0];
+    let retry = WriteRequest {
+        lease: m0,
+        kind: WriteKind::Retry { code: FailureCode::Unavailable },
+        now: Instant(110),
+        max_attempts: MAX,
+    };
+    assert!(matches!(auditor.write(&mut outbox, &policy, &retry).unwrap(), WriteResult::Applied { .. }));
+    let at = outbox.row(MessageId(0)).unwrap().next_attempt_at.expect("a retry time");
+    auditor.claim(&mut outbox, &policy, &claim(0, 1, 100), Instant(100)).unwrap();
+    // Past the retry time, the claim still does not take m0: the scheduler has not run.
+    let later = Instant(at.0 + 1_000);
+    let row = *outbox.row(MessageId(0)).unwrap();
+    assert!(!Outbox::is_claimable(&policy, &row, TenantId(0), later, MAX));
+    let without = Policy { scheduler: false, ..policy };
+    assert!(Outbox::is_claimable(&without, &row, TenantId(0), later, MAX), "the retry clock alone would take it");
+    // Before the retry time the scheduler has nothing to move; after it, exactly m0.
+    assert!(auditor.schedule(&mut outbox, Instant(at.0 - 1), Instant(at.0 - 1)).is_empty());
+    let mut ahead = (outbox.clone(), auditor.clone());
+    assert_eq!(auditor.schedule(&mut outbox, at, at), vec![MessageId(0)]);
+    assert!(auditor.take_violations().iter().all(|v| v.property == Property::S7 || v.property == Property::S2));
+    let row = *outbox.row(MessageId(0)).unwrap();
+    assert_eq!((row.status, row.next_attempt_at), (Status::Pending, None));
+    assert!(Outbox::is_claimable(&policy, &row, TenantId(0), at, MAX));
+    assert!(outbox.row(MessageId(1)).unwrap().status == Status::InFlight, "an in-flight row is not the scheduler's");
+    assert!(auditor.schedule(&mut outbox, later, later).is_empty(), "nothing left to move");
+    auditor.claim(&mut outbox, &policy, &claim(0, 1, 100), at).unwrap();
+    assert!(auditor.take_violations().iter().all(|v| v.property != Property::S7), "claimed at its time");
+    // A scheduler whose clock runs ahead of the true one moves m0 early: the claim that follows
+    // before the retry time breaks S7, one at or after it does not.
+    let (outbox, auditor) = &mut ahead;
+    auditor.take_violations();
+    assert_eq!(auditor.schedule(outbox, at, Instant(at.0 - 5)), vec![MessageId(0)]);
+    let mut later_claim = (outbox.clone(), auditor.clone());
+    auditor.claim(outbox, &policy, &claim(0, 1, 100), Instant(at.0 - 5)).unwrap();
+    let v = auditor.take_violations();
+    assert!(v.iter().any(|v| matches!(v.breach, Breach::TookBeforeRetry { .. })), "{v:?}");
+    let (outbox, auditor) = &mut later_claim;
+    auditor.claim(outbox, &policy, &claim(0, 1, 100), at).unwrap();
+    assert!(auditor.take_violations().iter().all(|v| v.property != Property::S7));
+    // A scheduler needs a retry time in the row.
+    let clockless = text
+        .replace("[maintenance]", "[retry]\nclock = false\n[maintenance]")
+        .replace("\"sched\"", "\"sched-clockless\"");
+    let e = outbox_check::design::from_text(&clockless, "sched-clockless.toml").unwrap_err();
+    assert!(e.contains("maintenance.scheduler = true makes rows claimable"), "{e}");
 }

@@ -169,8 +169,11 @@ fn queue_axes() -> Vec<Design> {
         ("no-retake", "[claim]\ntakes_expired_leases = false\n"),
         (
             "river",
-            "[claim]\ntakes_expired_leases = false\n[write]\nfence = \"status-only\"\n[maintenance]\njob = \"rescue-expired\"\ntarget = \"retry\"\n",
+            "[claim]\ntakes_expired_leases = false\n[write]\nfence = \"status-only\"\n[maintenance]\njob = \"rescue-expired\"\ntarget = \"retry\"\nscheduler = true\n",
         ),
+        // A scheduler that makes due retries claimable (River's JobSchedule), with reference's
+        // claim and fences.
+        ("scheduler", "[maintenance]\nscheduler = true\n"),
         (
             "river-by-id",
             "[claim]\ntakes_expired_leases = false\n[write]\nfence = \"status-only\"\n[maintenance]\njob = \"rescue-expired\"\nfence = \"id\"\ntarget = \"retry\"\n",

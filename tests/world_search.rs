@@ -237,3 +237,66 @@ fn a_heartbeat_renews_its_own_lease_and_by_owner_alone_a_successors_too() {
     let (stale, _) = run("docs/examples/real-bugs/aegra-pr-547.toml");
     assert!(!stale, "PR 547's token: r0's heartbeat matches nothing of r1's claim");
 }
+
+/// The scheduler (`maintenance.scheduler`) is a step only where a retry time has passed, and the
+/// row it moves is then claimable; a fleet without one never offers it.
+#[test]
+fn the_scheduler_is_a_step_only_when_a_retry_is_due() {
+    use outbox_check::core::{MessageId, Status};
+    use outbox_check::world::{Action, BrokerFate, DbFate, Event, World};
+    let text = "name = \"sched-world\"\nbased_on = \"reference\"\n[maintenance]\nscheduler = true\n";
+    let design = outbox_check::design::from_text(text, "sched-world.toml").unwrap();
+    let config = WorldConfig::fleet(&[design], 1, 1, 3, Faults::all());
+    let mut world = World::new(&config);
+    let offered = |world: &World| {
+        let mut actions = Vec::new();
+        world.actions(&config, &mut actions);
+        actions.contains(&Action::Schedule { node: None })
+    };
+    world.apply(&config, Action::Poll { relay: 0, db: DbFate::Ok });
+    world.apply(&config, Action::Publish { relay: 0, fate: BrokerFate::Unavailable });
+    world.apply(&config, Action::Write { relay: 0, db: DbFate::Ok });
+    let row = *world.outbox.row(MessageId(0)).unwrap();
+    let at = row.next_attempt_at.expect("a retry time");
+    assert_eq!(row.status, Status::Pending);
+    assert!(!offered(&world), "not due yet");
+    while world.now < at {
+        world.apply(&config, Action::Tick);
+    }
+    assert!(offered(&world));
+    // Due, but a claim before the scheduler runs takes nothing.
+    let mut probe = world.clone();
+    probe.apply(&config, Action::Poll { relay: 0, db: DbFate::Ok });
+    assert_eq!(probe.outbox.row(MessageId(0)).unwrap().status, Status::Pending);
+    let report = world.apply(&config, Action::Schedule { node: None });
+    assert!(report
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::Scheduled { messages, .. } if messages == &[MessageId(0)])));
+    assert!(!offered(&world), "nothing left to move");
+    world.apply(&config, Action::Poll { relay: 0, db: DbFate::Ok });
+    assert_eq!(world.outbox.row(MessageId(0)).unwrap().status, Status::InFlight);
+    let plain = WorldConfig::fleet(&[Design::Variant(Variant::Reference)], 1, 1, 3, Faults::all());
+    assert!(!plain.has_scheduler());
+    // A design that reads the process's clock runs its scheduler on any node: on one whose clock
+    // runs ahead (the clock-skew fault: r1 a lease ahead), it makes a retry claimable early, and
+    // the claim that follows at once breaks S7.
+    let text = "name = \"sched-node\"\nbased_on = \"reference\"\n[relay]\nclock = \"relay\"\n[maintenance]\nscheduler = true\n";
+    let design = outbox_check::design::from_text(text, "sched-node.toml").unwrap();
+    let config = WorldConfig::fleet(&[design, design], 1, 1, 3, Faults::all());
+    let mut world = World::new(&config);
+    world.apply(&config, Action::Poll { relay: 0, db: DbFate::Ok });
+    world.apply(&config, Action::Publish { relay: 0, fate: BrokerFate::Unavailable });
+    world.apply(&config, Action::Write { relay: 0, db: DbFate::Ok });
+    let at = world.outbox.row(MessageId(0)).unwrap().next_attempt_at.unwrap();
+    assert!(at > world.now);
+    let mut actions = Vec::new();
+    world.actions(&config, &mut actions);
+    assert!(actions.contains(&Action::Schedule { node: Some(1) }), "r1's node is ahead: {actions:?}");
+    assert!(!actions.contains(&Action::Schedule { node: Some(0) }), "r0's is not");
+    assert!(!actions.contains(&Action::Schedule { node: None }), "no scheduler reads the database's clock");
+    let report = world.apply(&config, Action::Schedule { node: Some(1) });
+    assert!(report.violations.is_empty(), "making it claimable is not yet a claim");
+    let report = world.apply(&config, Action::Poll { relay: 0, db: DbFate::Ok });
+    assert!(report.violations.iter().any(|v| v.property == Property::S7), "{:?}", report.violations);
+}

@@ -305,7 +305,8 @@ fn parse_shard(text: &str) -> Result<(u64, u64), String> {
 
 /// Refuses a design whose leases a database session holds (`claim.lease = "session"`), whose
 /// relay releases its lease by owner after each write (`write.releases_lease_by_owner`), or whose
-/// relay renews its lease by a heartbeat (`claim.renewal`), in a
+/// relay renews its lease by a heartbeat (`claim.renewal`), or that runs a scheduler
+/// (`maintenance.scheduler`), in a
 /// command that does not model it: only check, explore and replay (the model's world) do.
 pub fn refuse_world_only(designs: &[Design], command: &str) -> Result<(), String> {
     if let Some(design) = designs.iter().find(|d| d.policy().lease == outbox_check::core::LeaseKind::Session) {
@@ -317,6 +318,12 @@ pub fn refuse_world_only(designs: &[Design], command: &str) -> Result<(), String
     if let Some(design) = designs.iter().find(|d| d.policy().release_by_owner) {
         return Err(format!(
             "design {}: write.releases_lease_by_owner = true runs in check, explore and replay; {command} does not run a relay's lease release yet",
+            design.name()
+        ));
+    }
+    if let Some(design) = designs.iter().find(|d| d.policy().scheduler) {
+        return Err(format!(
+            "design {}: maintenance.scheduler = true runs in check, explore and replay; {command} does not run a scheduler yet",
             design.name()
         ));
     }

@@ -311,10 +311,17 @@ impl Auditor {
             // A retry of a design whose relays keep their own timers: no sooner than the delay after
             // the last one, whichever relay made it (the ghost's promise, renewed below).
             let retry = policy.waits_for_relay_timer(old.attempts);
-            if retry {
+            // And of a design with a scheduler: no sooner than the retry time the scheduler
+            // cleared, where its clock ran ahead of the true one.
+            if retry || policy.scheduler {
                 let promised = self.ghost(message).and_then(|g| g.retry_promise);
                 if let Some(at) = promised.filter(|&at| at > true_now) {
-                    self.violated(Property::S7, Breach::RetriedTooSoon { by, message, now: true_now, at });
+                    let breach = if retry {
+                        Breach::RetriedTooSoon { by, message, now: true_now, at }
+                    } else {
+                        Breach::TookBeforeRetry { by, message, now: true_now, at }
+                    };
+                    self.violated(Property::S7, breach);
                 }
             }
             let fresh = match policy.token_kind {
@@ -334,6 +341,8 @@ impl Auditor {
             lease.claim_seq = ghost.claims;
             if retry {
                 ghost.retry_promise = Some(true_now.plus(policy.backoff.delay(lease.attempts)));
+            } else if policy.scheduler {
+                ghost.retry_promise = None;
             }
             if policy.token_kind == TokenKind::Random {
                 ghost.tokens_seen.push(old.lease_token);
@@ -464,6 +473,25 @@ impl Auditor {
         self.check_absorbing(&old, &new, by);
         self.check_token_kept(&old, &new, by);
         Ok(renewed)
+    }
+
+    /// The scheduler's step at `now` by its own clock (`maintenance.scheduler`), with S4 and S2
+    /// on every row it moved (it moves only PENDING and AMBIGUOUS rows, so neither can break
+    /// unless the core is wrong). A row whose retry time is still ahead of `true_now` — the
+    /// scheduler's clock runs ahead — keeps that time in its ghost, and a claim before it breaks
+    /// S7.
+    pub fn schedule(&mut self, outbox: &mut Outbox, now: Instant, true_now: Instant) -> Vec<MessageId> {
+        let before: Vec<Row> = outbox.rows().iter().filter(|r| Outbox::is_schedulable(r, now)).copied().collect();
+        let moved = outbox.schedule(now);
+        for old in &before {
+            let new = outbox.row(old.message_id).copied().unwrap_or(*old);
+            self.check_absorbing(old, &new, Doer::Scheduler);
+            self.check_token_kept(old, &new, Doer::Scheduler);
+            if let Some(at) = old.next_attempt_at.filter(|&at| at > true_now) {
+                self.ghost_mut(old.message_id).retry_promise = Some(at);
+            }
+        }
+        moved
     }
 
     /// A maintenance job's release with S1 (it may end only the latest claim's lease: one that
@@ -603,6 +631,8 @@ pub enum Doer {
     Renewal {
         owner: RelayId,
     },
+    /// The scheduler making a row claimable again.
+    Scheduler,
     Reap,
     Requeue,
 }
@@ -618,6 +648,7 @@ impl Doer {
             Doer::Release { fence, to } => format!("release ({} fence) to {}", fence.name(), names.status_name(to)),
             Doer::LeaseRelease { owner } => format!("lease release by {}", names.relay_name(owner)),
             Doer::Renewal { owner } => format!("heartbeat renewal by {}", names.relay_name(owner)),
+            Doer::Scheduler => "scheduler".to_string(),
             Doer::Reap => "reap".to_string(),
             Doer::Requeue => "requeue".to_string(),
         }

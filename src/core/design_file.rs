@@ -326,6 +326,9 @@ pub struct MaintenanceSection {
     /// `exhausts` (a row whose budget is spent goes to EXHAUSTED) or `ignored`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<super::policy::RescueBudget>,
+    /// A row given a retry time waits for the scheduler's step (River's `JobSchedule`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<bool>,
 }
 
 /// `[relay]`: what the relay process does.
@@ -521,6 +524,10 @@ impl DesignFile {
             }
             set(&mut p.rescue_to, m.target);
             set(&mut p.rescue_budget, m.budget);
+            set(&mut p.scheduler, m.scheduler);
+        }
+        if p.scheduler && (!p.retry_clock || p.retry_in_lease) {
+            return Err("maintenance.scheduler = true makes rows claimable whose retry time in next_attempt_at has passed: it needs retry.clock = true and retry.in_lease_column = false".into());
         }
         if p.claim_live_leases && !p.claim_expired_leases {
             return Err("claim.takes_expired_leases = false with takes_live_leases = true: a claim that takes live leases takes expired ones too".into());
@@ -609,6 +616,7 @@ impl DesignFile {
                         | "retry.budget_in_statement"
                         | "claim.lease"
                         | "claim.renewal"
+                        | "maintenance.scheduler"
                         | "relay.write_clock"
                         | "retry.timer"
                         | "relay.on_failure"
@@ -732,6 +740,7 @@ impl DesignFile {
                 fence: p.rescue,
                 target: p.rescue.map(|_| p.rescue_to),
                 budget: p.rescue.map(|_| p.rescue_budget),
+                scheduler: Some(p.scheduler),
             }),
             relay: Some(RelaySection {
                 clock: Some(p.relay.clock),
@@ -793,7 +802,7 @@ pub const SECTION_DOCS: [(&str, &str); 9] = [
 ];
 
 /// Every key of a design file, dotted, with its meaning and allowed values.
-pub const KEY_DOCS: [(&str, &str); 54] = [
+pub const KEY_DOCS: [(&str, &str); 55] = [
     ("name", "The design's name, as fleets and reports name it (letters, digits, - and _)."),
     ("description", "One line saying what the design is."),
     ("based_on", "A built-in design to start from; the file then says only what differs."),
@@ -832,6 +841,7 @@ pub const KEY_DOCS: [(&str, &str); 54] = [
     ("maintenance.fence", "The rescuer's fence: \"expired\" (finds and moves a row in one statement), \"token\" (moves the row it read if the token is still the one it read) or \"id\" (moves the row it read by id, whatever holds it now)."),
     ("maintenance.target", "Where the rescuer moves a row: \"pending\" (claimable at once: Oban's Lifeline), \"retry\" (PENDING with a retry time, the backoff of its attempts: River's rescuer) or \"failed\" (Solid Queue's pruner). Optional, default \"pending\"."),
     ("maintenance.budget", "Whether the rescuer checks the budget: \"exhausts\" (a row whose budget is spent goes to EXHAUSTED, FAILED without it: River) or \"ignored\" (back to the target whatever its attempts: oban#137). Optional, default \"exhausts\"."),
+    ("maintenance.scheduler", "true: a row given a retry time (a retry or AMBIGUOUS write, or the rescuer's \"retry\" target) waits for the scheduler, a maintenance step of its own that makes every row whose retry time has passed claimable again, in one statement (River's JobSchedule and Oban's stage_jobs: `retryable` → `available`); the claim takes only rows without a retry time. Needs retry.clock = true. Optional, default false."),
     ("relay.clock", "\"database\" (one clock for all) or \"relay\" (each relay's own, bound as a parameter; may be skewed)."),
     ("relay.write_clock", "Whose clock the terminal and failure writes read, where it is not relay.clock's: \"database\" or \"relay\" (a retry's due time from the relay's clock, compared by the claims with the database's: NServiceBus.SqlServer before 4.3, issue 463). Optional, default relay.clock's."),
     ("relay.idempotency_key", "\"message-id\" on every attempt, or \"per-attempt\" (a new key each time)."),

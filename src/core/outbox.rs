@@ -386,7 +386,13 @@ impl Outbox {
         let lease_ok = policy.claim_live_leases
             || (row.lease_expires_at.is_none_or(|at| at <= now)
                 && (policy.claim_expired_leases || row.status != Status::InFlight));
-        let clock_ok = !policy.retry_clock || row.next_attempt_at.is_none_or(|at| at <= now);
+        // With a scheduler the claim takes only rows without a retry time: those the scheduler
+        // made claimable, or never delayed (River: `state = 'available'`).
+        let clock_ok = if policy.scheduler {
+            row.next_attempt_at.is_none()
+        } else {
+            !policy.retry_clock || row.next_attempt_at.is_none_or(|at| at <= now)
+        };
         let budget_ok = !policy.budget.spent(row.attempts, max_attempts);
         lease_ok && clock_ok && budget_ok
     }
@@ -708,6 +714,26 @@ impl Outbox {
         }
         row.lease_expires_at = Some(until);
         Ok(true)
+    }
+
+    /// The scheduler's predicate: a row waiting for a retry time that has passed at `now`.
+    pub fn is_schedulable(row: &Row, now: Instant) -> bool {
+        !row.deleted
+            && matches!(row.status, Status::Pending | Status::Ambiguous)
+            && row.next_attempt_at.is_some_and(|at| at <= now)
+    }
+
+    /// The scheduler's one statement (`maintenance.scheduler`): every row whose retry time has
+    /// passed at `now` loses it, and so becomes claimable. Returns the rows it moved, by id.
+    pub fn schedule(&mut self, now: Instant) -> Vec<MessageId> {
+        let mut moved = Vec::new();
+        for row in &mut self.rows {
+            if Self::is_schedulable(row, now) {
+                row.next_attempt_at = None;
+                moved.push(row.message_id);
+            }
+        }
+        moved
     }
 
     /// The rescuer's read: the first row, by id, whose lease has expired at `now`.

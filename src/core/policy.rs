@@ -384,6 +384,11 @@ pub struct Policy {
     /// A heartbeat that renews the lease while its relay works, and what it is fenced on.
     #[serde(default)]
     pub renewal: Renewal,
+    /// A row given a retry time waits for the scheduler, a maintenance step that makes every row
+    /// whose retry time has passed claimable again (River's `JobSchedule`, Oban's `stage_jobs`:
+    /// `retryable` → `available`); the claim takes only rows it made claimable or never delayed.
+    #[serde(default)]
+    pub scheduler: bool,
     pub backoff: Backoff,
     pub relay: RelayPolicy,
 }
@@ -671,6 +676,7 @@ impl Policy {
             retry_timer: RetryTimer::Row,
             release_by_owner: false,
             renewal: Renewal::None,
+            scheduler: false,
             backoff: Backoff::between(super::time::Duration(1), super::time::Duration(1)),
             relay: RelayPolicy {
                 idempotency_key: IdempotencyKeyPolicy::MessageId,
@@ -726,6 +732,7 @@ impl Policy {
             ("retry_timer", s(&self.retry_timer)),
             ("release_by_owner", s(&self.release_by_owner)),
             ("renewal", s(&self.renewal)),
+            ("scheduler", s(&self.scheduler)),
             (
                 "backoff",
                 match self.backoff.growth {
