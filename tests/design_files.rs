@@ -868,6 +868,14 @@ fn good_job_989_is_found_by_a_session_that_drops_while_its_job_runs() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("good-job-3-15") && err.contains("session") && err.lines().count() == 1, "{err}");
+    // good_job 4's `:skiplocked` strategy: no session lock, a process heartbeat and a cleanup of
+    // stale processes; the result still saved by id, so S1 remains, through the cleanup.
+    let fixed = json(&check_example("docs/examples/real-bugs/good-job-4-skiplocked.toml"));
+    let texts = step_texts(&violated(&fixed, "S1"));
+    let n = texts.len();
+    assert!(texts[n - 1].starts_with("r0 mark_published") && texts[n - 1].contains("applied"), "{texts:?}");
+    assert!(texts[n - 2].starts_with("r1 claims") && texts[n - 3].starts_with("rescuer"), "{texts:?}");
+    assert!(!texts.iter().any(|t| t.contains("session")), "{texts:?}");
 }
 
 /// Spring Modulith 1.2, issue 663 (docs/examples/real-bugs/spring-modulith-1-2.toml): nothing
