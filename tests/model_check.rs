@@ -172,8 +172,12 @@ fn queue_axes() -> Vec<Design> {
             "[claim]\ntakes_expired_leases = false\n[write]\nfence = \"status-only\"\n[maintenance]\njob = \"rescue-expired\"\ntarget = \"retry\"\nscheduler = true\n",
         ),
         // A scheduler that makes due retries claimable (River's JobSchedule), with reference's
-        // claim and fences.
+        // claim and fences; and on each node's own clock, with a backoff that grows by a power.
         ("scheduler", "[maintenance]\nscheduler = true\n"),
+        (
+            "node-scheduler-power",
+            "[relay]\nclock = \"relay\"\n[retry]\nbackoff = \"power\"\nexponent = 2\nbase_ms = 1000\ncap_ms = 100000\n[maintenance]\nscheduler = true\n",
+        ),
         (
             "river-by-id",
             "[claim]\ntakes_expired_leases = false\n[write]\nfence = \"status-only\"\n[maintenance]\njob = \"rescue-expired\"\nfence = \"id\"\ntarget = \"retry\"\n",
