@@ -228,12 +228,10 @@ impl Cycle {
     }
 
     /// The leases this cycle still works on — its current one and those after it — which a
-    /// heartbeat renews (`claim.renewal`); none before its claim's answer or once it is done.
+    /// heartbeat renews (`claim.renewal`); none before its claim's answer (it has none yet) or
+    /// once it is done (it is done when the current lease is past the last).
     pub fn leases_held(&self) -> &[Lease] {
-        match self.phase {
-            Phase::Claiming | Phase::Done => &[],
-            _ => &self.leases[self.current.min(self.leases.len())..],
-        }
+        &self.leases[self.current.min(self.leases.len())..]
     }
 
     /// Mutable leases, for normalising engines that rewrite tokens in place.

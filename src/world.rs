@@ -922,8 +922,6 @@ impl World {
         config.policy(r).lease == LeaseKind::Session && self.outbox.rows().iter().any(|row| row.held_by_session(owner))
     }
 
-    /// Relay `r`'s session ends: where its design's leases are the session's, every
-    /// lease it holds ends now, whether or not the relay still runs.
     /// The clock a scheduler reads: the database's, or that of relay `node`'s process (a design
     /// with a scheduler that reads its process's clock); None where no such scheduler runs.
     fn scheduler_clock(&self, config: &WorldConfig, node: Option<u16>) -> Option<Instant> {
@@ -964,6 +962,8 @@ impl World {
         report.event(|| Event::LeaseRenewed { relay: r as u16, until, messages });
     }
 
+    /// Relay `r`'s session ends: where its design's leases are the session's, every
+    /// lease it holds ends now, whether or not the relay still runs.
     fn end_session(&mut self, config: &WorldConfig, r: usize, report: &mut StepReport) {
         if config.policy(r).lease != LeaseKind::Session {
             return;

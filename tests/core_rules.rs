@@ -830,6 +830,9 @@ mod design_file_rules {
         // A factor: Graphile Worker's e; none at or below 1.
         let graphile = apply(exponential, "[retry]\nbase_ms = 2718\ncap_ms = 22026466\nfactor = 2.718").unwrap();
         assert_eq!(graphile.backoff.delay(2), Duration(7387));
+        // A base's factor stays where the file names the kind again without one.
+        let again = apply(graphile, "[retry]\nbackoff = \"exponential\"\nbase_ms = 3000").unwrap();
+        assert_eq!(again.backoff.delay(2), Duration(8154));
         let e = DesignFile::parse("name = \"q\"\n[retry]\nfactor = 1.0\n").unwrap_err();
         assert!(e.message.contains("1 is no factor a delay can grow by"), "{e}");
         // Each shape round-trips through a complete file.
@@ -1919,6 +1922,8 @@ fn a_scheduler_makes_due_retries_claimable_and_the_claim_waits_for_it() {
     assert!(auditor.schedule(&mut outbox, Instant(at.0 - 1), Instant(at.0 - 1)).is_empty());
     let mut ahead = (outbox.clone(), auditor.clone());
     assert_eq!(auditor.schedule(&mut outbox, at, at), vec![MessageId(0)]);
+    // On time by the true clock: nothing for a later claim to be early against.
+    assert_eq!(auditor.ghost(MessageId(0)).unwrap().retry_promise, None);
     assert!(auditor.take_violations().iter().all(|v| v.property == Property::S7 || v.property == Property::S2));
     let row = *outbox.row(MessageId(0)).unwrap();
     assert_eq!((row.status, row.next_attempt_at), (Status::Pending, None));
