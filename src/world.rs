@@ -755,10 +755,9 @@ impl World {
             if node.is_none() && std::mem::replace(&mut database, true) {
                 continue;
             }
-            if let Some(now) = self.scheduler_clock(config, node) {
-                if self.outbox.rows().iter().any(|row| Outbox::is_schedulable(row, now)) {
-                    actions.push(Action::Schedule { node });
-                }
+            let now = self.clocks(config, i).now_for(&policy);
+            if self.outbox.rows().iter().any(|row| Outbox::is_schedulable(row, now)) {
+                actions.push(Action::Schedule { node });
             }
         }
         if config.time_max.is_none_or(|max| self.now.plus(config.tick) <= max) {
