@@ -378,7 +378,8 @@ pub fn execute(
                 let req = ClaimRequest {
                     tenant_id: TenantId(tenant),
                     owner: RelayId(owner),
-                    batch,
+                    // A claim whose LIMIT is written in takes at most that many.
+                    batch: store.fixed_batch().map_or(batch, |fixed| batch.min(fixed)),
                     lease: Duration(bounds.lease_ms),
                     now,
                     max_attempts: bounds.max_attempts,
@@ -580,6 +581,8 @@ pub struct Report {
     pub schedules: Vec<ScheduleResult>,
     /// Concurrent relays over the statements (SQL profiles on PostgreSQL only).
     pub concurrent: Option<outbox_check::store::profile::ConcurrentReport>,
+    /// What the table was compared on (SQL profiles only).
+    pub fields: Option<outbox_check::store::bind::Fields>,
 }
 
 impl Report {
@@ -648,6 +651,10 @@ pub fn conform(
     // A store whose statements never name :max_attempts has its budget written in: it runs 3.
     let budget = |store: &dyn Store, drawn: u32| if store.takes_budget() { drawn } else { bounds.max_attempts };
     let result = runner.run(&self::cases(bounds), |(drawn, ops)| {
+        // A problem of the profile ends the run: no more cases, no shrinking.
+        if setup_error.borrow().is_some() {
+            return Ok(());
+        }
         let mut store = match open() {
             Ok(store) => store,
             Err(e) => {
@@ -658,8 +665,13 @@ pub fn conform(
         };
         let mut model = MemoryStore::new(model_policy);
         let bounds = Bounds { max_attempts: budget(store.as_ref(), drawn), ..bounds };
+        store.set_run(bounds.max_attempts, Duration(bounds.lease_ms));
         let outcome = execute(&ops, bounds, &mut model, store.as_mut(), &mut exercised.borrow_mut());
         tick();
+        if let Some(problem) = store.problem() {
+            *setup_error.borrow_mut() = Some(StoreError::Setup(problem.clone()));
+            return Err(TestCaseError::fail(problem));
+        }
         match outcome {
             Ok(n) => {
                 operations.set(operations.get() + n as u64);
@@ -682,6 +694,7 @@ pub fn conform(
             let mut store = open()?;
             let mut model = MemoryStore::new(model_policy);
             let bounds = Bounds { max_attempts: budget(store.as_ref(), drawn), ..bounds };
+            store.set_run(bounds.max_attempts, Duration(bounds.lease_ms));
             execute(&minimal, bounds, &mut model, store.as_mut(), &mut Exercised::default())
                 .err()
                 .map(|d| *d)
@@ -697,6 +710,7 @@ pub fn conform(
         exercised: exercised.into_inner(),
         schedules: Vec::new(),
         concurrent: None,
+        fields: None,
     })
 }
 
@@ -765,6 +779,13 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
     // of the one the path's own design issued (their tokens and counts may differ).
     let mut issued: Vec<(Lease, Lease)> = Vec::new();
     let mut rescue_read: Option<(MessageId, outbox_check::core::LeaseToken)> = None;
+    // The path's budget and lease, as its claims carry them.
+    if let Some(request) = schedule.events.iter().find_map(|e| match e {
+        Event::Claimed { request, .. } => Some(request),
+        _ => None,
+    }) {
+        store.set_run(request.max_attempts, request.lease);
+    }
     let result = |operations, divergence| ScheduleResult {
         source: schedule.source.clone(),
         property: schedule.property.clone(),

@@ -1,5 +1,5 @@
-//! No scratch schema outlives its run: SIGINT and SIGTERM during `conform --store postgres`
-//! drop the run's schema before it exits; a run killed outright (SIGKILL) leaves one, which the
+//! No scratch schema or database outlives its run: SIGINT and SIGTERM during `conform --store
+//! postgres` drop the run's schema (a profile's: its database) before it exits; a run killed outright (SIGKILL) leaves one, which the
 //! next run's first connection or `conform --clean-up` drops — and a schema outbox-check did not
 //! make is never touched. Needs `OUTBOX_CHECK_PG_URL` (NOT RUN without it; a failure without it
 //! under `OUTBOX_CHECK_REQUIRE_PG=1`).
@@ -18,10 +18,11 @@ fn client(url: &str) -> postgres::Client {
     outbox_check::store::postgres::check_url(url, false).unwrap().connect(postgres::NoTls).unwrap()
 }
 
-/// The scratch schemas the process `pid` made that still exist.
+/// The scratch schemas and databases the process `pid` made that still exist.
 fn schemas_of(db: &mut postgres::Client, pid: u32) -> Vec<String> {
     db.query(
-        "SELECT nspname FROM pg_namespace WHERE obj_description(oid, 'pg_namespace') = $1",
+        "SELECT nspname::text FROM pg_namespace WHERE obj_description(oid, 'pg_namespace') = $1
+          UNION ALL SELECT datname::text FROM pg_database WHERE shobj_description(oid, 'pg_database') = $1",
         &[&format!("{} (pid {pid})", outbox_check::store::postgres::MARKER)],
     )
     .unwrap()
@@ -30,10 +31,16 @@ fn schemas_of(db: &mut postgres::Client, pid: u32) -> Vec<String> {
     .collect()
 }
 
-/// A long conformance run, started and waited for until it holds a scratch schema.
-fn long_run(url: &str, db: &mut postgres::Client) -> process::Killed {
+/// A SQL profile's run works in a scratch database of its own, the built-in SQL's in a schema.
+const PROFILE: [&str; 2] = ["--profile", "docs/examples/native/native.profile.toml"];
+
+/// A long conformance run (of `args`: a profile, or none), started and waited for until it
+/// holds a scratch schema or database.
+fn long_run(url: &str, db: &mut postgres::Client, args: &[&str]) -> process::Killed {
     let child = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
         .args(["conform", "--store", "postgres", "--cases", "1000000", "--quiet", "--database-url", url])
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -81,8 +88,10 @@ fn sigint_and_sigterm_drop_the_scratch_schema_before_exiting() {
     let Some(url) = common::pg_url("the scratch-schema signal tests") else { return };
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut db = client(&url);
-    for (sig, code) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
-        let mut run = long_run(&url, &mut db);
+    for (sig, code, args) in
+        [(libc::SIGINT, 130, &[][..]), (libc::SIGTERM, 143, &[][..]), (libc::SIGINT, 130, &PROFILE[..])]
+    {
+        let mut run = long_run(&url, &mut db, args);
         let pid = run.0.id();
         signal(&run, sig);
         let status = run.0.wait().unwrap();
@@ -99,7 +108,7 @@ fn a_killed_runs_schema_is_dropped_by_clean_up_and_a_foreign_schema_is_kept() {
     // A schema with outbox-check's name pattern but not its marker: never ours to drop.
     let foreign = "outbox_check_00000000deadbeef";
     db.batch_execute(&format!("DROP SCHEMA IF EXISTS {foreign}; CREATE SCHEMA {foreign}")).unwrap();
-    let mut run = long_run(&url, &mut db);
+    let mut run = long_run(&url, &mut db, &[]);
     let pid = run.0.id();
     signal(&run, libc::SIGKILL);
     run.0.wait().unwrap();
@@ -116,8 +125,22 @@ fn a_killed_runs_schema_is_dropped_by_clean_up_and_a_foreign_schema_is_kept() {
     assert_eq!(kept, 1, "clean-up dropped a schema outbox-check did not make");
     db.batch_execute(&format!("DROP SCHEMA {foreign}")).unwrap();
 
+    // A profile's scratch database, likewise.
+    let mut run = long_run(&url, &mut db, &PROFILE);
+    let pid = run.0.id();
+    signal(&run, libc::SIGKILL);
+    run.0.wait().unwrap();
+    assert!(!schemas_of(&mut db, pid).is_empty(), "SIGKILL cannot clean up: the database should still be there");
+    wait_for_lock_release(&mut db, pid);
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .args(["conform", "--store", "postgres", "--clean-up", "--database-url", &url])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(schemas_of(&mut db, pid).is_empty(), "clean-up left {:?}", schemas_of(&mut db, pid));
+
     // And without --clean-up: the next run's first connection drops what a killed run left.
-    let mut run = long_run(&url, &mut db);
+    let mut run = long_run(&url, &mut db, &[]);
     let pid = run.0.id();
     signal(&run, libc::SIGKILL);
     run.0.wait().unwrap();

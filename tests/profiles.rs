@@ -304,7 +304,11 @@ fn a_bad_profile_is_one_line_and_exit_2() {
             &["statements.enqueue", ":job_id", ":tenant"],
         ),
         ("no-status.toml", |t| t.replace("state AS status,", ""), &["statements.rows", "status"]),
-        ("bad-column.toml", |t| t.replace("finished AS published_at", "finished AS done_at"), &["done_at"]),
+        (
+            "bad-mapping.toml",
+            |t| t.replace("[statuses]", "[columns]\npublished = \"finished\"\n\n[statuses]"),
+            &["columns.published", "published_at"],
+        ),
         (
             "no-schema.toml",
             |t| t.replace("schema = \"schema.sql\"", "schema = \"missing.sql\""),
@@ -389,25 +393,34 @@ fn a_profile_runs_on_postgresql_in_a_scratch_schema() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("statements.mark_ambiguous") && err.trim_end().lines().count() == 1, "{err}");
-    let leaves = variant_of("pg-public.toml", |t| {
+    // The run works in a scratch database of its own: `public.jobs` there is the scratch
+    // database's table, so a schema-qualified statement runs as written.
+    let qualified = variant_of("pg-public.toml", |t| {
         t.replace(
             "UPDATE jobs SET locked_until = NULL, locked_by = NULL, state = 'completed'",
             "UPDATE public.jobs SET locked_until = NULL, locked_by = NULL, state = 'completed'",
         )
     });
-    let out = pg(&["conform", "--profile", leaves.to_str().unwrap(), "--cases", "5"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("scratch schema"));
+    // (The claim has no SKIP LOCKED: the concurrent run may find S6; the sequences agree.)
+    let out = pg(&["conform", "--profile", qualified.to_str().unwrap(), "--cases", "20", "--json"]);
+    assert_ne!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = json(&out);
+    assert!(report["divergence"].is_null(), "{report}");
+    if let Some(history) = report["concurrent"]["history"].as_str() {
+        let _ = std::fs::remove_file(history);
+    }
     let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     for pid in pids.borrow().iter() {
+        let marker = format!("outbox-check scratch schema (pid {pid})");
         let left: i64 = client
             .query_one(
-                "SELECT count(*) FROM pg_namespace WHERE obj_description(oid, 'pg_namespace') = $1",
-                &[&format!("outbox-check scratch schema (pid {pid})")],
+                "SELECT (SELECT count(*) FROM pg_namespace WHERE obj_description(oid, 'pg_namespace') = $1)
+                      + (SELECT count(*) FROM pg_database WHERE shobj_description(oid, 'pg_database') = $1)",
+                &[&marker],
             )
             .unwrap()
             .get(0);
-        assert_eq!(left, 0, "the run with pid {pid} left its scratch schema");
+        assert_eq!(left, 0, "the run with pid {pid} left its scratch schema or database");
     }
 }
 
@@ -458,7 +471,7 @@ fn a_migrations_directory_is_applied_in_version_order() {
     std::fs::rename(dir.join("V10__index.sql"), dir.join("V1__index.sql")).unwrap();
     let out = run(&["conform", "--profile", profile.to_str().unwrap(), "--store", "sqlite", "--cases", "5"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("the profile's schema"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("schema = \"migrations\": no such table: main.jobs"));
 }
 
 /// A profile without `[statuses]` reads its table in the status names of its design file.
@@ -653,4 +666,113 @@ fn a_rescuers_statements_are_held_against_the_designs_rescuer() {
         d["sql"].as_array().unwrap().iter().any(|l| l.as_str().unwrap().contains("state = CASE WHEN attempt >=")),
         "{d}"
     );
+}
+
+const NATIVE: &str = "docs/examples/native/native.profile.toml";
+
+/// A copy of the native example (schema and profile), each edited.
+fn native_variant(name: &str, schema: impl Fn(String) -> String, profile: impl Fn(String) -> String) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("profiles").join(name.trim_end_matches(".toml"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ddl = std::fs::read_to_string(root.join("docs/examples/native/schema.sql")).unwrap();
+    std::fs::write(dir.join("schema.sql"), schema(ddl)).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, profile(std::fs::read_to_string(root.join(NATIVE)).unwrap())).unwrap();
+    path
+}
+
+/// PostgreSQL SQL as its authors write it runs unchanged in the run's scratch database: a
+/// schema, enums, uuid ids, timestamps from now(), an interval, an array of ids, a PL/pgSQL
+/// claim, `RETURNING *` with jsonb and array columns. The run's clock stands in for now(); a
+/// clock it cannot stand in for is one line naming where it is; and the runs can still fail.
+#[test]
+fn real_postgresql_sql_runs_as_written() {
+    let Some(url) = common::pg_url("the native PostgreSQL profile tests") else { return };
+    let pg = |profile: &Path, cases: &str| {
+        run(&[
+            "conform",
+            "--profile",
+            profile.to_str().unwrap(),
+            "--store",
+            "postgres",
+            "--database-url",
+            &url,
+            "--cases",
+            cases,
+            "--json",
+        ])
+    };
+    // As written: agrees, and says what it did not read.
+    let out = pg(Path::new(NATIVE), "60");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let report = json(&out);
+    assert_eq!(report["verdict"], "agrees");
+    assert_eq!(report["fields"]["not_read"], serde_json::json!(["max_attempts", "payload", "tags"]));
+    assert_eq!(report["fields"]["not_compared"], serde_json::json!([]));
+    if let Some(history) = report["concurrent"]["history"].as_str() {
+        let _ = std::fs::remove_file(history);
+    }
+    // A completion that no longer checks the token is caught through the uuid array.
+    let lax = native_variant("native-lax.toml", |s| s, |p| p.replacen(" AND lock_token = :token\"\"\"", "\"\"\"", 1));
+    let out = pg(&lax, "60");
+    assert_eq!(out.status.code(), Some(1));
+    let report = json(&out);
+    assert_eq!(report["verdict"], "diverged");
+    assert!(report["divergence"].to_string().contains("ANY(ARRAY['00000000-0000-0000-0000-"), "{report}");
+    // The claim's LIMIT written in: the run asks for no more rows than it takes.
+    let one = native_variant(
+        "native-limit.toml",
+        |s| s.replace("LIMIT p_batch", "LIMIT 1").replace("p_lease interval, p_batch integer", "p_lease interval"),
+        |p| {
+            p.replace(
+                "queue.claim(:tenant, :owner, :lease_ms, :batch)",
+                "queue.claim(:tenant, :owner, :lease_ms) LIMIT 1",
+            )
+        },
+    );
+    let out = pg(&one, "40");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    // Leases of an hour: the run's times scale, and still agree; an expiry checked against the
+    // real clock in the claim is refused, naming the function.
+    let hour = native_variant("native-hour.toml", |s| s, |p| p.replace("lease = \"30s\"", "lease = \"1h\""));
+    assert_eq!(pg(&hour, "40").status.code(), Some(0));
+    let real = native_variant("native-real-clock.toml", |s| s.replacen("<= now()", "<= pg_catalog.now()", 1), |p| p);
+    let out = pg(&real, "5");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("function queue.claim(") && err.contains("pg_catalog.now()"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    // A default that is syntax, not a function, reads the real clock: named, exit 2.
+    let default = native_variant(
+        "native-default.toml",
+        |s| {
+            s.replace(
+                "created      timestamptz NOT NULL DEFAULT now()",
+                "created timestamptz NOT NULL DEFAULT CURRENT_TIMESTAMP",
+            )
+        },
+        |p| p,
+    );
+    let err = String::from_utf8_lossy(&pg(&default, "5").stderr).to_string();
+    assert!(err.contains("column jobs.created DEFAULT CURRENT_TIMESTAMP"), "{err}");
+    // A function that sets its own search path reads pg_catalog's now(): named, exit 2.
+    let pinned = native_variant(
+        "native-pinned.toml",
+        |s| {
+            s.replace(
+                "RETURNS SETOF queue.jobs LANGUAGE plpgsql AS",
+                "RETURNS SETOF queue.jobs LANGUAGE plpgsql SET search_path = pg_catalog, queue AS",
+            )
+        },
+        |p| p,
+    );
+    let out = pg(&pinned, "5");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("sets its own search_path"));
+    // A label the enum does not have is the profile's problem, named.
+    let label = native_variant("native-label.toml", |s| s.replace("ENUM ('timeout', ", "ENUM ("), |p| p);
+    let out = pg(&label, "20");
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("queue.failure"), "{}", String::from_utf8_lossy(&out.stderr));
 }

@@ -24,7 +24,7 @@ pub struct ConformArgs {
     pub seed: u64,
     pub database_url: Option<String>,
     pub disposable: bool,
-    /// Only drop the scratch schemas killed runs left behind, then exit.
+    /// Only drop the scratch schemas and databases killed runs left behind, then exit.
     pub clean_up: bool,
     pub json: bool,
     pub quiet: bool,
@@ -69,9 +69,13 @@ fn clean_up(args: &ConformArgs) -> ExitCode {
         }
         Ok(dropped) => {
             if dropped.is_empty() {
-                println!("no scratch schema left behind");
+                println!("no scratch schema or database left behind");
             } else {
-                println!("dropped {} scratch schema(s) left behind: {}", dropped.len(), dropped.join(", "));
+                println!(
+                    "dropped {} scratch schema(s) or database(s) left behind: {}",
+                    dropped.len(),
+                    dropped.join(", ")
+                );
             }
             ExitCode::SUCCESS
         }
@@ -117,27 +121,38 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
         let replay_all = |open: &dyn Fn() -> Result<Box<dyn Store>, StoreError>| -> Result<Vec<_>, StoreError> {
             schedules
                 .iter()
-                .map(|s| Ok(outbox_check_models::conform::replay_schedule(s, args.against.policy(), open()?.as_mut())))
+                .map(|s| {
+                    let mut store = open()?;
+                    let result =
+                        outbox_check_models::conform::replay_schedule(s, args.against.policy(), store.as_mut());
+                    match store.problem() {
+                        Some(problem) => Err(StoreError::Setup(problem)),
+                        None => Ok(result),
+                    }
+                })
                 .collect()
         };
         let report = match args.engine {
             Engine::Sqlite => {
                 bar.set_message(format!("conform {} on sqlite", profile.origin.display()));
                 // The schema and every statement must at least prepare before the sweep starts.
-                profile.sqlite()?;
+                let fields = profile.sqlite()?.fields();
                 let open = || profile.sqlite();
                 let mut report =
                     conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1))?;
                 report.schedules = replay_all(&open)?;
+                report.fields = fields;
                 report
             }
             Engine::Postgres => {
                 bar.set_message(format!("conform {} on postgres", profile.origin.display()));
                 let url = url(args)?;
                 let open = profile.postgres(&url, args.disposable)?;
+                let fields = open()?.fields();
                 let mut report =
                     conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1))?;
                 report.schedules = replay_all(&open)?;
+                report.fields = fields;
                 drop(open);
                 // (c) concurrent relays over the statements, with faults; the history to the oracle.
                 bar.finish_and_clear();
@@ -195,6 +210,7 @@ fn print(args: &ConformArgs, report: &Report) {
             "not_exercised": report.exercised.missing(),
             "schedules": report.schedules,
             "concurrent": report.concurrent,
+            "fields": report.fields,
         });
         println!("{}", serde_json::to_string_pretty(&value).expect("JSON of plain values"));
         return;
@@ -223,6 +239,17 @@ fn print(args: &ConformArgs, report: &Report) {
     let missing = report.exercised.missing();
     if report.divergence.is_none() && !missing.is_empty() {
         println!("  not exercised by any case (try more --cases): {}", missing.join("; "));
+    }
+    if let Some(fields) = &report.fields {
+        if !fields.not_compared.is_empty() {
+            println!("  not compared (your rows SELECT gives no column for them): {}", fields.not_compared.join(", "));
+        }
+        if !fields.not_read.is_empty() {
+            println!(
+                "  not read (columns of your rows SELECT that are no field of the model; map one in [columns]): {}",
+                fields.not_read.join(", ")
+            );
+        }
     }
     if let Some(c) = &report.concurrent {
         println!(
@@ -344,8 +371,8 @@ pub struct Args {
     /// Allow a host that is not loopback (the harness still works only in its own schema).
     #[arg(long)]
     pub i_understand_this_database_is_disposable: bool,
-    /// Only drop the scratch schemas that runs killed outright (SIGKILL) left on the server —
-    /// those marked as outbox-check's whose session is gone — then exit.
+    /// Only drop the scratch schemas and databases that runs killed outright (SIGKILL) left on
+    /// the server — those marked as outbox-check's whose session is gone — then exit.
     #[arg(long)]
     pub clean_up: bool,
     /// Print one JSON object instead of text.

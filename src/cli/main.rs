@@ -139,10 +139,11 @@ enum Command {
         Each case is a random sequence of enqueues, claims by several owners and tenants, terminal\n\
         writes with current and superseded leases, reaps and clock advances, run on the core and\n\
         on the store; results and the whole table must agree after every step. PostgreSQL runs\n\
-        in a fresh scratch schema per case (random validated name, dropped afterwards); the URL\n\
+        in a fresh scratch schema (a --profile: a scratch database of its own, where its DDL may\n\
+        make schemas, types and functions; random validated name, dropped afterwards); the URL\n\
         comes from --database-url or OUTBOX_CHECK_PG_URL, and a non-loopback host is refused\n\
-        without --i-understand-this-database-is-disposable. SIGINT and SIGTERM drop the scratch\n\
-        schemas before exiting; ones a killed run left are dropped by the next run or --clean-up.\n\
+        without --i-understand-this-database-is-disposable. SIGINT and SIGTERM drop them before\n\
+        exiting; ones a killed run left are dropped by the next run or --clean-up.\n\
         Bound: every variant and mutant — reference, seed-v2, legacy-v1 and the counter-token\n\
         mutants on messaging_outbox, seed-tenant on seed 003's outbox_events (random tokens).\n\
         Exit: 0 agrees, 1 diverged, 2 bad input or no server."

@@ -90,6 +90,33 @@ pub trait Store {
     fn core_policy(&self) -> Option<Policy> {
         None
     }
+    /// The run's budget and lease, before its first operation: a profile's enqueue may take
+    /// them (`:max_attempts`, `:lease_ms`), and its `[time]` maps the lease onto the queue's.
+    fn set_run(&mut self, _max_attempts: u32, _lease: crate::core::Duration) {}
+    /// The most rows a claim takes, where its statement says so itself (`LIMIT 1` written in,
+    /// no `:batch`): the run's claims ask for no more.
+    fn fixed_batch(&self) -> Option<u32> {
+        None
+    }
+    /// What the table is compared on: the model's fields it has no column for, and its columns
+    /// that are none of the model's (`None`: every field, as the store's own table).
+    fn fields(&self) -> Option<Fields> {
+        None
+    }
+    /// A problem of the user's input met while running (a statement the server refused, a
+    /// value its type cannot take): the run ends with it, exit 2, not with a divergence.
+    fn problem(&self) -> Option<String> {
+        None
+    }
+}
+
+/// What a profile's rows SELECT lets a run compare.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Fields {
+    /// Model fields the table has no column for: never compared.
+    pub not_compared: Vec<String>,
+    /// Columns the SELECT gives that are no model field and not mapped in `[columns]`: not read.
+    pub not_read: Vec<String>,
 }
 
 /// The core itself, as a store.

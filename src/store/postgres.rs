@@ -113,12 +113,30 @@ fn lock_key(schema: &str) -> i32 {
     u64::from_str_radix(&schema[13..], 16).unwrap_or(0) as u32 as i32
 }
 
-/// The scratch schemas this process holds, for the signal handler: where each lives and its name.
-static LIVE: std::sync::Mutex<Vec<(postgres::Config, String)>> = std::sync::Mutex::new(Vec::new());
+/// The scratch schemas and databases this process holds, for the signal handler: where each
+/// lives and its name.
+static LIVE: std::sync::Mutex<Vec<(postgres::Config, Kept)>> = std::sync::Mutex::new(Vec::new());
+
+/// What a run keeps on a server for its length.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Kept {
+    Schema(String),
+    Database(String),
+}
+
+impl Kept {
+    fn drop_sql(&self) -> String {
+        match self {
+            Kept::Schema(name) => format!("DROP SCHEMA IF EXISTS {name} CASCADE"),
+            // FORCE (PostgreSQL 13): the run's own connections may still be open.
+            Kept::Database(name) => format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        }
+    }
+}
 static SIGNALS: std::sync::Once = std::sync::Once::new();
 static ORPHANS: std::sync::Once = std::sync::Once::new();
 
-fn live() -> std::sync::MutexGuard<'static, Vec<(postgres::Config, String)>> {
+fn live() -> std::sync::MutexGuard<'static, Vec<(postgres::Config, Kept)>> {
     LIVE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -129,45 +147,52 @@ fn drop_on_signal() {
     SIGNALS.call_once(|| {
         let registered = crate::cleanup::on_interrupt(|| {
             let schemas = live();
-            for (config, schema) in schemas.iter() {
+            for (config, kept) in schemas.iter() {
                 if let Ok(mut client) = config.connect(postgres::NoTls) {
                     // The run's own threads go on until the exit, so the drop can lose a deadlock
                     // to one of their transactions (PostgreSQL aborts one side): try again.
                     for _ in 0..20 {
-                        match client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")) {
+                        match client.batch_execute(&kept.drop_sql()) {
                             Err(e) if e.code().is_some() => std::thread::sleep(std::time::Duration::from_millis(50)),
                             _ => break,
                         }
                     }
                 }
             }
-            eprintln!("outbox-check: interrupted; dropped {} scratch schema(s)", schemas.len());
+            eprintln!("outbox-check: interrupted; dropped {} scratch schema(s) or database(s)", schemas.len());
         });
         // For the life of the process: the registry of live schemas is the state it reads.
         std::mem::forget(registered);
     });
 }
 
-/// Drops the scratch schemas that runs which ended without cleaning up left behind (marked,
-/// and with no live session holding their lock), except `keep`. Returns their names.
+/// Drops the scratch schemas and databases that runs which ended without cleaning up left
+/// behind (marked, and with no live session holding their lock), except `keep`. Returns their
+/// names.
 fn drop_orphans(client: &mut postgres::Client, keep: Option<&str>) -> Result<Vec<String>, PgError> {
     let rows = client.query(
         "SELECT n.nspname FROM pg_namespace n
           WHERE n.nspname LIKE 'outbox\\_check\\_%' AND obj_description(n.oid, 'pg_namespace') LIKE $1",
         &[&format!("{MARKER}%")],
     )?;
+    let databases = client.query(
+        "SELECT d.datname FROM pg_database d
+          WHERE d.datname LIKE 'outbox\\_check\\_%' AND shobj_description(d.oid, 'pg_database') LIKE $1",
+        &[&format!("{MARKER}%")],
+    )?;
+    let found = rows.iter().map(|r| Kept::Schema(r.get(0))).chain(databases.iter().map(|r| Kept::Database(r.get(0))));
     let mut dropped = Vec::new();
-    for row in rows {
-        let schema: String = row.get(0);
-        if !is_scratch_name(&schema) || Some(schema.as_str()) == keep {
+    for kept in found {
+        let (Kept::Schema(name) | Kept::Database(name)) = &kept;
+        if !is_scratch_name(name) || Some(name.as_str()) == keep {
             continue;
         }
         let free: bool =
-            client.query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LOCK_CLASS, &lock_key(&schema)])?.get(0);
+            client.query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LOCK_CLASS, &lock_key(name)])?.get(0);
         if free {
-            client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))?;
-            client.execute("SELECT pg_advisory_unlock($1, $2)", &[&LOCK_CLASS, &lock_key(&schema)])?;
-            dropped.push(schema);
+            client.batch_execute(&kept.drop_sql())?;
+            client.execute("SELECT pg_advisory_unlock($1, $2)", &[&LOCK_CLASS, &lock_key(name)])?;
+            dropped.push(name.clone());
         }
     }
     Ok(dropped)
@@ -180,12 +205,74 @@ pub fn clean_up(url: &str, disposable: bool) -> Result<Vec<String>, PgError> {
     drop_orphans(&mut client, None)
 }
 
-/// A connection working in a schema of its own, dropped with it.
+/// Where a run works: a scratch schema in the user's database, or (profiles, where the server
+/// lets the role create databases) a scratch database of its own with the harness's objects in
+/// its schema [`HARNESS_SCHEMA`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Place {
+    pub database: Option<String>,
+    pub schema: String,
+}
+
+impl Place {
+    pub fn schema(schema: &str) -> Place {
+        Place { database: None, schema: schema.to_string() }
+    }
+
+    /// For the user: "scratch database outbox_check_…" or "scratch schema outbox_check_…".
+    pub fn describe(&self) -> String {
+        match &self.database {
+            Some(db) => format!("scratch database {db}"),
+            None => format!("scratch schema {}", self.schema),
+        }
+    }
+}
+
+/// The harness's own schema inside a scratch database: its clock and its commit-order sequence.
+pub const HARNESS_SCHEMA: &str = "outbox_check";
+
+/// The clock functions a run shadows (docs/sql-profile.md, "Time"): in the harness's schema,
+/// ahead of `pg_catalog` in the search path, each reads the run's clock, the setting
+/// `outbox_check.now`, which the run sets before each statement.
+pub const SHADOWED_CLOCK: [&str; 4] = ["now", "clock_timestamp", "statement_timestamp", "transaction_timestamp"];
+
+/// The time the model's instant 0 is, for a timestamp column: PostgreSQL's own epoch.
+pub const CLOCK_BASE: &str = "2000-01-01 00:00:00+00";
+
+/// A connection working in a schema (or database) of its own, dropped with it.
 pub struct Scratch {
     client: postgres::Client,
     schema: String,
+    /// The scratch database this connection works in, if the run has one.
+    database: Option<String>,
+    /// The connection to the user's database that created the scratch database and holds its
+    /// lock: it drops the database.
+    admin: Option<postgres::Client>,
     /// This connection created the schema and drops it (an attached one does not).
     owned: bool,
+}
+
+/// A fresh scratch name, its advisory lock taken by `client` for as long as the session lives:
+/// taken before the schema or database exists, so no clean-up can mistake one being made for
+/// one left behind.
+fn fresh_name(client: &mut postgres::Client) -> Result<String, PgError> {
+    loop {
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let seed = (nanos as u64)
+            ^ (u64::from(std::process::id()) << 32)
+            ^ COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("outbox_check_{:016x}", crate::core::random_token(seed));
+        // The name goes into SQL unquoted: it must be exactly what was just generated.
+        if !is_scratch_name(&name) {
+            return Err(PgError::Sql(format!("refusing scratch name {name}")));
+        }
+        let locked: bool =
+            client.query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LOCK_CLASS, &lock_key(&name)])?.get(0);
+        if locked {
+            return Ok(name);
+        }
+    }
 }
 
 impl Scratch {
@@ -193,34 +280,16 @@ impl Scratch {
         let config = check_url(url, disposable)?;
         let mut client = config.connect(postgres::NoTls).map_err(|e| PgError::Connect(with_causes(&e)))?;
         drop_on_signal();
-        let schema = loop {
-            let nanos =
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-            let seed = (nanos as u64)
-                ^ (u64::from(std::process::id()) << 32)
-                ^ COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let schema = format!("outbox_check_{:016x}", crate::core::random_token(seed));
-            // The name goes into SQL unquoted: it must be exactly what was just generated.
-            if !is_scratch_name(&schema) {
-                return Err(PgError::Sql(format!("refusing schema name {schema}")));
-            }
-            // The lock is this session's for as long as it lives: taken before the schema
-            // exists, so no clean-up can mistake a schema being made for one left behind.
-            let locked: bool =
-                client.query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LOCK_CLASS, &lock_key(&schema)])?.get(0);
-            if locked {
-                break schema;
-            }
-        };
+        let schema = fresh_name(&mut client)?;
         {
             let mut live = live();
             client.batch_execute(&format!(
-                "CREATE SCHEMA {schema}; COMMENT ON SCHEMA {schema} IS '{MARKER} (pid {})'; SET search_path TO {schema}",
+                "CREATE SCHEMA {schema}; COMMENT ON SCHEMA {schema} IS '{MARKER} (pid {})'; SET search_path TO {schema}, pg_catalog",
                 std::process::id()
             ))?;
-            live.push((config, schema.clone()));
+            live.push((config, Kept::Schema(schema.clone())));
         }
-        let mut scratch = Scratch { client, schema, owned: true };
+        let mut scratch = Scratch { client, schema, database: None, admin: None, owned: true };
         // Once per process: what runs that were killed outright left behind.
         let mut orphans = Ok(());
         ORPHANS.call_once(|| orphans = drop_orphans(&mut scratch.client, Some(&scratch.schema)).map(|_| ()));
@@ -228,18 +297,133 @@ impl Scratch {
         Ok(scratch)
     }
 
+    /// A scratch database of the run's own, where the user's DDL may create schemas, types and
+    /// functions: the role must be allowed to create databases. Where the server refuses
+    /// (`CREATE DATABASE` not permitted), a scratch schema in the user's database instead;
+    /// [`Scratch::place`] says which.
+    pub fn database(url: &str, disposable: bool) -> Result<Scratch, PgError> {
+        let config = check_url(url, disposable)?;
+        let mut admin = config.connect(postgres::NoTls).map_err(|e| PgError::Connect(with_causes(&e)))?;
+        drop_on_signal();
+        let name = fresh_name(&mut admin)?;
+        {
+            let mut live = live();
+            match admin.batch_execute(&format!("CREATE DATABASE {name}")) {
+                Err(e) if e.code() == Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => {
+                    drop(live);
+                    drop(admin);
+                    return Scratch::connect(url, disposable);
+                }
+                Err(e) => return Err(e.into()),
+                Ok(()) => {}
+            }
+            live.push((config.clone(), Kept::Database(name.clone())));
+        }
+        let made = (|| -> Result<postgres::Client, PgError> {
+            admin.batch_execute(&format!(
+                "COMMENT ON DATABASE {name} IS '{MARKER} (pid {})';
+                 ALTER DATABASE {name} SET search_path TO public, {HARNESS_SCHEMA}, pg_catalog;
+                 ALTER DATABASE {name} SET TimeZone TO 'UTC';
+                 ALTER DATABASE {name} SET outbox_check.now TO '{CLOCK_BASE}'",
+                std::process::id()
+            ))?;
+            let mut inside = config.clone();
+            inside.dbname(&name);
+            let mut client = inside.connect(postgres::NoTls).map_err(|e| PgError::Connect(with_causes(&e)))?;
+            client.batch_execute(&format!("CREATE SCHEMA {HARNESS_SCHEMA}"))?;
+            Ok(client)
+        })();
+        let mut scratch = match made {
+            Ok(client) => Scratch {
+                client,
+                schema: HARNESS_SCHEMA.to_string(),
+                database: Some(name.clone()),
+                admin: Some(admin),
+                owned: true,
+            },
+            Err(e) => {
+                let _ = admin.batch_execute(&Kept::Database(name.clone()).drop_sql());
+                live().retain(|(_, kept)| *kept != Kept::Database(name.clone()));
+                return Err(e);
+            }
+        };
+        let mut orphans = Ok(());
+        if let Some(admin) = scratch.admin.as_mut() {
+            ORPHANS.call_once(|| orphans = drop_orphans(admin, Some(&name)).map(|_| ()));
+        }
+        orphans?;
+        Ok(scratch)
+    }
+
     /// Another connection into an existing scratch schema (a second worker, a reconnect after
     /// a lost connection). It does not drop the schema.
     pub fn attach(url: &str, disposable: bool, schema: &str) -> Result<Scratch, PgError> {
-        if !is_scratch_name(schema) {
+        Scratch::attach_to(url, disposable, &Place::schema(schema))
+    }
+
+    /// Another connection into an existing scratch schema or database. It does not drop it.
+    pub fn attach_to(url: &str, disposable: bool, place: &Place) -> Result<Scratch, PgError> {
+        let mut config = check_url(url, disposable)?;
+        let name = place.database.as_deref().unwrap_or(&place.schema);
+        if !is_scratch_name(name) {
             return Err(PgError::Sql(format!(
-                "refusing schema name {schema}: not one of outbox-check's scratch schemas"
+                "refusing scratch name {name}: not one of outbox-check's scratch schemas or databases"
             )));
         }
-        let config = check_url(url, disposable)?;
+        if let Some(db) = &place.database {
+            config.dbname(db);
+        }
         let mut client = config.connect(postgres::NoTls).map_err(|e| PgError::Connect(with_causes(&e)))?;
-        client.batch_execute(&format!("SET search_path TO {schema}"))?;
-        Ok(Scratch { client, schema: schema.to_string(), owned: false })
+        if place.database.is_none() {
+            client.batch_execute(&format!("SET search_path TO {}, pg_catalog", place.schema))?;
+        }
+        Ok(Scratch {
+            client,
+            schema: place.schema.clone(),
+            database: place.database.clone(),
+            admin: None,
+            owned: false,
+        })
+    }
+
+    /// Where this connection works.
+    pub fn place(&self) -> Place {
+        Place { database: self.database.clone(), schema: self.schema.clone() }
+    }
+
+    /// The user's tables, qualified and quoted: in a scratch database every table outside the
+    /// system's and the harness's schemas, else the scratch schema's.
+    pub fn user_tables(&mut self) -> Result<Vec<String>, PgError> {
+        let rows = if self.database.is_some() {
+            self.client.query(
+                "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables
+                  WHERE schemaname NOT IN ('pg_catalog', 'information_schema', $1) ORDER BY 1",
+                &[&HARNESS_SCHEMA],
+            )?
+        } else {
+            self.client.query(
+                "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname = $1 ORDER BY 1",
+                &[&self.schema],
+            )?
+        };
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Installs the run's clock: [`SHADOWED_CLOCK`]'s functions in the harness's schema, each
+    /// reading `outbox_check.now`, ahead of `pg_catalog` in this connection's search path (a
+    /// scratch database has them so in every session).
+    pub fn install_clock(&mut self) -> Result<(), PgError> {
+        let schema = &self.schema;
+        let mut sql = format!("SET TimeZone TO 'UTC'; SET outbox_check.now TO '{CLOCK_BASE}';");
+        for name in SHADOWED_CLOCK {
+            let volatility = if name == "clock_timestamp" { "VOLATILE" } else { "STABLE" };
+            sql.push_str(&format!(
+                "CREATE OR REPLACE FUNCTION {schema}.{name}() RETURNS timestamptz LANGUAGE sql {volatility} \
+                 AS $clock$ SELECT coalesce(nullif(current_setting('outbox_check.now', true), ''), '{CLOCK_BASE}')::timestamptz $clock$;"
+            ));
+        }
+        self.client.batch_execute(&sql)?;
+        Ok(())
     }
 
     pub fn client(&mut self) -> &mut postgres::Client {
@@ -294,7 +478,17 @@ impl Drop for Scratch {
             return;
         }
         let mut live = live();
-        let _ = self.client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
-        live.retain(|(_, schema)| *schema != self.schema);
+        match (&self.database, self.admin.as_mut()) {
+            (Some(db), Some(admin)) => {
+                let kept = Kept::Database(db.clone());
+                let _ = admin.batch_execute(&kept.drop_sql());
+                live.retain(|(_, k)| *k != kept);
+            }
+            _ => {
+                let kept = Kept::Schema(self.schema.clone());
+                let _ = self.client.batch_execute(&kept.drop_sql());
+                live.retain(|(_, k)| *k != kept);
+            }
+        }
     }
 }

@@ -42,6 +42,54 @@ pub struct ProfileFile {
     /// `[statuses]`, else the model's names).
     #[serde(default)]
     pub statuses: Option<StatusNames>,
+    /// The table's column for a model field, where its name is not the model's
+    /// (`message_id = "id"`): read from every statement's result, so `RETURNING *` works.
+    #[serde(default)]
+    pub columns: BTreeMap<String, String>,
+    /// Time the queue's way: the model's lease as the queue's own lease or rescue horizon.
+    #[serde(default)]
+    pub time: Option<TimeFile>,
+}
+
+/// `[time]`: what the queue's durations are in its own units.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeFile {
+    /// The queue's lease, visibility timeout or rescue horizon ("1h", "30m", "4h", "250ms"):
+    /// each run's lease is mapped onto it, so the run's times scale by it (the run's lease of
+    /// 100 ms is the queue's hour) and `:lease_ms`, `:horizon` and the clock reach it.
+    #[serde(alias = "rescue_after")]
+    pub lease: Millis,
+}
+
+/// A duration as a person writes it: a whole number and a unit (`ms`, `s`, `m`, `h`, `d`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Millis(pub u64);
+
+impl<'de> Deserialize<'de> for Millis {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Millis, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_millis(&text).map(Millis).map_err(serde::de::Error::custom)
+    }
+}
+
+/// "1h" → 3,600,000; a number without a unit, or a unit not known, is refused.
+pub fn parse_millis(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let digits = t.chars().take_while(|c| c.is_ascii_digit()).count();
+    let (number, unit) = t.split_at(digits);
+    let factor = match unit.trim() {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" | "min" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("{text:?} is not a duration: a whole number and a unit (ms, s, m, h, d), as \"1h\"")),
+    };
+    match number.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n * factor),
+        _ => Err(format!("{text:?} is not a duration: a whole number above 0 and a unit (ms, s, m, h, d)")),
+    }
 }
 
 /// The statements, by operation.
@@ -158,6 +206,9 @@ impl Profile {
                 _ => format!("{shown}:{line}: {message}"),
             }
         })?;
+        if let Some(field) = file.columns.keys().find(|k| !COLUMNS.contains(&k.as_str())) {
+            return Err(format!("{shown}: columns.{field}: not a field of the model (one of {})", COLUMNS.join(", ")));
+        }
         // `observe` names statements that end a lease: a misspelt one would be silently unused.
         const OBSERVED: [&str; 6] =
             ["mark_published", "mark_ambiguous", "mark_retry", "mark_failed", "mark_exhausted", "rescue"];
@@ -215,40 +266,36 @@ impl Profile {
     /// A fresh SQLite store over the profile's schema, in memory.
     pub fn sqlite(&self) -> Result<Box<dyn Store>, StoreError> {
         let conn = rusqlite::Connection::open_in_memory()?;
-        conn.execute_batch(&self.schema_sql).map_err(|e| StoreError::Setup(format!("the profile's schema: {e}")))?;
+        conn.execute_batch(&self.schema_sql).map_err(|e| {
+            // SQLite's message holds the whole script: the line the problem is on instead.
+            let said = match &e {
+                rusqlite::Error::SqlInputError { msg, sql, offset, .. } => {
+                    let at = usize::try_from(*offset).unwrap_or(0).min(sql.len());
+                    format!("{msg} (line {})", sql[..at].matches('\n').count() + 1)
+                }
+                other => other.to_string(),
+            };
+            StoreError::Setup(format!("schema = {:?}: {said}", self.file.schema))
+        })?;
         Ok(Box::new(ProfileStore::open(Db::Sqlite(conn), self)?))
     }
 
-    /// Stores on one PostgreSQL scratch schema for a whole sweep: the schema's DDL runs once in
-    /// it, and every case starts from its tables emptied. Nothing outside the scratch schema is
-    /// touched; it is dropped when the sweep ends.
+    /// Stores on one PostgreSQL scratch database (or schema) for a whole sweep: the schema's
+    /// DDL runs once in it, and every case starts from its tables emptied. Nothing outside the
+    /// scratch database or schema is touched; it is dropped when the sweep ends.
     pub fn postgres(
         &self,
         url: &str,
         disposable: bool,
     ) -> Result<impl Fn() -> Result<Box<dyn Store>, StoreError> + '_, StoreError> {
-        if let Some(outside) = leaves_the_schema(&self.schema_sql) {
-            return Err(StoreError::Setup(format!("schema = {:?}: {outside}", self.file.schema)));
-        }
-        let mut scratch =
-            super::postgres::Scratch::connect(url, disposable).map_err(|e| StoreError::Setup(e.to_string()))?;
-        scratch
-            .client()
-            .batch_execute(&self.schema_sql)
-            .map_err(|e| StoreError::Setup(format!("the profile's schema: {}", super::bind::one_line(&e))))?;
+        let scratch = self.scratch(url, disposable)?;
         let shared = std::rc::Rc::new(std::cell::RefCell::new(scratch));
         // Checked once, before the first case.
         ProfileStore::open(Db::Postgres(shared.clone()), self)?;
         Ok(move || -> Result<Box<dyn Store>, StoreError> {
             {
                 let mut scratch = shared.borrow_mut();
-                let schema = scratch.schema().to_string();
-                let tables: Vec<String> = scratch
-                    .client()
-                    .query("SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = $1", &[&schema])?
-                    .iter()
-                    .map(|r| r.get(0))
-                    .collect();
+                let tables = scratch.user_tables().map_err(|e| StoreError::Postgres(e.to_string()))?;
                 if !tables.is_empty() {
                     scratch
                         .client()
@@ -258,6 +305,112 @@ impl Profile {
             Ok(Box::new(ProfileStore::open(Db::Postgres(shared.clone()), self)?) as Box<dyn Store>)
         })
     }
+
+    /// A scratch database of the run's own (else a scratch schema) holding the profile's schema,
+    /// with the run's clock in place of the database's (docs/sql-profile.md, "Time").
+    pub(crate) fn scratch(&self, url: &str, disposable: bool) -> Result<super::postgres::Scratch, StoreError> {
+        let mut scratch =
+            super::postgres::Scratch::database(url, disposable).map_err(|e| StoreError::Setup(e.to_string()))?;
+        let place = scratch.place();
+        if place.database.is_none() {
+            if let Some(outside) = leaves_the_schema(&self.schema_sql) {
+                return Err(StoreError::Setup(format!(
+                    "schema = {:?}: {outside} (this role may not create a scratch database)",
+                    self.file.schema
+                )));
+            }
+        }
+        scratch.install_clock().map_err(|e| StoreError::Setup(e.to_string()))?;
+        scratch
+            .client()
+            .batch_execute(&self.schema_sql)
+            .map_err(|e| StoreError::Setup(format!("the profile's schema: {}", super::bind::one_line(&e))))?;
+        // A search path the DDL sets lasts for the DDL: statements run on the run's own.
+        let path = match &place.database {
+            Some(_) => "RESET search_path".to_string(),
+            None => format!("SET search_path TO {}, pg_catalog", place.schema),
+        };
+        scratch.client().batch_execute(&path)?;
+        let problems = clock_in_schema(scratch.client(), &place)?;
+        if !problems.is_empty() {
+            return Err(StoreError::Setup(format!("schema = {:?}: {}", self.file.schema, problems.join("; "))));
+        }
+        Ok(scratch)
+    }
+}
+
+/// What in the schema, once its DDL ran, reads the database's real clock where the run's cannot
+/// stand in: a column default, a function or a view using a clock that is syntax
+/// (`CURRENT_TIMESTAMP`, `'now'`) or named in `pg_catalog`, or a function that sets its own
+/// search path around a clock call. One line each.
+fn clock_in_schema(client: &mut postgres::Client, place: &super::postgres::Place) -> Result<Vec<String>, StoreError> {
+    let ours: Vec<String> = match &place.database {
+        Some(_) => vec!["pg_catalog".into(), "information_schema".into(), place.schema.clone(), "pg_toast".into()],
+        None => vec![],
+    };
+    let filter = match &place.database {
+        Some(_) => "NOT (n.nspname = ANY($1))",
+        None => "n.nspname = $2",
+    };
+    let only = place.schema.clone();
+    let params: [&(dyn postgres::types::ToSql + Sync); 2] = [&ours, &only];
+    let mut problems = Vec::new();
+    let defaults = client.query(
+        &format!(
+            "SELECT format('%s.%s', c.relname, a.attname), pg_get_expr(d.adbin, d.adrelid)
+               FROM pg_attrdef d JOIN pg_class c ON c.oid = d.adrelid
+               JOIN pg_namespace n ON n.oid = c.relnamespace
+               JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+              WHERE {filter} AND $1::text[] IS NOT NULL AND $2::text IS NOT NULL ORDER BY 1"
+        ),
+        &params,
+    )?;
+    for row in defaults {
+        let (column, expr): (String, String) = (row.get(0), row.get(1));
+        if let Some(reads) = clock_syntax(&expr) {
+            problems.push(format!("column {column} DEFAULT {expr} reads {reads}"));
+        }
+    }
+    let functions = client.query(
+        &format!(
+            "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid),
+                    coalesce(array_to_string(p.proconfig, ' '), '')
+               FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+               JOIN pg_language l ON l.oid = p.prolang
+              WHERE {filter} AND l.lanname IN ('sql', 'plpgsql') AND p.prokind IN ('f', 'p')
+                AND $1::text[] IS NOT NULL AND $2::text IS NOT NULL ORDER BY 1"
+        ),
+        &params,
+    )?;
+    for row in functions {
+        let (name, body, config): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+        if let Some(reads) = clock_syntax(&body) {
+            problems.push(format!("function {name} reads {reads}"));
+        } else if config.contains("search_path") && reads_the_clock(&body).is_some() {
+            problems.push(format!(
+                "function {name} sets its own search_path, so its clock call reads the database's real clock"
+            ));
+        }
+    }
+    let views = client.query(
+        &format!(
+            "SELECT format('%s.%s', n.nspname, c.relname), pg_get_viewdef(c.oid)
+               FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE c.relkind IN ('v', 'm') AND {filter}
+                AND $1::text[] IS NOT NULL AND $2::text IS NOT NULL ORDER BY 1"
+        ),
+        &params,
+    )?;
+    for row in views {
+        let (name, body): (String, String) = (row.get(0), row.get(1));
+        if let Some(reads) = clock_syntax(&body) {
+            problems.push(format!("view {name} reads {reads}"));
+        }
+    }
+    Ok(problems
+        .into_iter()
+        .map(|p| format!("{p}: a run must be deterministic, and the run's clock stands in only for now(), clock_timestamp(), statement_timestamp() and transaction_timestamp() (docs/sql-profile.md, \"Time\")"))
+        .collect())
 }
 
 impl ProfileStore {
@@ -275,6 +428,12 @@ impl ProfileStore {
             shared_tokens: None,
             held: false,
             no_row_lock: false,
+            clock: None,
+            scale: 1,
+            budget: 3,
+            lease: crate::core::Duration(100),
+            not_read: Vec::new(),
+            problem: None,
         };
         store.columns = store.row_columns()?;
         store.check_statements()?;
@@ -292,20 +451,21 @@ fn migration_order(path: &Path) -> (u64, String) {
 
 /// The named parameters each statement may use.
 pub const PARAMETERS: [(&str, &[&str]); 10] = [
-    ("enqueue", &["id", "tenant", "aggregate", "version", "now"]),
+    ("enqueue", &["id", "tenant", "aggregate", "version", "now", "run_at", "max_attempts", "lease_ms"]),
     ("claim", &["now", "owner", "tenant", "batch", "lease_ms", "lease_until", "max_attempts", "token"]),
     ("mark_published", WRITE_PARAMETERS),
     ("mark_ambiguous", WRITE_PARAMETERS),
     ("mark_retry", WRITE_PARAMETERS),
     ("mark_failed", WRITE_PARAMETERS),
     ("mark_exhausted", WRITE_PARAMETERS),
-    ("reap", &["now", "max_attempts"]),
-    ("rescue_read", &["now"]),
-    ("rescue", &["id", "tenant", "token", "now", "max_attempts"]),
+    ("reap", &["now", "max_attempts", "lease_ms"]),
+    ("rescue_read", &["now", "lease_ms", "horizon"]),
+    ("rescue", &["id", "tenant", "token", "now", "max_attempts", "lease_ms", "horizon"]),
 ];
 
 const WRITE_PARAMETERS: &[&str] = &[
     "id",
+    "ids",
     "tenant",
     "owner",
     "token",
@@ -317,6 +477,10 @@ const WRITE_PARAMETERS: &[&str] = &[
     "backoff_cap_ms",
     "max_attempts",
 ];
+
+/// Sets the run's clock to `$1` milliseconds after [`super::postgres::CLOCK_BASE`].
+const SET_CLOCK: &str = "SELECT set_config('outbox_check.now', \
+     (timestamptz '2000-01-01 00:00:00+00' + $1::bigint * interval '1 millisecond')::text, false)";
 
 /// The database a profile's statements run on.
 enum Db {
@@ -351,6 +515,18 @@ pub struct ProfileStore {
     /// The rows SELECT cannot be locked (`FOR UPDATE` refused on it): observed writes read the
     /// row before their statement without locking it.
     no_row_lock: bool,
+    /// The run's clock as last set on the connection (PostgreSQL): `now()` reads it.
+    clock: Option<i64>,
+    /// The queue's milliseconds per model millisecond (docs/sql-profile.md, "Time").
+    scale: u64,
+    /// The run's budget, for an enqueue that takes `:max_attempts`.
+    budget: u32,
+    /// The run's lease, in the model's milliseconds.
+    lease: crate::core::Duration,
+    /// Columns of the rows SELECT that are no model field: not read.
+    not_read: Vec<String>,
+    /// The first problem of the profile a statement met while running.
+    problem: Option<String>,
 }
 
 /// A value bound to a parameter or read from a column.
@@ -359,6 +535,14 @@ enum V {
     Null,
     Int(i64),
     Text(String),
+    /// A time, in the model's milliseconds: bound as the parameter's type wants it (a
+    /// timestamp, or milliseconds times the profile's time scale).
+    Time(u64),
+    /// A duration, in the model's milliseconds: an interval, or scaled milliseconds.
+    Span(u64),
+    /// A column of a type no model field is read from (jsonb, an array …): ignored unless the
+    /// profile maps it, then one line naming it.
+    Other(String),
 }
 
 type Params = Vec<(&'static str, V)>;
@@ -366,6 +550,12 @@ type Answer = (Vec<BTreeMap<String, V>>, usize);
 
 fn int(v: impl Into<i64>) -> V {
     V::Int(v.into())
+}
+fn time(at: Instant) -> V {
+    V::Time(at.0)
+}
+fn span(d: crate::core::Duration) -> V {
+    V::Span(d.0)
 }
 fn text(v: &str) -> V {
     V::Text(v.to_string())
@@ -405,15 +595,17 @@ fn named_params(sql: &str) -> Vec<(usize, usize, &str)> {
     found
 }
 
-/// The statement with `values` written in for its parameters: the log a person pastes.
-fn written_in(sql: &str, values: &Params) -> String {
+/// The statement with `values` written in for its parameters: the log a person pastes. `shown`
+/// holds a value as the server's type for it renders it (a timestamp), where known.
+fn written_in(sql: &str, values: &Params, shown: &[(String, String)], scale: u64) -> String {
     let mut out = String::with_capacity(sql.len());
     let mut at = 0;
     for (start, end, name) in named_params(sql) {
         out.push_str(&sql[at..start]);
-        match values.iter().find(|(n, _)| *n == name) {
-            Some((_, v)) => out.push_str(&render(v)),
-            None => out.push_str(&sql[start..end]),
+        match (shown.iter().find(|(n, _)| n == name), values.iter().find(|(n, _)| *n == name)) {
+            (Some((_, text)), _) => out.push_str(text),
+            (None, Some((_, v))) => out.push_str(&render(v, scale)),
+            (None, None) => out.push_str(&sql[start..end]),
         }
         at = end;
     }
@@ -442,49 +634,200 @@ fn positional(sql: &str) -> (String, Vec<String>) {
     (out, names)
 }
 
-fn pg_value(
-    key: &str,
-    name: &str,
-    ty: &postgres::types::Type,
-    v: &V,
-) -> Result<Box<dyn postgres::types::ToSql + Sync>, StoreError> {
-    use postgres::types::Type;
+/// A value as PostgreSQL takes it in binary, chosen by the type the server gave the parameter.
+#[derive(Debug)]
+enum Bound {
+    Null,
+    Int2(i16),
+    Int4(i32),
+    Int8(i64),
+    Float8(f64),
+    /// Text, and an enum's label (an enum's binary form is its label).
+    Text(String),
+    Uuid(u128),
+    /// A timestamp: microseconds since 2000-01-01 (with or without a time zone alike).
+    Micros(i64),
+    /// An interval of microseconds.
+    Interval(i64),
+    /// A one-element array of the element type (sqlc's `@ids::bigint[]`, River's `…Many`
+    /// statements): the value the statement gets, for its one row.
+    Array(postgres::types::Type, Box<Bound>),
+}
+
+impl postgres::types::ToSql for Bound {
+    fn to_sql(
+        &self,
+        _: &postgres::types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        use bytes::BufMut;
+        match self {
+            Bound::Null => return Ok(postgres::types::IsNull::Yes),
+            Bound::Int2(v) => out.put_i16(*v),
+            Bound::Int4(v) => out.put_i32(*v),
+            Bound::Int8(v) | Bound::Micros(v) => out.put_i64(*v),
+            Bound::Float8(v) => out.put_f64(*v),
+            Bound::Text(t) => out.extend_from_slice(t.as_bytes()),
+            Bound::Uuid(u) => out.extend_from_slice(&u.to_be_bytes()),
+            Bound::Interval(micros) => {
+                out.put_i64(*micros);
+                out.put_i32(0);
+                out.put_i32(0);
+            }
+            Bound::Array(element, item) => {
+                let mut inner = bytes::BytesMut::new();
+                let null = item.to_sql(element, &mut inner)?;
+                out.put_i32(1);
+                out.put_i32(i32::from(matches!(null, postgres::types::IsNull::Yes)));
+                out.put_u32(element.oid());
+                out.put_i32(1);
+                out.put_i32(1);
+                match null {
+                    postgres::types::IsNull::Yes => out.put_i32(-1),
+                    postgres::types::IsNull::No => {
+                        out.put_i32(inner.len() as i32);
+                        out.extend_from_slice(&inner);
+                    }
+                }
+            }
+        }
+        Ok(postgres::types::IsNull::No)
+    }
+    /// The value was chosen for the parameter's type.
+    fn accepts(_: &postgres::types::Type) -> bool {
+        true
+    }
+    postgres::types::to_sql_checked!();
+}
+
+/// Milliseconds of the model as the queue's: times the profile's time scale.
+fn scaled(ms: u64, scale: u64) -> i64 {
+    ms.saturating_mul(scale).min(i64::MAX as u64 / 1000) as i64
+}
+
+fn pg_value(key: &str, name: &str, ty: &postgres::types::Type, v: &V, scale: u64) -> Result<Bound, StoreError> {
+    use postgres::types::{Kind, Type};
     let bad = || {
-        StoreError::Setup(format!("statements.{key}: parameter :{name} is typed {ty} by the server; cast it (:{name}::bigint or :{name}::text)"))
+        let what = match v {
+            V::Time(_) => "a time",
+            V::Span(_) => "a duration",
+            V::Text(_) => "text",
+            _ => "an integer",
+        };
+        StoreError::Setup(format!(
+            "statements.{key}: parameter :{name} is {what}, and the server types it {ty}; cast it (:{name}::bigint, :{name}::text, :{name}::timestamptz)"
+        ))
+    };
+    if *v == V::Null {
+        return Ok(Bound::Null);
+    }
+    if let Kind::Array(element) = ty.kind() {
+        return Ok(Bound::Array(element.clone(), Box::new(pg_value(key, name, element, v, scale)?)));
+    }
+    if let Kind::Enum(labels) = ty.kind() {
+        return match v {
+            V::Text(t) if labels.contains(t) => Ok(Bound::Text(t.clone())),
+            V::Text(t) => Err(StoreError::Setup(format!(
+                "statements.{key}: parameter :{name} is '{t}', which the enum {ty} has no label for (it has {})",
+                labels.join(", ")
+            ))),
+            _ => Err(bad()),
+        };
+    }
+    if let Kind::Domain(base) = ty.kind() {
+        return pg_value(key, name, base, v, scale);
+    }
+    let number = match v {
+        V::Int(i) => Some(*i),
+        V::Time(ms) | V::Span(ms) => Some(scaled(*ms, scale)),
+        _ => None,
     };
     Ok(match (ty, v) {
-        (&Type::INT2, V::Int(i)) => Box::new(*i as i16),
-        (&Type::INT4, V::Int(i)) => Box::new(*i as i32),
-        (&Type::INT8, V::Int(i)) => Box::new(*i),
-        (&Type::FLOAT8, V::Int(i)) => Box::new(*i as f64),
-        (&Type::TEXT | &Type::VARCHAR | &Type::BPCHAR | &Type::NAME, V::Int(i)) => Box::new(i.to_string()),
-        (&Type::TEXT | &Type::VARCHAR | &Type::BPCHAR | &Type::NAME, V::Text(t)) => Box::new(t.clone()),
-        (&Type::UUID, V::Text(t)) => Box::new(Uuid(parse_uuid(t).ok_or_else(bad)?)),
-        (&Type::UUID, V::Null) => Box::new(None::<Uuid>),
-        (&Type::INT2, V::Null) => Box::new(None::<i16>),
-        (&Type::INT4, V::Null) => Box::new(None::<i32>),
-        (&Type::INT8, V::Null) => Box::new(None::<i64>),
-        (_, V::Null) => Box::new(None::<String>),
+        (&Type::INT2, _) if number.is_some() => Bound::Int2(number.unwrap_or(0) as i16),
+        (&Type::INT4, _) if number.is_some() => Bound::Int4(number.unwrap_or(0) as i32),
+        (&Type::INT8, _) if number.is_some() => Bound::Int8(number.unwrap_or(0)),
+        (&Type::FLOAT8, _) if number.is_some() => Bound::Float8(number.unwrap_or(0) as f64),
+        (&Type::TEXT | &Type::VARCHAR | &Type::BPCHAR | &Type::NAME, V::Text(t)) => Bound::Text(t.clone()),
+        (&Type::TEXT | &Type::VARCHAR | &Type::BPCHAR | &Type::NAME, _) if number.is_some() => {
+            Bound::Text(number.unwrap_or(0).to_string())
+        }
+        (&Type::UUID, V::Text(t)) => Bound::Uuid(parse_uuid(t).ok_or_else(bad)?),
+        // An integer id in a uuid column: the uuid whose low bits are the id.
+        (&Type::UUID, V::Int(i)) => Bound::Uuid(*i as u64 as u128),
+        (&Type::TIMESTAMPTZ | &Type::TIMESTAMP, V::Time(ms)) => Bound::Micros(scaled(*ms, scale) * 1000),
+        (&Type::INTERVAL, V::Span(ms)) => Bound::Interval(scaled(*ms, scale) * 1000),
         _ => return Err(bad()),
     })
 }
 
-fn pg_cell(key: &str, row: &postgres::Row, i: usize) -> Result<V, StoreError> {
-    use postgres::types::Type;
+/// A timestamp or interval column as it comes: microseconds (an interval's days and months as
+/// 24 h and 30 days, PostgreSQL's own justification).
+struct RawTime(i64);
+
+impl<'a> postgres::types::FromSql<'a> for RawTime {
+    fn from_sql(
+        ty: &postgres::types::Type,
+        raw: &'a [u8],
+    ) -> Result<RawTime, Box<dyn std::error::Error + Sync + Send>> {
+        let int = |at: usize, n: usize| -> Result<i64, Box<dyn std::error::Error + Sync + Send>> {
+            let bytes = raw.get(at..at + n).ok_or("a short time value")?;
+            Ok(match n {
+                8 => i64::from_be_bytes(bytes.try_into()?),
+                _ => i64::from(i32::from_be_bytes(bytes.try_into()?)),
+            })
+        };
+        Ok(RawTime(match *ty {
+            postgres::types::Type::INTERVAL => {
+                int(0, 8)? + int(8, 4)? * 86_400_000_000 + int(12, 4)? * 30 * 86_400_000_000
+            }
+            _ => int(0, 8)?,
+        }))
+    }
+    fn accepts(ty: &postgres::types::Type) -> bool {
+        matches!(
+            *ty,
+            postgres::types::Type::TIMESTAMPTZ | postgres::types::Type::TIMESTAMP | postgres::types::Type::INTERVAL
+        )
+    }
+}
+
+/// An enum's label as it comes.
+struct Label(String);
+
+impl<'a> postgres::types::FromSql<'a> for Label {
+    fn from_sql(_: &postgres::types::Type, raw: &'a [u8]) -> Result<Label, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Label(std::str::from_utf8(raw)?.to_string()))
+    }
+    fn accepts(ty: &postgres::types::Type) -> bool {
+        matches!(ty.kind(), postgres::types::Kind::Enum(_))
+    }
+}
+
+fn pg_cell(row: &postgres::Row, i: usize, scale: u64) -> Result<V, StoreError> {
+    use postgres::types::{Kind, Type};
     let column = &row.columns()[i];
     let get_err = |e: postgres::Error| StoreError::Postgres(e.to_string());
+    // The model's milliseconds from the queue's microseconds (before 2000-01-01: 0).
+    let model = |micros: i64| (micros.max(0) as u64 / 1000) / scale.max(1);
     Ok(match *column.type_() {
         Type::INT2 => row.try_get::<_, Option<i16>>(i).map_err(get_err)?.map_or(V::Null, |v| V::Int(v.into())),
         Type::INT4 => row.try_get::<_, Option<i32>>(i).map_err(get_err)?.map_or(V::Null, |v| V::Int(v.into())),
         Type::INT8 => row.try_get::<_, Option<i64>>(i).map_err(get_err)?.map_or(V::Null, V::Int),
-        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => row.try_get::<_, Option<String>>(i).map_err(get_err)?.map_or(V::Null, V::Text),
-        Type::UUID => row.try_get::<_, Option<Uuid>>(i).map_err(get_err)?.map_or(V::Null, |u| V::Text(uuid_text(u.0))),
-        ref other => {
-            return Err(StoreError::Setup(format!(
-                "statements.{key}: column {} is {other}; return integers (ms for times) and text (cast it: ::bigint, ::text)",
-                column.name()
-            )))
+        Type::BOOL => row.try_get::<_, Option<bool>>(i).map_err(get_err)?.map_or(V::Null, |b| V::Int(b.into())),
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => {
+            row.try_get::<_, Option<String>>(i).map_err(get_err)?.map_or(V::Null, V::Text)
         }
+        Type::UUID => row.try_get::<_, Option<Uuid>>(i).map_err(get_err)?.map_or(V::Null, |u| V::Text(uuid_text(u.0))),
+        Type::TIMESTAMPTZ | Type::TIMESTAMP => {
+            row.try_get::<_, Option<RawTime>>(i).map_err(get_err)?.map_or(V::Null, |t| V::Time(model(t.0)))
+        }
+        Type::INTERVAL => {
+            row.try_get::<_, Option<RawTime>>(i).map_err(get_err)?.map_or(V::Null, |t| V::Span(model(t.0)))
+        }
+        ref other if matches!(other.kind(), Kind::Enum(_)) => {
+            row.try_get::<_, Option<Label>>(i).map_err(get_err)?.map_or(V::Null, |l| V::Text(l.0))
+        }
+        ref other => V::Other(other.to_string()),
     })
 }
 
@@ -492,21 +835,6 @@ fn pg_cell(key: &str, row: &postgres::Row, i: usize) -> Result<V, StoreError> {
 /// column (seed 003's `lease_token`) without a crate for the one type.
 #[derive(Debug)]
 struct Uuid(u128);
-
-impl postgres::types::ToSql for Uuid {
-    fn to_sql(
-        &self,
-        _: &postgres::types::Type,
-        out: &mut bytes::BytesMut,
-    ) -> Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        out.extend_from_slice(&self.0.to_be_bytes());
-        Ok(postgres::types::IsNull::No)
-    }
-    fn accepts(ty: &postgres::types::Type) -> bool {
-        *ty == postgres::types::Type::UUID
-    }
-    postgres::types::to_sql_checked!();
-}
 
 impl<'a> postgres::types::FromSql<'a> for Uuid {
     fn from_sql(_: &postgres::types::Type, raw: &'a [u8]) -> Result<Uuid, Box<dyn std::error::Error + Sync + Send>> {
@@ -542,6 +870,22 @@ fn token_of(key: &str, random: bool, v: Option<&V>) -> Result<u64, StoreError> {
 }
 
 impl ProfileStore {
+    /// The run's lease, and with the profile's `[time] lease` the scale that maps it onto the
+    /// queue's: one model millisecond is `time.lease / lease` of the queue's.
+    fn set_lease(&mut self, lease: crate::core::Duration) {
+        self.lease = lease;
+        self.scale = match &self.profile.file.time {
+            Some(t) => (t.lease.0 / lease.0.max(1)).max(1),
+            None => 1,
+        };
+        self.clock = None;
+    }
+
+    /// The rescuer's horizon at `now`: a lease ago, where the lease began that ends now.
+    fn horizon(&self, now: Instant) -> Instant {
+        Instant(now.0.saturating_sub(self.lease.0))
+    }
+
     /// The design draws random tokens (bound and read back uuid-shaped).
     fn random_tokens(&self) -> bool {
         self.policy.token_kind == crate::core::policy::TokenKind::Random
@@ -656,6 +1000,8 @@ impl ProfileStore {
             client.batch_execute("COMMIT")?;
         } else {
             client.batch_execute("ROLLBACK")?;
+            // The clock set inside it went with it.
+            self.clock = None;
         }
         Ok(())
     }
@@ -688,22 +1034,27 @@ impl ProfileStore {
         }
     }
 
+    /// The model's fields the rows SELECT gives: its columns of the model's names and those the
+    /// profile's `[columns]` maps; any other column is not read.
     fn row_columns(&mut self) -> Result<Vec<String>, StoreError> {
         let sql = self.profile.file.statements.rows.clone();
-        let names = self.columns_of("rows", &sql)?;
+        let given = self.columns_of("rows", &sql)?;
+        let mapped: Vec<&String> = self.profile.file.columns.values().collect();
+        self.not_read =
+            given.iter().filter(|c| !COLUMNS.contains(&c.as_str()) && !mapped.contains(c)).cloned().collect();
+        let mut names: Vec<String> = given.iter().filter(|n| COLUMNS.contains(&n.as_str())).cloned().collect();
+        for (field, column) in &self.profile.file.columns {
+            if given.contains(column) && !names.contains(field) {
+                names.push(field.clone());
+            }
+        }
         for required in ["message_id", "status"] {
             if !names.iter().any(|n| n == required) {
                 return Err(StoreError::Setup(format!(
-                    "statements.rows gives no {required} column (it gives {})",
-                    names.join(", ")
+                    "statements.rows gives no {required} column (it gives {}; alias one, or map it in [columns])",
+                    given.join(", ")
                 )));
             }
-        }
-        if let Some(other) = names.iter().find(|n| !COLUMNS.contains(&n.as_str())) {
-            return Err(StoreError::Setup(format!(
-                "statements.rows: column {other:?} is none of the model's ({})",
-                COLUMNS.join(", ")
-            )));
         }
         if let Some((key, _)) = self.profile.file.observe.iter().find(|(_, o)| **o == Observe::RowVersion) {
             if !names.iter().any(|n| n == "row_version") {
@@ -721,12 +1072,30 @@ impl ProfileStore {
         let s = self.profile.file.statements.clone();
         for (key, sql) in s.each() {
             let Some(sql) = sql else { continue };
-            if let Some(reads) = reads_the_clock(sql) {
+            // On PostgreSQL the run's clock stands in for the clock functions; on SQLite
+            // nothing does.
+            let (reads, shadowed) = match &self.db {
+                Db::Sqlite(_) => (reads_the_clock(sql), false),
+                Db::Postgres(_) => (clock_syntax(sql), true),
+            };
+            if let Some(reads) = reads {
+                let instead = if shadowed { "now() or :now" } else { ":now" };
                 return Err(StoreError::Setup(format!(
-                    "statements.{key} reads {reads}: a run must be deterministic, so time comes in as :now (docs/sql-profile.md, \"Time\")"
+                    "statements.{key} reads {reads}: a run must be deterministic, so time comes in as {instead} (docs/sql-profile.md, \"Time\")"
                 )));
             }
-            if let Some(outside) = leaves_the_schema(sql) {
+            let in_database = match &self.db {
+                Db::Postgres(scratch) => scratch.borrow().place().database.is_some(),
+                Db::Sqlite(_) => false,
+            };
+            let outside = if in_database {
+                sql.to_ascii_lowercase().contains("search_path").then(|| {
+                    "sets the search path: statements run on the run's own, which puts its clock ahead of pg_catalog".to_string()
+                })
+            } else {
+                leaves_the_schema(sql)
+            };
+            if let Some(outside) = outside {
                 return Err(StoreError::Setup(format!("statements.{key}: {outside}")));
             }
             self.columns_of(key, sql)?;
@@ -749,22 +1118,34 @@ impl ProfileStore {
         Ok(())
     }
 
-    /// Runs `sql` with those of `params` it names; returns the rows it gave back and the number
-    /// of rows it changed. Logged with the values written in.
+    /// Runs `sql` with those of `params` it names; returns the rows it gave back (their columns
+    /// renamed as the profile's `[columns]` maps them) and the number of rows it changed. Logged
+    /// with the values written in.
     fn run(&mut self, key: &str, sql: &str, params: &Params) -> Result<Answer, StoreError> {
+        let answer = self.run_unchecked(key, sql, params);
+        if let Err(StoreError::Setup(problem)) = &answer {
+            self.problem.get_or_insert_with(|| problem.clone());
+        }
+        answer
+    }
+
+    fn run_unchecked(&mut self, key: &str, sql: &str, params: &Params) -> Result<Answer, StoreError> {
         let value_of = |name: &str| {
             params.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone()).ok_or_else(|| {
                 StoreError::Setup(format!("statements.{key}: parameter :{name} is not one this statement gets"))
             })
         };
-        let answer = match &mut self.db {
+        let scale = self.scale;
+        let mut shown: Vec<(String, String)> = Vec::new();
+        let (mut answer, changed) = match &mut self.db {
             Db::Sqlite(conn) => {
                 let mut stmt = conn.prepare(sql).map_err(|e| StoreError::Setup(format!("statements.{key}: {e}")))?;
                 for i in 1..=stmt.parameter_count() {
                     let name = stmt.parameter_name(i).unwrap_or("?").trim_start_matches([':', '@', '$']).to_string();
                     let value = match value_of(&name)? {
-                        V::Null => rusqlite::types::Value::Null,
+                        V::Null | V::Other(_) => rusqlite::types::Value::Null,
                         V::Int(i) => rusqlite::types::Value::Integer(i),
+                        V::Time(ms) | V::Span(ms) => rusqlite::types::Value::Integer(scaled(ms, scale)),
                         V::Text(t) => rusqlite::types::Value::Text(t),
                     };
                     stmt.raw_bind_parameter(i, value)?;
@@ -779,7 +1160,8 @@ impl ProfileStore {
                             rusqlite::types::Value::Null => V::Null,
                             rusqlite::types::Value::Integer(i) => V::Int(i),
                             rusqlite::types::Value::Text(t) => V::Text(t),
-                            other => return Err(StoreError::Corrupt(format!("{key}: column {n} holds {other:?}"))),
+                            rusqlite::types::Value::Real(_) => V::Other("real".into()),
+                            rusqlite::types::Value::Blob(_) => V::Other("blob".into()),
                         };
                         values.insert(n.clone(), v);
                     }
@@ -793,6 +1175,14 @@ impl ProfileStore {
                 let (pg, names) = positional(sql);
                 let mut scratch = scratch.borrow_mut();
                 let client = scratch.client();
+                // The run's clock, which the shadowed now() reads: the statement's time.
+                if let Some((_, V::Time(now))) = params.iter().find(|(n, _)| *n == "now") {
+                    let now = scaled(*now, scale);
+                    if self.clock != Some(now) {
+                        client.execute(SET_CLOCK, &[&now])?;
+                        self.clock = Some(now);
+                    }
+                }
                 // The server refusing the statement is the profile's problem; a connection that
                 // died is the run's (a relay reconnects).
                 let stmt = client.prepare(&pg).map_err(|e| match e.as_db_error() {
@@ -803,10 +1193,13 @@ impl ProfileStore {
                 })?;
                 let mut values = Vec::with_capacity(names.len());
                 for (name, ty) in names.iter().zip(stmt.params()) {
-                    values.push(pg_value(key, name, ty, &value_of(name)?)?);
+                    let value = value_of(name)?;
+                    shown.push((name.clone(), render_as(&value, ty, scale)));
+                    values.push(pg_value(key, name, ty, &value, scale)?);
                 }
-                let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = values.iter().map(|b| b.as_ref()).collect();
-                if self.stamp && !self.held {
+                let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
+                    values.iter().map(|b| b as &(dyn postgres::types::ToSql + Sync)).collect();
+                let (rows, changed) = if self.stamp && !self.held {
                     // One transaction: the statement, then the stamp, so for two statements on
                     // one row the stamps order as the row's locks were taken.
                     let mut tx = client.transaction()?;
@@ -819,34 +1212,35 @@ impl ProfileStore {
                     };
                     self.last_stamp = tx.query_one(super::postgres::COMMIT_STAMP, &[])?.get(0);
                     tx.commit()?;
-                    let mut out = Vec::with_capacity(rows.len());
-                    for row in &rows {
-                        let mut cells = BTreeMap::new();
-                        for i in 0..row.len() {
-                            cells.insert(row.columns()[i].name().to_string(), pg_cell(key, row, i)?);
-                        }
-                        out.push(cells);
-                    }
-                    (out, changed)
+                    (rows, changed)
                 } else if stmt.columns().is_empty() {
                     (Vec::new(), client.execute(&stmt, &refs)? as usize)
                 } else {
                     let rows = client.query(&stmt, &refs)?;
-                    let mut out = Vec::with_capacity(rows.len());
-                    for row in &rows {
-                        let mut cells = BTreeMap::new();
-                        for i in 0..row.len() {
-                            cells.insert(row.columns()[i].name().to_string(), pg_cell(key, row, i)?);
-                        }
-                        out.push(cells);
+                    let n = rows.len();
+                    (rows, n)
+                };
+                let mut out = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    let mut cells = BTreeMap::new();
+                    for i in 0..row.len() {
+                        cells.insert(row.columns()[i].name().to_string(), pg_cell(row, i, scale)?);
                     }
-                    let n = out.len();
-                    (out, n)
+                    out.push(cells);
                 }
+                (out, changed)
             }
         };
-        self.log.push(written_in(sql, params));
-        Ok(answer)
+        // The profile's names for the model's fields: `[columns] message_id = "id"`.
+        for (field, column) in &self.profile.file.columns {
+            for row in &mut answer {
+                if let Some(v) = row.get(column).cloned() {
+                    row.insert(field.clone(), v);
+                }
+            }
+        }
+        self.log.push(written_in(sql, params, &shown, scale));
+        Ok((answer, changed))
     }
 
     /// [`ProfileStore::run`] of a statement without parameters, not logged (reading the table
@@ -869,8 +1263,28 @@ impl ProfileStore {
     }
 }
 
-/// What in a statement would read the database's clock or draw a random number, if anything.
+/// What in a statement would read the database's clock or draw a random number, if anything
+/// (SQLite, where nothing stands in for the clock).
 pub fn reads_the_clock(sql: &str) -> Option<&'static str> {
+    clock_syntax(sql).or_else(|| {
+        let lower = sql.to_ascii_lowercase();
+        [
+            ("unixepoch()", "the database's clock (unixepoch())"),
+            ("now()", "the database's clock (now())"),
+            ("clock_timestamp", "the database's clock (clock_timestamp())"),
+            ("statement_timestamp", "the database's clock (statement_timestamp())"),
+            ("transaction_timestamp", "the database's clock (transaction_timestamp())"),
+        ]
+        .into_iter()
+        .find(|(w, _)| lower.contains(w))
+        .map(|(_, what)| what)
+    })
+}
+
+/// What in a statement reads the database's clock where no function can stand in for it — the
+/// SQL syntax `CURRENT_TIMESTAMP`, `LOCALTIMESTAMP`, `CURRENT_DATE`, `CURRENT_TIME`, `'now'`, a
+/// clock named in `pg_catalog` — or draws a random number.
+pub fn clock_syntax(sql: &str) -> Option<&'static str> {
     let lower = sql.to_ascii_lowercase();
     let words = |w: &str| {
         lower.match_indices(w).any(|(i, _)| {
@@ -884,37 +1298,68 @@ pub fn reads_the_clock(sql: &str) -> Option<&'static str> {
         ("current_time", "the database's clock (CURRENT_TIME)"),
         ("current_date", "the database's clock (CURRENT_DATE)"),
         ("localtimestamp", "the database's clock (LOCALTIMESTAMP)"),
+        ("localtime", "the database's clock (LOCALTIME)"),
         ("'now'", "the database's clock ('now')"),
-        ("unixepoch()", "the database's clock (unixepoch())"),
-        ("now()", "the database's clock (now())"),
-        ("clock_timestamp", "the database's clock (clock_timestamp())"),
-        ("statement_timestamp", "the database's clock (statement_timestamp())"),
-        ("transaction_timestamp", "the database's clock (transaction_timestamp())"),
+        ("pg_catalog.now", "the database's clock (pg_catalog.now())"),
+        ("pg_catalog.clock_timestamp", "the database's clock (pg_catalog.clock_timestamp())"),
+        ("pg_catalog.statement_timestamp", "the database's clock (pg_catalog.statement_timestamp())"),
+        ("pg_catalog.transaction_timestamp", "the database's clock (pg_catalog.transaction_timestamp())"),
         ("random()", "a random number (random())"),
         ("randomblob", "a random number (randomblob())"),
         ("gen_random_uuid", "a random number (gen_random_uuid())"),
     ]
     .into_iter()
-    .find(|(w, _)| if w.starts_with('\'') || w.ends_with(')') { lower.contains(w) } else { words(w) })
+    .find(
+        |(w, _)| if w.starts_with('\'') || w.contains('.') || w.ends_with(')') { lower.contains(w) } else { words(w) },
+    )
     .map(|(_, what)| what)
 }
 
-fn render(value: &V) -> String {
+fn render(value: &V, scale: u64) -> String {
     match value {
-        V::Null => "NULL".into(),
+        V::Null | V::Other(_) => "NULL".into(),
         V::Int(i) => i.to_string(),
+        V::Time(ms) | V::Span(ms) => scaled(*ms, scale).to_string(),
         V::Text(t) => format!("'{}'", t.replace('\'', "''")),
     }
 }
 
+/// A value as a literal of the type the server gave its parameter: a timestamp or interval as
+/// PostgreSQL reads it back, an array as `ARRAY[…]`, an enum's label cast to it.
+fn render_as(value: &V, ty: &postgres::types::Type, scale: u64) -> String {
+    use postgres::types::{Kind, Type};
+    match (ty.kind(), value) {
+        (_, V::Null) => "NULL".into(),
+        (Kind::Array(element), v) => format!("ARRAY[{}]::{}[]", render_as(v, element, scale), element.name()),
+        (Kind::Enum(_), V::Text(t)) => format!("'{t}'::{}", ty.name()),
+        _ => match (ty, value) {
+            (&Type::TIMESTAMPTZ | &Type::TIMESTAMP, V::Time(ms)) => {
+                format!("timestamptz '2000-01-01 00:00:00+00' + interval '{} milliseconds'", scaled(*ms, scale))
+            }
+            (&Type::INTERVAL, V::Span(ms)) => format!("interval '{} milliseconds'", scaled(*ms, scale)),
+            (&Type::UUID, V::Int(i)) => format!("'{}'::uuid", uuid_text(*i as u64 as u128)),
+            (&Type::UUID, V::Text(t)) => format!("'{t}'::uuid"),
+            _ => render(value, scale),
+        },
+    }
+}
+
+/// A column's value as the model's integer: an id, a count, a time or duration in the model's
+/// milliseconds (a uuid: its low 64 bits, the id or token the run bound).
 fn as_int(key: &str, column: &str, v: Option<&V>) -> Result<Option<i64>, StoreError> {
     match v {
         None | Some(V::Null) => Ok(None),
         Some(V::Int(i)) => Ok(Some(*i)),
+        Some(V::Time(ms) | V::Span(ms)) => Ok(Some(*ms as i64)),
         Some(V::Text(t)) => t
             .parse()
+            .ok()
+            .or_else(|| parse_uuid(t).map(|u| u as u64 as i64))
             .map(Some)
-            .map_err(|_| StoreError::Corrupt(format!("{key}: column {column} holds '{t}', not an integer"))),
+            .ok_or_else(|| StoreError::Corrupt(format!("{key}: column {column} holds '{t}', not an integer"))),
+        Some(V::Other(ty)) => Err(StoreError::Setup(format!(
+            "statements.{key}: column {column} is {ty}, which no model field is read from (return an integer, text, a uuid, a timestamp or an interval)"
+        ))),
     }
 }
 
@@ -951,7 +1396,10 @@ impl Store for ProfileStore {
             ("tenant", int(req.tenant_id.0)),
             ("aggregate", int(req.aggregate_id.0)),
             ("version", int(req.expected_version + 1)),
-            ("now", int(req.now.0 as i64)),
+            ("now", time(req.now)),
+            ("run_at", time(req.now)),
+            ("max_attempts", int(self.budget)),
+            ("lease_ms", span(self.lease)),
         ];
         let sql = self.profile.file.statements.enqueue.clone();
         self.run("enqueue", &sql, &params)?;
@@ -961,12 +1409,12 @@ impl Store for ProfileStore {
 
     fn claim(&mut self, req: &ClaimRequest) -> Result<Vec<Lease>, StoreError> {
         let params: Params = vec![
-            ("now", int(req.now.0 as i64)),
+            ("now", time(req.now)),
             ("owner", int(req.owner.0)),
             ("tenant", int(req.tenant_id.0)),
             ("batch", int(req.batch)),
-            ("lease_ms", int(req.lease.0 as i64)),
-            ("lease_until", int(req.now.plus(req.lease).0 as i64)),
+            ("lease_ms", span(req.lease)),
+            ("lease_until", time(req.now.plus(req.lease))),
             ("max_attempts", int(req.max_attempts)),
         ];
         // The rows before the claim, to put what it returns in the design's claim order (a
@@ -1035,15 +1483,17 @@ impl Store for ProfileStore {
         let retry_at = req.now.plus(policy.backoff.delay(policy.attempts_after_failure(req.lease.attempts)));
         let params: Params = vec![
             ("id", int(req.lease.message_id.0)),
+            // The id as the one element of an array (`id = ANY(:ids)`, sqlc's `@ids::bigint[]`).
+            ("ids", int(req.lease.message_id.0)),
             ("tenant", int(req.lease.tenant_id.0)),
             ("owner", int(req.lease.owner.0)),
             ("token", self.token_param(req.lease.token)),
             ("attempts", int(req.lease.attempts)),
-            ("now", int(req.now.0 as i64)),
+            ("now", time(req.now)),
             ("code", text(req.kind.code().map_or("", FailureCode::as_str))),
-            ("retry_at", int(retry_at.0 as i64)),
-            ("backoff_base_ms", int(policy.backoff.base.0 as i64)),
-            ("backoff_cap_ms", int(policy.backoff.cap.0 as i64)),
+            ("retry_at", time(retry_at)),
+            ("backoff_base_ms", span(policy.backoff.base)),
+            ("backoff_cap_ms", span(policy.backoff.cap)),
             ("max_attempts", int(req.max_attempts)),
         ];
         let deletes = policy.completion == crate::core::policy::Completion::Delete && req.kind == WriteKind::Published;
@@ -1052,7 +1502,8 @@ impl Store for ProfileStore {
 
     fn reap(&mut self, now: Instant, max_attempts: u32) -> Result<Vec<MessageId>, StoreError> {
         let Some(sql) = self.profile.file.statements.reap.clone() else { return Ok(Vec::new()) };
-        let params: Params = vec![("now", int(now.0 as i64)), ("max_attempts", int(max_attempts))];
+        let params: Params =
+            vec![("now", time(now)), ("max_attempts", int(max_attempts)), ("lease_ms", span(self.lease))];
         let (rows, _) = self.run("reap", &sql, &params)?;
         let mut ids = Vec::new();
         for row in rows {
@@ -1072,7 +1523,13 @@ impl Store for ProfileStore {
         let mut out = Vec::new();
         for values in rows {
             let get = |c: &str| as_int("rows", c, values.get(c));
-            let at = |c: &str| get(c).map(|v| v.map(|v| Instant(v as u64)));
+            // A time column of integers holds the queue's milliseconds: the model's times the
+            // scale; a timestamp was read in the model's already.
+            let scale = self.scale.max(1) as i64;
+            let at = |c: &str| match values.get(c) {
+                Some(V::Int(ms)) => Ok(Some(Instant((ms / scale).max(0) as u64))),
+                other => as_int("rows", c, other).map(|v| v.map(|v| Instant(v.max(0) as u64))),
+            };
             let status = match values.get("status") {
                 Some(V::Text(t)) => {
                     statuses.names().into_iter().find_map(|(name, status)| (name == *t).then_some(status)).ok_or_else(
@@ -1080,7 +1537,10 @@ impl Store for ProfileStore {
                     )?
                 }
                 other => {
-                    return Err(StoreError::Corrupt(format!("rows: status {}", other.map_or("missing".into(), render))))
+                    return Err(StoreError::Corrupt(format!(
+                        "rows: status {}",
+                        other.map_or("missing".into(), |v| render(v, 1))
+                    )))
                 }
             };
             let code = match values.get("last_failure_code") {
@@ -1133,7 +1593,9 @@ impl Store for ProfileStore {
 
     fn rescue_read(&mut self, now: Instant) -> Result<Option<(MessageId, LeaseToken)>, StoreError> {
         let Some(sql) = self.profile.file.statements.rescue_read.clone() else { return Ok(None) };
-        let (rows, _) = self.run("rescue_read", &sql, &vec![("now", int(now.0 as i64))])?;
+        let params: Params =
+            vec![("now", time(now)), ("lease_ms", span(self.lease)), ("horizon", time(self.horizon(now)))];
+        let (rows, _) = self.run("rescue_read", &sql, &params)?;
         let random = self.random_tokens();
         let mut first: Option<(MessageId, LeaseToken)> = None;
         for row in rows {
@@ -1155,10 +1617,54 @@ impl Store for ProfileStore {
             ("id", int(req.lease.message_id.0)),
             ("tenant", int(req.lease.tenant_id.0)),
             ("token", self.token_param(req.lease.token)),
-            ("now", int(req.now.0 as i64)),
+            ("now", time(req.now)),
             ("max_attempts", int(max_attempts)),
+            ("lease_ms", span(self.lease)),
+            ("horizon", time(self.horizon(req.now))),
         ];
         self.run_observed("rescue", &sql, &params, req.lease.message_id, false)
+    }
+
+    fn problem(&self) -> Option<String> {
+        self.problem.clone()
+    }
+
+    fn fields(&self) -> Option<super::bind::Fields> {
+        Some(super::bind::Fields {
+            not_compared: COLUMNS[1..]
+                .iter()
+                .filter(|c| !self.columns.iter().any(|n| n == *c))
+                .map(|c| c.to_string())
+                .collect(),
+            not_read: self.not_read.clone(),
+        })
+    }
+
+    fn fixed_batch(&self) -> Option<u32> {
+        let claim = &self.profile.file.statements.claim;
+        // A claim of one fresh random token per row is run once per row, up to the batch.
+        if self.random_tokens() || named_params(claim).iter().any(|p| p.2 == "batch") {
+            return None;
+        }
+        // The last LIMIT written in (a claim's own, after any subquery's); none: every row it
+        // matches.
+        let lower = claim.to_ascii_lowercase();
+        Some(
+            lower
+                .match_indices("limit")
+                .filter_map(|(i, _)| {
+                    let rest = lower[i + 5..].trim_start();
+                    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+                    digits.parse::<u32>().ok()
+                })
+                .last()
+                .unwrap_or(u32::MAX),
+        )
+    }
+
+    fn set_run(&mut self, max_attempts: u32, lease: crate::core::Duration) {
+        self.budget = max_attempts;
+        self.set_lease(lease);
     }
 
     /// The model's row as the profile's SELECT shows it: what it has no column for is cleared.

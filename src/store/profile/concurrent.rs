@@ -201,25 +201,19 @@ impl Profile {
         use rand::SeedableRng;
         use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
         use std::sync::Mutex;
-        if let Some(outside) = leaves_the_schema(&self.schema_sql) {
-            return Err(StoreError::Setup(format!("schema = {:?}: {outside}", self.file.schema)));
-        }
         let mut policy = self.design.policy();
         // Short retries, so a run ends in seconds; the history's header says so.
         policy.backoff =
             crate::core::Backoff { base: crate::core::Duration(20), cap: crate::core::Duration(200), ..policy.backoff };
         let max_attempts = 3;
-        let mut setup =
-            crate::store::postgres::Scratch::connect(url, disposable).map_err(|e| StoreError::Setup(e.to_string()))?;
-        setup
-            .client()
-            .batch_execute(&self.schema_sql)
-            .map_err(|e| StoreError::Setup(format!("the profile's schema: {}", crate::store::bind::one_line(&e))))?;
-        setup.client().batch_execute("CREATE SEQUENCE outbox_check_order")?;
-        let schema = setup.schema().to_string();
+        let mut setup = self.scratch(url, disposable)?;
+        let place = setup.place();
+        setup.client().batch_execute(&format!("CREATE SEQUENCE {}.outbox_check_order", place.schema))?;
         let shared = std::rc::Rc::new(std::cell::RefCell::new(setup));
         let mut first = ProfileStore::open(Db::Postgres(shared.clone()), self)?;
         first.policy = policy;
+        let lease = crate::core::Duration(1_000);
+        first.set_run(max_attempts, lease);
         let started = std::time::Instant::now();
         let now = move || started.elapsed().as_millis() as u64 + 10_000;
         let names = |m: MessageId| format!("m{}", m.0);
@@ -258,13 +252,13 @@ impl Profile {
             for r in 0..relays {
                 let tokens = &tokens;
                 let (trace, stored, kills, done, timed_out, failure, schema) =
-                    (&trace, &stored, &kills, &done, &timed_out, &failure, &schema);
+                    (&trace, &stored, &kills, &done, &timed_out, &failure, &place);
                 scope.spawn(move || {
                     let run = || -> Result<(), StoreError> {
                         let mut rng =
                             rand_chacha::ChaCha8Rng::seed_from_u64(seed.wrapping_mul(31).wrapping_add(u64::from(r)));
                         let connect = || -> Result<(ProfileStore, i32), StoreError> {
-                            let mut scratch = crate::store::postgres::Scratch::attach(url, disposable, schema)
+                            let mut scratch = crate::store::postgres::Scratch::attach_to(url, disposable, schema)
                                 .map_err(|e| StoreError::Setup(e.to_string()))?;
                             let pid: i32 = scratch.client().query_one("SELECT pg_backend_pid()", &[])?.get(0);
                             let mut store = ProfileStore::open(
@@ -273,17 +267,18 @@ impl Profile {
                             )?;
                             store.stamp = true;
                             store.policy = policy;
+                            store.set_run(max_attempts, lease);
                             store.shared_tokens = Some(tokens.clone());
                             Ok((store, pid))
                         };
                         let (mut store, mut pid) = connect()?;
-                        let mut killer = crate::store::postgres::Scratch::attach(url, disposable, schema)
+                        let mut killer = crate::store::postgres::Scratch::attach_to(url, disposable, schema)
                             .map_err(|e| StoreError::Setup(e.to_string()))?;
                         let config = RelayConfig {
                             owner: RelayId(r),
                             tenant_id: TenantId(0),
-                            batch: 5,
-                            lease: crate::core::Duration(1_000),
+                            batch: store.fixed_batch().map_or(5, |fixed| fixed.min(5)),
+                            lease,
                             max_attempts,
                             policy,
                         };
