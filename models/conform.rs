@@ -229,10 +229,31 @@ fn same<T: PartialEq>(a: &Result<T, StoreError>, b: &Result<T, StoreError>) -> b
     }
 }
 
+/// Two claims took the same leases: the rows a claim took are a set — the order a statement
+/// returns them in is its own (RETURNING keeps none), and the harness could only guess the
+/// design's order from columns a table need not have.
+fn same_claim(a: &Result<Vec<Lease>, StoreError>, b: &Result<Vec<Lease>, StoreError>) -> bool {
+    fn sorted(r: &Result<Vec<Lease>, StoreError>) -> Result<Vec<Lease>, &StoreError> {
+        r.as_ref().map(|leases| {
+            let mut leases = leases.clone();
+            leases.sort_by_key(|l| l.message_id);
+            leases
+        })
+    }
+    match (sorted(a), sorted(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        (Err(x), Err(y)) => x.to_string() == y.to_string(),
+        _ => false,
+    }
+}
+
 /// The result kinds compared: a Stale's reason is not (SQL cannot tell it from 0 rows).
-fn same_write(a: &WriteResult, b: &WriteResult) -> bool {
+fn same_write(a: &WriteResult, b: &WriteResult, store: &dyn Store) -> bool {
     match (a, b) {
-        (WriteResult::Applied { status: x }, WriteResult::Applied { status: y }) => x == y,
+        // As the table names them: one name may stand for two statuses no statement tells apart.
+        (WriteResult::Applied { status: x }, WriteResult::Applied { status: y }) => {
+            store.view_status(*x) == store.view_status(*y)
+        }
         (WriteResult::Stale { .. }, WriteResult::Stale { .. }) => true,
         _ => false,
     }
@@ -273,10 +294,14 @@ pub struct Exercised {
     pub reaps: u64,
     /// Rescues that moved a row.
     pub rescues: u64,
+    /// Scheduler runs that made a row claimable again.
+    pub schedules: u64,
     /// The store takes `:max_attempts`; it has a reaper; it has a rescuer (`None` before a case).
     pub takes_budget: Option<bool>,
     pub reaper: Option<bool>,
     pub rescuer: Option<bool>,
+    /// The design has a scheduler: whether the store has one too (`None`: the design has none).
+    pub scheduler: Option<bool>,
     /// The model's backoff cap, in milliseconds.
     pub backoff_cap_ms: u64,
 }
@@ -301,6 +326,11 @@ impl Exercised {
         }
         if self.rescuer == Some(true) {
             gap(self.rescues, "a rescue that moved a row");
+        }
+        match self.scheduler {
+            Some(true) => gap(self.schedules, "a scheduler run that made a row claimable"),
+            Some(false) => out.push("a scheduler run (your profile has no schedule statement)".to_string()),
+            None => {}
         }
         if self.budgets.iter().all(|&b| b == 3) {
             out.push(if self.takes_budget == Some(false) {
@@ -331,6 +361,7 @@ pub fn execute(
     exercised.takes_budget = Some(store.takes_budget());
     exercised.reaper = Some(store.can_reap());
     exercised.rescuer = Some(model.can_rescue() && store.can_rescue());
+    exercised.scheduler = model.can_schedule().then(|| store.can_schedule());
     exercised.backoff_cap_ms = bounds.backoff_cap_ms;
     let mut now = Instant(1_000);
     let mut next_message = 0u32;
@@ -393,7 +424,7 @@ pub fn execute(
                     exercised.claims_beside_another_tenant += 1;
                 }
                 let (a, b) = (model.claim(&req), store.claim(&req));
-                if !same(&a, &b) {
+                if !same_claim(&a, &b) {
                     return Err(diverge(step, show(&a), show(&b), store));
                 }
                 leases.extend(a.unwrap_or_default());
@@ -417,8 +448,9 @@ pub fn execute(
                 if leases.iter().rposition(|l| l.message_id == lease.message_id) != Some(pick % leases.len()) {
                     exercised.superseded_writes += 1;
                 }
-                if misrouted {
-                    lease.tenant_id = TenantId((lease.tenant_id.0 + 1) % bounds.tenants.max(2));
+                // One tenant (a table that keeps none): no other tenant's id to present.
+                if misrouted && bounds.tenants > 1 {
+                    lease.tenant_id = TenantId((lease.tenant_id.0 + 1) % bounds.tenants);
                     exercised.misrouted_writes += 1;
                 }
                 let req = WriteRequest { lease, kind, now, max_attempts: bounds.max_attempts };
@@ -439,7 +471,7 @@ pub fn execute(
                     _ => {}
                 }
                 let same = match (&a, &b) {
-                    (Ok(x), Ok(y)) => same_write(x, y),
+                    (Ok(x), Ok(y)) => same_write(x, y, &*store),
                     _ => same(&a, &b),
                 };
                 if !same {
@@ -471,14 +503,24 @@ pub fn execute(
                 let (a, b) = (model.rescue(&req, bounds.max_attempts), store.rescue(&req, bounds.max_attempts));
                 exercised.rescues += u64::from(matches!(a, Ok(WriteResult::Applied { .. })));
                 let same = match (&a, &b) {
-                    (Ok(x), Ok(y)) => same_write(x, y),
+                    (Ok(x), Ok(y)) => same_write(x, y, &*store),
                     _ => same(&a, &b),
                 };
                 if !same {
                     return Err(diverge(step, show(&a), show(&b), store));
                 }
             }
-            Op::Advance { ms } => now = now.plus(Duration(ms)),
+            Op::Advance { ms } => {
+                now = now.plus(Duration(ms));
+                // A design's scheduler runs as time passes (River's every second), on both sides.
+                if model.can_schedule() && store.can_schedule() {
+                    let (a, b) = (model.schedule(now), store.schedule(now));
+                    if !same(&a, &b) {
+                        return Err(diverge(step, show(&a), show(&b), store));
+                    }
+                    exercised.schedules += u64::from(a.is_ok_and(|moved| !moved.is_empty()));
+                }
+            }
         }
         // The model's table, read once: for what the step exercised and for the comparison.
         let rows = model.rows();
@@ -583,9 +625,20 @@ pub struct Report {
     pub concurrent: Option<outbox_check::store::profile::ConcurrentReport>,
     /// What the table was compared on (SQL profiles only).
     pub fields: Option<outbox_check::store::bind::Fields>,
+    /// Schedules not replayed, by source: those of two tenants, on a table that keeps none.
+    pub schedules_not_run: Vec<String>,
+    /// Why the concurrent run (PostgreSQL) did not run, where it did not.
+    pub concurrent_not_run: Option<String>,
 }
 
 impl Report {
+    /// What no random case reached, in words — but another tenant's situations where the table
+    /// keeps no tenant (the run had one; the report says so beside the schedules).
+    pub fn not_exercised(&self) -> Vec<String> {
+        let one_tenant = self.fields.as_ref().is_some_and(|f| f.not_compared.iter().any(|c| c == "tenant_id"));
+        self.exercised.missing().into_iter().filter(|m| !(one_tenant && m.contains("another tenant"))).collect()
+    }
+
     /// Something diverged: the random sequences or a schedule.
     pub fn diverged(&self) -> bool {
         self.divergence.is_some()
@@ -711,6 +764,8 @@ pub fn conform(
         schedules: Vec::new(),
         concurrent: None,
         fields: None,
+        schedules_not_run: Vec::new(),
+        concurrent_not_run: None,
     })
 }
 
@@ -738,6 +793,28 @@ pub struct Schedule {
     pub design_breaks: bool,
 }
 
+impl Schedule {
+    /// How many tenants the path's application enqueues for and its relays claim for.
+    pub fn tenants(&self) -> usize {
+        let mut seen = std::collections::BTreeSet::new();
+        for event in &self.events {
+            match event {
+                outbox_check::world::Event::Enqueued { request, .. } => {
+                    seen.insert(request.tenant_id);
+                }
+                outbox_check::world::Event::Claimed { request, .. } => {
+                    seen.insert(request.tenant_id);
+                }
+                outbox_check::world::Event::Wrote { request, .. } => {
+                    seen.insert(request.lease.tenant_id);
+                }
+                _ => {}
+            }
+        }
+        seen.len()
+    }
+}
+
 /// How one schedule went on a store.
 #[derive(Clone, Debug, Serialize)]
 pub struct ScheduleResult {
@@ -750,6 +827,9 @@ pub struct ScheduleResult {
     /// The path is the declared design's own counterexample of `property`: agreeing with the
     /// design along it, the statements break the property as the design does.
     pub design_breaks: bool,
+    /// Where the path went on to a step the profile has no statement for, and why: what
+    /// follows was not replayed.
+    pub stopped: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -792,6 +872,13 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
         operations,
         divergence,
         design_breaks: schedule.design_breaks,
+        stopped: None,
+    };
+    // The path goes where the profile has no statement: what follows is not replayed, and the
+    // report says why (never counted as doing what the design does).
+    let stopped = |operations, step: usize, why: String| ScheduleResult {
+        stopped: Some(format!("step {step}: {why}")),
+        ..result(operations, None)
     };
     for (i, event) in schedule.events.iter().enumerate() {
         interleaving.push(crate::outbox::describe(event));
@@ -823,7 +910,7 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
             Event::Claimed { request, db, leases, .. } if *db != DbFate::LostBefore => {
                 let before = model.rows().unwrap_or_default();
                 let (a, b) = (model.claim(request), store.claim(request));
-                if !same(&a, &b) {
+                if !same_claim(&a, &b) {
                     let d = diverged(
                         claim_finding(&model_policy, &before, request, &a, &b),
                         show(&a),
@@ -839,7 +926,11 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
             }
             Event::Wrote { request, result: Some(_), db, .. } if *db != DbFate::LostBefore => {
                 if !store.can_write(&request.kind) {
-                    return result(operations, None);
+                    return stopped(
+                        operations,
+                        i + 1,
+                        format!("your profile has no statement for {}", request.kind.name()),
+                    );
                 }
                 let mut request = *request;
                 if let Some((_, ours)) = issued.iter().rev().find(|(theirs, _)| *theirs == request.lease) {
@@ -847,7 +938,7 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
                 }
                 let (a, b) = (model.write(&request), store.write(&request));
                 let agree = match (&a, &b) {
-                    (Ok(x), Ok(y)) => same_write(x, y),
+                    (Ok(x), Ok(y)) => same_write(x, y, &*store),
                     _ => same(&a, &b),
                 };
                 if !agree {
@@ -866,7 +957,7 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
             }
             Event::Reaped { now, .. } => {
                 if !store.can_reap() {
-                    return result(operations, None);
+                    return stopped(operations, i + 1, "your profile has no reap statement".into());
                 }
                 let max = model_policy_max(schedule);
                 let (a, b) = (model.reap(*now, max), store.reap(*now, max));
@@ -881,8 +972,24 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
                     return result(operations, Some(d));
                 }
             }
+            Event::Scheduled { now, .. } => {
+                if !store.can_schedule() {
+                    return stopped(operations, i + 1, "your profile has no schedule statement".into());
+                }
+                let (a, b) = (model.schedule(*now), store.schedule(*now));
+                if !same(&a, &b) {
+                    let d = diverged(
+                        "your scheduler makes other rows claimable than the design's".into(),
+                        show(&a),
+                        show(&b),
+                        &interleaving,
+                        store,
+                    );
+                    return result(operations, Some(d));
+                }
+            }
             Event::RescueRead { .. } | Event::Rescued { .. } if !(store.can_rescue() && model.can_rescue()) => {
-                return result(operations, None);
+                return stopped(operations, i + 1, "your profile has no rescue_read and rescue statements".into());
             }
             Event::RescueRead { now, .. } => {
                 let (a, b) = (model.rescue_read(*now), store.rescue_read(*now));
@@ -918,14 +1025,16 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
                     }
                     None => None,
                 };
-                let Some(read) = read else { return result(operations, None) };
+                let Some(read) = read else {
+                    return stopped(operations, i + 1, "the rescuer's read found no row to move".into());
+                };
                 let max = model_policy_max(schedule);
                 let Ok(req) = rescue_request(&mut model, read, request.now, max) else {
                     return result(operations, None);
                 };
                 let (a, b) = (model.rescue(&req, max), store.rescue(&req, max));
                 let agree = match (&a, &b) {
-                    (Ok(x), Ok(y)) => same_write(x, y),
+                    (Ok(x), Ok(y)) => same_write(x, y, &*store),
                     _ => same(&a, &b),
                 };
                 if !agree {
@@ -942,7 +1051,9 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
                     return result(operations, Some(d));
                 }
             }
-            Event::Requeued { .. } => return result(operations, None),
+            Event::Requeued { .. } => {
+                return stopped(operations, i + 1, "an operator's requeue, which a profile has no statement for".into())
+            }
             _ => continue,
         }
         operations += 1;

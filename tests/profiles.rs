@@ -708,11 +708,33 @@ fn real_postgresql_sql_runs_as_written() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
     let report = json(&out);
     assert_eq!(report["verdict"], "agrees");
-    assert_eq!(report["fields"]["not_read"], serde_json::json!(["max_attempts", "payload", "tags"]));
+    assert_eq!(report["fields"]["not_read"], serde_json::json!(["task_id", "max_attempts", "payload", "tags"]));
     assert_eq!(report["fields"]["not_compared"], serde_json::json!([]));
     if let Some(history) = report["concurrent"]["history"].as_str() {
         let _ = std::fs::remove_file(history);
     }
+    // A queue that keeps no tenant: one tenant in the random sequences, the schedules of two
+    // not replayed (and said), and a lease's tenant is its row's.
+    let single = native_variant(
+        "native-single.toml",
+        |s| {
+            s.replace("    tenant       integer NOT NULL,\n", "")
+                .replace("d.tenant = p_tenant AND ", "")
+                .replace("(tenant, state, run_at)", "(state, run_at)")
+        },
+        |p| {
+            p.replace(" AND tenant = :tenant", "")
+                .replace("(id, task_id, tenant, max_attempts)", "(id, task_id, max_attempts)")
+                .replace(":tenant, :max_attempts)", ":max_attempts)")
+                .replace("tenant_id = \"tenant\"\n", "")
+        },
+    );
+    let out = pg(&single, "60");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let report = json(&out);
+    assert_eq!(report["fields"]["not_compared"], serde_json::json!(["tenant_id"]));
+    assert!(!report["schedules_not_run"].as_array().unwrap().is_empty(), "{report}");
+    assert!(report["schedules"].as_array().unwrap().len() > 10, "{report}");
     // A completion that no longer checks the token is caught through the uuid array.
     let lax = native_variant("native-lax.toml", |s| s, |p| p.replacen(" AND lock_token = :token\"\"\"", "\"\"\"", 1));
     let out = pg(&lax, "60");
@@ -775,4 +797,65 @@ fn real_postgresql_sql_runs_as_written() {
     let out = pg(&label, "20");
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(String::from_utf8_lossy(&out.stderr).contains("queue.failure"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A design with a scheduler (River's JobSchedule, Oban's stage_jobs) takes the profile's
+/// `schedule` statement: run as time passes in the random sequences and where the model
+/// checker's paths run it. A scheduler that waits one step too long is caught; a profile without
+/// the statement says where the paths stop and what no case ran, and still gives a verdict.
+#[test]
+fn a_schedulers_statement_is_held_against_the_designs_scheduler() {
+    let Some(url) = common::pg_url("the scheduler profile tests") else { return };
+    let schedule = "schedule = \"\"\"\nUPDATE queue.jobs SET run_at = NULL\n WHERE state IN ('available', 'unknown') AND run_at <= now()\nRETURNING *\"\"\"\nrows = ";
+    let variant = |name: &str, statement: &str| {
+        let path = native_variant(
+            name,
+            |s| s.replace("AND (d.run_at IS NULL OR d.run_at <= now())", "AND d.run_at IS NULL"),
+            |p| p.replace("design = \"reference\"", "design = \"scheduler.toml\"").replace("rows = ", statement),
+        );
+        std::fs::write(
+            path.with_file_name("scheduler.toml"),
+            "name = \"reference-scheduler\"\nbased_on = \"reference\"\n[maintenance]\nscheduler = true\n",
+        )
+        .unwrap();
+        path
+    };
+    let pg = |profile: &Path| {
+        run(&[
+            "conform",
+            "--profile",
+            profile.to_str().unwrap(),
+            "--store",
+            "postgres",
+            "--database-url",
+            &url,
+            "--cases",
+            "100",
+            "--json",
+        ])
+    };
+    let out = pg(&variant("sched.toml", schedule));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let report = json(&out);
+    assert_eq!(report["verdict"], "agrees");
+    assert!(report["exercised"]["schedules"].as_u64().unwrap() > 0, "{report}");
+    assert!(report["concurrent_not_run"].as_str().unwrap().contains("scheduler"), "{report}");
+    assert!(report["schedules"].as_array().unwrap().iter().all(|s| s["stopped"].is_null()), "{report}");
+    // `<` where the design says "has passed": a row due exactly now is left waiting.
+    let strict = variant("sched-strict.toml", &schedule.replace("run_at <= now()", "run_at < now()"));
+    let out = pg(&strict);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(json(&out)["verdict"], "diverged");
+    // No statement: paths stop where the design's scheduler runs, and the report says so.
+    let none = variant("sched-none.toml", "rows = ");
+    let out = pg(&none);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = json(&out);
+    let stopped: Vec<&str> =
+        report["schedules"].as_array().unwrap().iter().filter_map(|s| s["stopped"].as_str()).collect();
+    assert!(
+        !stopped.is_empty() && stopped.iter().all(|s| s.ends_with("your profile has no schedule statement")),
+        "{report}"
+    );
+    assert!(report["not_exercised"].to_string().contains("no schedule statement"), "{report}");
 }

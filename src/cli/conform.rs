@@ -118,19 +118,29 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
             spinner.set_message(format!("finding the schedules that matter: model checking {name}"))
         });
         spinner.finish_and_clear();
-        let replay_all = |open: &dyn Fn() -> Result<Box<dyn Store>, StoreError>| -> Result<Vec<_>, StoreError> {
-            schedules
-                .iter()
-                .map(|s| {
-                    let mut store = open()?;
-                    let result =
-                        outbox_check_models::conform::replay_schedule(s, args.against.policy(), store.as_mut());
-                    match store.problem() {
-                        Some(problem) => Err(StoreError::Setup(problem)),
-                        None => Ok(result),
-                    }
-                })
-                .collect()
+        // A table that keeps no tenant runs one tenant: the schedules of two tenants are not
+        // replayed on it (the report says so).
+        let tenantless = |fields: &Option<outbox_check::store::bind::Fields>| {
+            fields.as_ref().is_some_and(|f| f.not_compared.iter().any(|c| c == "tenant_id"))
+        };
+        let replay_all =
+            |open: &dyn Fn() -> Result<Box<dyn Store>, StoreError>, one_tenant: bool| -> Result<Vec<_>, StoreError> {
+                schedules
+                    .iter()
+                    .filter(|s| !(one_tenant && s.tenants() > 1))
+                    .map(|s| {
+                        let mut store = open()?;
+                        let result =
+                            outbox_check_models::conform::replay_schedule(s, args.against.policy(), store.as_mut());
+                        match store.problem() {
+                            Some(problem) => Err(StoreError::Setup(problem)),
+                            None => Ok(result),
+                        }
+                    })
+                    .collect()
+            };
+        let not_run = |one_tenant: bool| -> Vec<String> {
+            schedules.iter().filter(|s| one_tenant && s.tenants() > 1).map(|s| s.source.clone()).collect()
         };
         let report = match args.engine {
             Engine::Sqlite => {
@@ -138,9 +148,10 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
                 // The schema and every statement must at least prepare before the sweep starts.
                 let fields = profile.sqlite()?.fields();
                 let open = || profile.sqlite();
-                let mut report =
-                    conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1))?;
-                report.schedules = replay_all(&open)?;
+                let bounds = Bounds { tenants: if tenantless(&fields) { 1 } else { 2 }, ..Bounds::default() };
+                let mut report = conform(args.against.policy(), &open, bounds, args.cases, args.seed, &|| bar.inc(1))?;
+                report.schedules = replay_all(&open, tenantless(&fields))?;
+                report.schedules_not_run = not_run(tenantless(&fields));
                 report.fields = fields;
                 report
             }
@@ -149,9 +160,10 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
                 let url = url(args)?;
                 let open = profile.postgres(&url, args.disposable)?;
                 let fields = open()?.fields();
-                let mut report =
-                    conform(args.against.policy(), &open, Bounds::default(), args.cases, args.seed, &|| bar.inc(1))?;
-                report.schedules = replay_all(&open)?;
+                let bounds = Bounds { tenants: if tenantless(&fields) { 1 } else { 2 }, ..Bounds::default() };
+                let mut report = conform(args.against.policy(), &open, bounds, args.cases, args.seed, &|| bar.inc(1))?;
+                report.schedules = replay_all(&open, tenantless(&fields))?;
+                report.schedules_not_run = not_run(tenantless(&fields));
                 report.fields = fields;
                 drop(open);
                 // (c) concurrent relays over the statements, with faults; the history to the oracle.
@@ -165,7 +177,15 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
                     "4 relays over your statements on PostgreSQL, with a flaky broker and killed backends",
                 );
                 spinner.enable_steady_tick(std::time::Duration::from_millis(120));
-                report.concurrent = Some(profile.concurrent(&url, args.disposable, 4, 200, args.seed)?);
+                if args.against.policy().scheduler {
+                    // The oracle reads no scheduler step yet: a history of one cannot be judged.
+                    report.concurrent_not_run = Some(format!(
+                        "{} has a scheduler (maintenance.scheduler), and the oracle does not read a scheduler's steps yet",
+                        args.against
+                    ));
+                } else {
+                    report.concurrent = Some(profile.concurrent(&url, args.disposable, 4, 200, args.seed)?);
+                }
                 spinner.finish_and_clear();
                 report
             }
@@ -207,10 +227,12 @@ fn print(args: &ConformArgs, report: &Report) {
             "verdict": report.verdict(),
             "divergence": report.divergence,
             "exercised": report.exercised,
-            "not_exercised": report.exercised.missing(),
+            "not_exercised": report.not_exercised(),
             "schedules": report.schedules,
             "concurrent": report.concurrent,
             "fields": report.fields,
+            "schedules_not_run": report.schedules_not_run,
+            "concurrent_not_run": report.concurrent_not_run,
         });
         println!("{}", serde_json::to_string_pretty(&value).expect("JSON of plain values"));
         return;
@@ -236,7 +258,7 @@ fn print(args: &ConformArgs, report: &Report) {
             }
         }
     }
-    let missing = report.exercised.missing();
+    let missing = report.not_exercised();
     if report.divergence.is_none() && !missing.is_empty() {
         println!("  not exercised by any case (try more --cases): {}", missing.join("; "));
     }
@@ -250,6 +272,9 @@ fn print(args: &ConformArgs, report: &Report) {
                 fields.not_read.join(", ")
             );
         }
+    }
+    if let Some(why) = &report.concurrent_not_run {
+        println!("concurrent run: not run: {why}");
     }
     if let Some(c) = &report.concurrent {
         println!(
@@ -297,12 +322,33 @@ fn print(args: &ConformArgs, report: &Report) {
     }
     if args.profile.is_some() {
         let diverged: Vec<_> = report.schedules.iter().filter(|s| s.divergence.is_some()).collect();
+        let stopped: Vec<_> = report.schedules.iter().filter(|s| s.stopped.is_some()).collect();
         println!(
             "schedules that matter (the model checker's shortest counterexamples and {}'s reachability examples), replayed on your statements: {} of {} do what the design does",
             args.against,
-            report.schedules.len() - diverged.len(),
+            report.schedules.len() - diverged.len() - stopped.len(),
             report.schedules.len()
         );
+        if !stopped.is_empty() {
+            // Why, once per reason, with how many paths it cut short.
+            let mut why: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+            for s in &stopped {
+                let reason = s.stopped.as_deref().unwrap_or_default();
+                *why.entry(reason.split_once(": ").map_or(reason, |(_, r)| r)).or_default() += 1;
+            }
+            for (reason, n) in why {
+                println!(
+                    "  – {} stopped where the design goes on: {reason} (what follows was not replayed)",
+                    outbox_check::report::count(n as u64, "schedule")
+                );
+            }
+        }
+        if !report.schedules_not_run.is_empty() {
+            println!(
+                "  not replayed: {} of two tenants (your table keeps no tenant; the random sequences ran one)",
+                outbox_check::report::count(report.schedules_not_run.len() as u64, "schedule")
+            );
+        }
         for s in diverged {
             let d = s.divergence.as_ref().expect("diverged");
             println!("  ✗ {}", s.source);
@@ -406,7 +452,9 @@ pub fn run(args: Args) -> ExitCode {
         }
     };
     let variant = profile.as_ref().map_or(variant, |p| p.design);
-    if let Err(problem) = crate::refuse_world_only(&[variant, against.unwrap_or(variant)], "conform") {
+    if let Err(problem) =
+        crate::refuse_world_only_but(&[variant, against.unwrap_or(variant)], "conform", profile.is_some())
+    {
         eprintln!("outbox-check: {problem}");
         return ExitCode::from(2);
     }

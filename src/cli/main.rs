@@ -310,6 +310,12 @@ fn parse_shard(text: &str) -> Result<(u64, u64), String> {
 /// (`maintenance.scheduler`), in a
 /// command that does not model it: only check, explore and replay (the model's world) do.
 pub fn refuse_world_only(designs: &[Design], command: &str) -> Result<(), String> {
+    refuse_world_only_but(designs, command, false)
+}
+
+/// As [`refuse_world_only`], with `scheduler` allowed (a SQL profile with a `schedule`
+/// statement runs a design's scheduler).
+pub fn refuse_world_only_but(designs: &[Design], command: &str, scheduler: bool) -> Result<(), String> {
     if let Some(design) = designs.iter().find(|d| d.policy().lease == outbox_check::core::LeaseKind::Session) {
         return Err(format!(
             "design {}: claim.lease = \"session\" runs in check, explore and replay; {command} does not model a database session's end yet",
@@ -322,7 +328,7 @@ pub fn refuse_world_only(designs: &[Design], command: &str) -> Result<(), String
             design.name()
         ));
     }
-    if let Some(design) = designs.iter().find(|d| d.policy().scheduler) {
+    if let Some(design) = designs.iter().find(|d| d.policy().scheduler && !scheduler) {
         return Err(format!(
             "design {}: maintenance.scheduler = true runs in check, explore and replay; {command} does not run a scheduler yet",
             design.name()

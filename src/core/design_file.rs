@@ -102,24 +102,6 @@ impl StatusNames {
         Ok(())
     }
 
-    /// As [`check`](Self::check), and every status has a name of its own: a profile reads each
-    /// row's status back from its name.
-    pub fn check_distinct(&self) -> Result<(), String> {
-        self.check()?;
-        let names = self.names();
-        for (i, (n, status)) in names.iter().enumerate() {
-            if let Some((_, other)) = names[..i].iter().find(|(m, _)| m == n) {
-                return Err(format!(
-                    "statuses: {n:?} names both {} and {}; a profile reads a row's status back from \
-                     its name, so give each its own in the profile's [statuses]",
-                    other.as_str(),
-                    status.as_str()
-                ));
-            }
-        }
-        Ok(())
-    }
-
     /// The statuses each name stands for, in the model's order.
     pub fn by_name(&self) -> std::collections::BTreeMap<String, Vec<super::row::Status>> {
         let mut out: std::collections::BTreeMap<String, Vec<super::row::Status>> = Default::default();

@@ -73,6 +73,11 @@ pub trait Store {
     fn view(&self, row: Row) -> Row {
         row
     }
+    /// A status as this store's table can show it: where one name stands for two statuses
+    /// (FAILED and EXHAUSTED as `discarded`), the one it is read back as.
+    fn view_status(&self, status: crate::core::Status) -> crate::core::Status {
+        status
+    }
     /// The rescuer's read: the first row, by id, whose lease has expired at `now` — its message
     /// and the token it holds (a design's maintenance job "rescue-expired").
     fn rescue_read(&mut self, _now: Instant) -> Result<Option<(MessageId, LeaseToken)>, StoreError> {
@@ -84,6 +89,15 @@ pub trait Store {
     }
     /// Whether the store runs a rescuer.
     fn can_rescue(&self) -> bool {
+        false
+    }
+    /// The scheduler (`maintenance.scheduler`): every row whose retry time passed at `now`
+    /// becomes claimable; returns those it moved, by id.
+    fn schedule(&mut self, _now: Instant) -> Result<Vec<MessageId>, StoreError> {
+        Err(StoreError::Setup("this store has no scheduler".into()))
+    }
+    /// Whether the store runs a scheduler.
+    fn can_schedule(&self) -> bool {
         false
     }
     /// The design's switches, where the store is the core itself.
@@ -143,6 +157,12 @@ impl Store for MemoryStore {
     }
     fn reap(&mut self, now: Instant, max_attempts: u32) -> Result<Vec<MessageId>, StoreError> {
         Ok(self.outbox.reap(now, max_attempts))
+    }
+    fn schedule(&mut self, now: Instant) -> Result<Vec<MessageId>, StoreError> {
+        Ok(self.outbox.schedule(now))
+    }
+    fn can_schedule(&self) -> bool {
+        self.policy.scheduler
     }
     fn rows(&mut self) -> Result<Vec<Row>, StoreError> {
         // A deleted row is gone from a table, as a SELECT sees it.

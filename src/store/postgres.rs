@@ -392,7 +392,8 @@ impl Scratch {
     }
 
     /// The user's tables, qualified and quoted: in a scratch database every table outside the
-    /// system's and the harness's schemas, else the scratch schema's.
+    /// system's and the harness's schemas, else the scratch schema's but the harness's own
+    /// (`outbox_check_…`).
     pub fn user_tables(&mut self) -> Result<Vec<String>, PgError> {
         let rows = if self.database.is_some() {
             self.client.query(
@@ -402,7 +403,8 @@ impl Scratch {
             )?
         } else {
             self.client.query(
-                "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname = $1 ORDER BY 1",
+                "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables
+                  WHERE schemaname = $1 AND tablename NOT LIKE 'outbox\\_check\\_%' ORDER BY 1",
                 &[&self.schema],
             )?
         };

@@ -113,6 +113,9 @@ pub struct Statements {
     /// A rescuer's move of the row it read (`:id`, `:token` as read, `:now`): back to PENDING,
     /// or with its budget spent to EXHAUSTED (FAILED without one). Observed like a write.
     pub rescue: Option<String>,
+    /// The scheduler (designs with `maintenance.scheduler`): makes every row whose retry time
+    /// passed at `:now` claimable again; returns the ids it moved (`message_id`).
+    pub schedule: Option<String>,
     /// Every row in the model's shape, ordered by `message_id`: `message_id` and `status`, and
     /// whichever of `tenant_id`, `attempts`, `lease_owner`, `lease_token`, `lease_expires_at`,
     /// `next_attempt_at`, `last_failure_code`, `created_at`, `published_at` the table keeps.
@@ -121,7 +124,7 @@ pub struct Statements {
 
 impl Statements {
     /// Every statement by its key, `None` where an optional one is not given.
-    pub fn each(&self) -> [(&'static str, Option<&String>); 11] {
+    pub fn each(&self) -> [(&'static str, Option<&String>); 12] {
         [
             ("enqueue", Some(&self.enqueue)),
             ("claim", Some(&self.claim)),
@@ -133,6 +136,7 @@ impl Statements {
             ("reap", self.reap.as_ref()),
             ("rescue_read", self.rescue_read.as_ref()),
             ("rescue", self.rescue.as_ref()),
+            ("schedule", self.schedule.as_ref()),
             ("rows", Some(&self.rows)),
         ]
     }
@@ -259,7 +263,7 @@ impl Profile {
             (None, Design::Custom(c)) => c.statuses.clone().unwrap_or_default(),
             (None, _) => StatusNames::default(),
         };
-        statuses.check_distinct().map_err(|e| format!("{shown}: {e}"))?;
+        statuses.check().map_err(|e| format!("{shown}: {e}"))?;
         Ok(Profile { file, design, schema_sql, statuses, origin: path.to_path_buf() })
     }
 
@@ -288,20 +292,13 @@ impl Profile {
         url: &str,
         disposable: bool,
     ) -> Result<impl Fn() -> Result<Box<dyn Store>, StoreError> + '_, StoreError> {
-        let scratch = self.scratch(url, disposable)?;
+        let mut scratch = self.scratch(url, disposable)?;
+        let seeds = Seeds::take(&mut scratch)?;
         let shared = std::rc::Rc::new(std::cell::RefCell::new(scratch));
         // Checked once, before the first case.
         ProfileStore::open(Db::Postgres(shared.clone()), self)?;
         Ok(move || -> Result<Box<dyn Store>, StoreError> {
-            {
-                let mut scratch = shared.borrow_mut();
-                let tables = scratch.user_tables().map_err(|e| StoreError::Postgres(e.to_string()))?;
-                if !tables.is_empty() {
-                    scratch
-                        .client()
-                        .batch_execute(&format!("TRUNCATE {} RESTART IDENTITY CASCADE", tables.join(", ")))?;
-                }
-            }
+            seeds.restore(&mut shared.borrow_mut())?;
             Ok(Box::new(ProfileStore::open(Db::Postgres(shared.clone()), self)?) as Box<dyn Store>)
         })
     }
@@ -336,6 +333,106 @@ impl Profile {
             return Err(StoreError::Setup(format!("schema = {:?}: {}", self.file.schema, problems.join("; "))));
         }
         Ok(scratch)
+    }
+}
+
+/// The rows and sequence positions the schema's DDL left (a queue's seed rows: Graphile
+/// Worker's task identifiers, a lookup table), kept aside once, so every case starts from them:
+/// only what the run added is removed.
+struct Seeds {
+    /// Every user table, qualified and quoted, parents before the tables whose foreign keys
+    /// name them.
+    tables: Vec<String>,
+    /// A table with rows after the DDL, its insertable columns, and the copy of its rows.
+    rows: Vec<(String, String, String)>,
+    /// Every sequence of the user's and its position after the DDL (`None`: never used).
+    sequences: Vec<(String, Option<i64>)>,
+}
+
+impl Seeds {
+    fn take(scratch: &mut super::postgres::Scratch) -> Result<Seeds, StoreError> {
+        let pg = |e: super::postgres::PgError| StoreError::Postgres(e.to_string());
+        let mut tables = scratch.user_tables().map_err(pg)?;
+        let place = scratch.place();
+        let client = scratch.client();
+        // Parents first: a table goes once every table its foreign keys name (but itself) is in.
+        let edges: Vec<(String, String)> = client
+            .query(
+                "SELECT format('%I.%I', cn.nspname, c.relname), format('%I.%I', pn.nspname, p.relname)
+                   FROM pg_constraint k
+                   JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace cn ON cn.oid = c.relnamespace
+                   JOIN pg_class p ON p.oid = k.confrelid JOIN pg_namespace pn ON pn.oid = p.relnamespace
+                  WHERE k.contype = 'f'",
+                &[],
+            )?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let mut ordered = Vec::new();
+        while !tables.is_empty() {
+            let ready = tables
+                .iter()
+                .position(|t| edges.iter().all(|(child, parent)| child != t || parent == t || !tables.contains(parent)))
+                .unwrap_or(0);
+            ordered.push(tables.remove(ready));
+        }
+        let mut rows = Vec::new();
+        for (i, table) in ordered.iter().enumerate() {
+            let count: i64 = client.query_one(&format!("SELECT count(*) FROM {table}"), &[])?.get(0);
+            if count == 0 {
+                continue;
+            }
+            let columns: String = client
+                .query_one(
+                    "SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute
+                      WHERE attrelid = $1::text::regclass AND attnum > 0 AND NOT attisdropped AND attgenerated = ''",
+                    &[&table],
+                )?
+                .get(0);
+            let copy = match &place.database {
+                Some(_) => format!("{}.seed_{i}", place.schema),
+                None => format!("{}.outbox_check_seed_{i}", place.schema),
+            };
+            client.batch_execute(&format!("CREATE TABLE {copy} AS SELECT {columns} FROM {table}"))?;
+            rows.push((table.clone(), columns, copy));
+        }
+        let sequences = match &place.database {
+            Some(_) => client.query(
+                "SELECT format('%I.%I', schemaname, sequencename), last_value FROM pg_sequences
+                  WHERE schemaname NOT IN ('pg_catalog', 'information_schema', $1)",
+                &[&place.schema],
+            )?,
+            None => client.query(
+                "SELECT format('%I.%I', schemaname, sequencename), last_value FROM pg_sequences
+                  WHERE schemaname = $1 AND sequencename NOT LIKE 'outbox\\_check\\_%'",
+                &[&place.schema],
+            )?,
+        }
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+        Ok(Seeds { tables: ordered, rows, sequences })
+    }
+
+    /// Every user table as the DDL left it.
+    fn restore(&self, scratch: &mut super::postgres::Scratch) -> Result<(), StoreError> {
+        if self.tables.is_empty() {
+            return Ok(());
+        }
+        let mut sql = format!("TRUNCATE {} CASCADE;", self.tables.join(", "));
+        for (sequence, at) in &self.sequences {
+            sql.push_str(&match at {
+                Some(v) => format!("SELECT setval('{sequence}', {v}, true);"),
+                None => format!("ALTER SEQUENCE {sequence} RESTART;"),
+            });
+        }
+        for (table, columns, copy) in &self.rows {
+            sql.push_str(&format!(
+                "INSERT INTO {table} ({columns}) OVERRIDING SYSTEM VALUE SELECT {columns} FROM {copy};"
+            ));
+        }
+        scratch.client().batch_execute(&sql)?;
+        Ok(())
     }
 }
 
@@ -434,6 +531,8 @@ impl ProfileStore {
             lease: crate::core::Duration(100),
             not_read: Vec::new(),
             problem: None,
+            tenants: BTreeMap::new(),
+            last_now: 0,
         };
         store.columns = store.row_columns()?;
         store.check_statements()?;
@@ -450,7 +549,7 @@ fn migration_order(path: &Path) -> (u64, String) {
 }
 
 /// The named parameters each statement may use.
-pub const PARAMETERS: [(&str, &[&str]); 10] = [
+pub const PARAMETERS: [(&str, &[&str]); 12] = [
     ("enqueue", &["id", "tenant", "aggregate", "version", "now", "run_at", "max_attempts", "lease_ms"]),
     ("claim", &["now", "owner", "tenant", "batch", "lease_ms", "lease_until", "max_attempts", "token"]),
     ("mark_published", WRITE_PARAMETERS),
@@ -461,6 +560,9 @@ pub const PARAMETERS: [(&str, &[&str]); 10] = [
     ("reap", &["now", "max_attempts", "lease_ms"]),
     ("rescue_read", &["now", "lease_ms", "horizon"]),
     ("rescue", &["id", "tenant", "token", "now", "max_attempts", "lease_ms", "horizon"]),
+    ("schedule", &["now", "lease_ms"]),
+    // The time of the last statement: a status derived from the clock (`vt > :now`).
+    ("rows", &["now"]),
 ];
 
 const WRITE_PARAMETERS: &[&str] = &[
@@ -527,6 +629,10 @@ pub struct ProfileStore {
     not_read: Vec<String>,
     /// The first problem of the profile a statement met while running.
     problem: Option<String>,
+    /// The tenant each message was enqueued for: a lease's tenant where the table keeps none.
+    tenants: BTreeMap<MessageId, TenantId>,
+    /// The time of the last statement that had one: the rows SELECT's `:now`.
+    last_now: u64,
 }
 
 /// A value bound to a parameter or read from a column.
@@ -902,7 +1008,7 @@ impl ProfileStore {
 
     /// Runs a statement that ends a lease (a terminal write, the rescuer's move) and observes
     /// whether it applied as `observe.<key>` says; applied, the row's status as the rows SELECT
-    /// reads it (gone: PUBLISHED where the statement `deletes`). The statement's own stamp is
+    /// reads it (gone: `gone_as`, the status the design's deletion leaves, where it deletes). The statement's own stamp is
     /// kept, not that of reading rows around it.
     fn run_observed(
         &mut self,
@@ -910,14 +1016,14 @@ impl ProfileStore {
         sql: &str,
         params: &Params,
         id: MessageId,
-        deletes: bool,
+        gone_as: Option<Status>,
     ) -> Result<WriteResult, StoreError> {
         let observe = self.profile.file.observe.get(key).copied().unwrap_or_default();
         // In the concurrent run another relay may change the row between the statement and
         // the reads that observe it; one transaction, the row locked first where the outcome
         // is read from the row before and after, keeps what is observed the statement's own.
         let held = self.hold(observe != Observe::RowsAffected && observe != Observe::Returning, id)?;
-        let observed = self.observe_write(key, sql, params, id, deletes, observe);
+        let observed = self.observe_write(key, sql, params, id, gone_as, observe);
         if held {
             let ended = self.end_hold(observed.is_ok());
             let result = observed?;
@@ -934,7 +1040,7 @@ impl ProfileStore {
         sql: &str,
         params: &Params,
         id: MessageId,
-        deletes: bool,
+        gone_as: Option<Status>,
         observe: Observe,
     ) -> Result<WriteResult, StoreError> {
         let version_before = if observe == Observe::RowVersion { Some(self.row_version(id)?) } else { None };
@@ -954,8 +1060,8 @@ impl ProfileStore {
         }
         let status = match after {
             Some(row) => row.status,
-            // Completion by deletion: the row is gone, PUBLISHED as the model keeps it.
-            None if deletes => Status::Published,
+            // Completion (or failure) by deletion: the row is gone, as the model keeps it.
+            None if gone_as.is_some() => gone_as.unwrap_or(Status::Published),
             None => {
                 return Err(StoreError::Corrupt(format!("{key} applied, and the rows SELECT no longer shows {id}")))
             }
@@ -1122,6 +1228,9 @@ impl ProfileStore {
     /// renamed as the profile's `[columns]` maps them) and the number of rows it changed. Logged
     /// with the values written in.
     fn run(&mut self, key: &str, sql: &str, params: &Params) -> Result<Answer, StoreError> {
+        if let Some((_, V::Time(now))) = params.iter().find(|(n, _)| *n == "now") {
+            self.last_now = *now;
+        }
         let answer = self.run_unchecked(key, sql, params);
         if let Err(StoreError::Setup(problem)) = &answer {
             self.problem.get_or_insert_with(|| problem.clone());
@@ -1243,10 +1352,10 @@ impl ProfileStore {
         Ok((answer, changed))
     }
 
-    /// [`ProfileStore::run`] of a statement without parameters, not logged (reading the table
+    /// [`ProfileStore::run`] of a statement that takes only the last statement's `:now`, not logged (reading the table
     /// back is the harness's, not part of the script).
     fn run_quietly(&mut self, key: &str, sql: &str) -> Result<Answer, StoreError> {
-        let answer = self.run(key, sql, &Vec::new());
+        let answer = self.run(key, sql, &vec![("now", V::Time(self.last_now))]);
         self.log.pop();
         answer
     }
@@ -1404,6 +1513,7 @@ impl Store for ProfileStore {
         let sql = self.profile.file.statements.enqueue.clone();
         self.run("enqueue", &sql, &params)?;
         self.versions.insert(key, current + 1);
+        self.tenants.insert(req.message_id, req.tenant_id);
         Ok(EnqueueResult::Applied { version: req.expected_version + 1 })
     }
 
@@ -1417,9 +1527,6 @@ impl Store for ProfileStore {
             ("lease_until", time(req.now.plus(req.lease))),
             ("max_attempts", int(req.max_attempts)),
         ];
-        // The rows before the claim, to put what it returns in the design's claim order (a
-        // RETURNING clause gives its rows in no set order); one row has no order to keep.
-        let before = if req.batch > 1 { self.rows()? } else { Vec::new() };
         let sql = self.profile.file.statements.claim.clone();
         let random = self.random_tokens();
         let rows = if random {
@@ -1455,23 +1562,19 @@ impl Store for ProfileStore {
                 .ok_or_else(|| StoreError::Setup("statements.claim returns no message_id column".into()))?;
             leases.push(Lease {
                 message_id: MessageId(id as u32),
-                tenant_id: TenantId(
-                    as_int("claim", "tenant_id", row.get("tenant_id"))?.unwrap_or(i64::from(req.tenant_id.0)) as u16,
-                ),
+                // The row's tenant: its column, else the tenant the run enqueued it for.
+                tenant_id: match as_int("claim", "tenant_id", row.get("tenant_id"))? {
+                    Some(t) => TenantId(t as u16),
+                    None => self.tenants.get(&MessageId(id as u32)).copied().unwrap_or(req.tenant_id),
+                },
                 owner: req.owner,
                 token: LeaseToken(token_of("claim", random, row.get("lease_token"))?),
                 attempts: as_int("claim", "attempts", row.get("attempts"))?.unwrap_or(0) as u32,
                 claim_seq: 0,
             });
         }
-        let order = self.profile.design.policy().claim_order;
-        // The core's own claim order, on the rows as they were before the claim.
-        leases.sort_by_key(|l| {
-            before
-                .iter()
-                .find(|r| r.message_id == l.message_id)
-                .map_or((Instant(0), TenantId(0), l.message_id), |r| crate::core::Outbox::order_key(order, r))
-        });
+        // The rows a claim took are a set (RETURNING keeps no order): by id.
+        leases.sort_by_key(|l| l.message_id);
         Ok(leases)
     }
 
@@ -1496,8 +1599,34 @@ impl Store for ProfileStore {
             ("backoff_cap_ms", span(policy.backoff.cap)),
             ("max_attempts", int(req.max_attempts)),
         ];
-        let deletes = policy.completion == crate::core::policy::Completion::Delete && req.kind == WriteKind::Published;
-        self.run_observed(key, &sql, &params, req.lease.message_id, deletes)
+        // A design that deletes the row it completes, or (pgmq's archive, Laravel's failed_jobs)
+        // that it records failed.
+        let gone_as = match req.kind {
+            WriteKind::Published => {
+                (policy.completion == crate::core::policy::Completion::Delete).then_some(Status::Published)
+            }
+            WriteKind::Failed { .. } => policy.failure_deletes.then_some(Status::Failed),
+            _ => policy.failure_deletes.then_some(Status::Exhausted),
+        };
+        self.run_observed(key, &sql, &params, req.lease.message_id, gone_as)
+    }
+
+    fn schedule(&mut self, now: Instant) -> Result<Vec<MessageId>, StoreError> {
+        let Some(sql) = self.profile.file.statements.schedule.clone() else { return Ok(Vec::new()) };
+        let params: Params = vec![("now", time(now)), ("lease_ms", span(self.lease))];
+        let (rows, _) = self.run("schedule", &sql, &params)?;
+        let mut ids = Vec::new();
+        for row in rows {
+            if let Some(id) = as_int("schedule", "message_id", row.get("message_id"))? {
+                ids.push(MessageId(id as u32));
+            }
+        }
+        ids.sort();
+        Ok(ids)
+    }
+
+    fn can_schedule(&self) -> bool {
+        self.profile.file.statements.schedule.is_some()
     }
 
     fn reap(&mut self, now: Instant, max_attempts: u32) -> Result<Vec<MessageId>, StoreError> {
@@ -1531,6 +1660,8 @@ impl Store for ProfileStore {
                 other => as_int("rows", c, other).map(|v| v.map(|v| Instant(v.max(0) as u64))),
             };
             let status = match values.get("status") {
+                // The first status a shared name stands for (PENDING, FAILED): the model's is
+                // viewed the same way (`view_status`).
                 Some(V::Text(t)) => {
                     statuses.names().into_iter().find_map(|(name, status)| (name == *t).then_some(status)).ok_or_else(
                         || StoreError::Corrupt(format!("rows: status {t:?} is none of the profile's statuses")),
@@ -1622,7 +1753,8 @@ impl Store for ProfileStore {
             ("lease_ms", span(self.lease)),
             ("horizon", time(self.horizon(req.now))),
         ];
-        self.run_observed("rescue", &sql, &params, req.lease.message_id, false)
+        let gone_as = self.policy.failure_deletes.then_some(Status::Exhausted);
+        self.run_observed("rescue", &sql, &params, req.lease.message_id, gone_as)
     }
 
     fn problem(&self) -> Option<String> {
@@ -1667,10 +1799,18 @@ impl Store for ProfileStore {
         self.set_lease(lease);
     }
 
-    /// The model's row as the profile's SELECT shows it: what it has no column for is cleared.
+    fn view_status(&self, status: Status) -> Status {
+        let names = self.profile.statuses.names();
+        let name = names.iter().find(|(_, s)| *s == status).map(|(n, _)| n.clone()).unwrap_or_default();
+        names.iter().find(|(n, _)| *n == name).map_or(status, |(_, s)| *s)
+    }
+
+    /// The model's row as the profile's SELECT shows it: what it has no column for is cleared,
+    /// and its status is the one its name is read back as.
     fn view(&self, row: Row) -> Row {
         let has = |c: &str| self.columns.iter().any(|n| n == c);
         Row {
+            status: self.view_status(row.status),
             aggregate_id: crate::core::AggregateId(0),
             aggregate_version: 0,
             tenant_id: if has("tenant_id") { row.tenant_id } else { TenantId(0) },

@@ -1,13 +1,22 @@
 -- The jobs queue of ../jobs as a PostgreSQL team writes it: a schema of its own, enums for the
 -- state and the failure code, uuid ids, timestamps read from now(), a jsonb payload, an array of
--- tags, the budget in the row, and the claim in a PL/pgSQL function.
+-- tags, the budget in the row, seed rows, and the claim in a PL/pgSQL function.
 CREATE SCHEMA queue;
 
 CREATE TYPE queue.job_state AS ENUM ('available', 'running', 'completed', 'unknown', 'discarded', 'dead');
 CREATE TYPE queue.failure AS ENUM ('timeout', 'unavailable', 'rejected', 'budget_spent');
 
+-- The kinds of job, seeded by the migration (as Graphile Worker's task identifiers are): each
+-- case of a run starts from them.
+CREATE TABLE queue.tasks (
+    id         serial PRIMARY KEY,
+    identifier text NOT NULL UNIQUE
+);
+INSERT INTO queue.tasks (identifier) VALUES ('send_email'), ('charge_card');
+
 CREATE TABLE queue.jobs (
     id           uuid PRIMARY KEY,
+    task_id      integer NOT NULL REFERENCES queue.tasks,
     tenant       integer NOT NULL,
     state        queue.job_state NOT NULL DEFAULT 'available',
     attempt      smallint NOT NULL DEFAULT 0,

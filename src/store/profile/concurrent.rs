@@ -398,7 +398,8 @@ impl Profile {
             .iter()
             .filter(|r| r.status == Status::Published)
             .map(|r| r.message_id.0)
-            .chain((0..messages).filter(|m| !rows.iter().any(|r| r.message_id.0 == *m)))
+            // (Where a failure deletes too — pgmq's archive — a gone message may have failed.)
+            .chain((0..messages).filter(|m| !policy.failure_deletes && !rows.iter().any(|r| r.message_id.0 == *m)))
             .filter(|m| !stored.contains_key(m))
             .collect();
         published_not_stored.sort_unstable();
