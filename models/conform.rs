@@ -659,7 +659,7 @@ impl Report {
         let mut out: Vec<&str> = self
             .schedules
             .iter()
-            .filter(|s| s.design_breaks && s.divergence.is_none())
+            .filter(|s| s.design_breaks && s.divergence.is_none() && s.stopped.is_none())
             .map(|s| s.property.as_str())
             .collect();
         out.sort_unstable();

@@ -370,7 +370,9 @@ fn print(args: &ConformArgs, report: &Report) {
                 "what {} breaks by itself (2 relays, 1 message, every fault) — your statements, doing what it says along its counterexamples, break it too:",
                 args.against
             );
-            for s in report.schedules.iter().filter(|s| s.design_breaks && s.divergence.is_none()) {
+            for s in
+                report.schedules.iter().filter(|s| s.design_breaks && s.divergence.is_none() && s.stopped.is_none())
+            {
                 println!("  ✗ {}", s.source);
             }
             println!("  ({check} shows each path; fix the design, then the statements)");
