@@ -320,6 +320,19 @@ fn a_bad_profile_is_one_line_and_exit_2() {
             &["design = \"referense\""],
         ),
     ];
+    // Every problem of a profile in one run, one line each.
+    let many = variant_of("many.toml", |t| {
+        t.replace("finished = :now", "finished = CURRENT_TIMESTAMP")
+            .replacen("VALUES (:id,", "VALUES (:job_id,", 1)
+            .replace("[statuses]", "[observe]\nmark_publishd = \"returning\"\n\n[statuses]")
+    });
+    let out = run(&["conform", "--profile", many.to_str().unwrap(), "--store", "sqlite"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 3, "{err}");
+    for says in ["observe.mark_publishd", "statements.enqueue: parameter :job_id", "CURRENT_TIMESTAMP"] {
+        assert!(err.contains(says), "{err} should say {says}");
+    }
     for (name, edit, says) in cases {
         let profile = variant_of(name, edit);
         let out = run(&["conform", "--profile", profile.to_str().unwrap(), "--store", "sqlite", "--cases", "20"]);
@@ -392,7 +405,9 @@ fn a_profile_runs_on_postgresql_in_a_scratch_schema() {
     let out = pg(&["conform", "--profile", max.to_str().unwrap(), "--cases", "5"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("statements.mark_ambiguous") && err.trim_end().lines().count() == 1, "{err}");
+    // Both statements that use it, one line each.
+    assert!(err.contains("statements.mark_ambiguous") && err.contains("statements.mark_retry"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 2, "{err}");
     // The run works in a scratch database of its own: `public.jobs` there is the scratch
     // database's table, so a schema-qualified statement runs as written.
     let qualified = variant_of("pg-public.toml", |t| {
@@ -858,4 +873,29 @@ fn a_schedulers_statement_is_held_against_the_designs_scheduler() {
         "{report}"
     );
     assert!(report["not_exercised"].to_string().contains("no schedule statement"), "{report}");
+}
+
+/// The report starts with its verdict and what to do; `--quiet` is that line, the first
+/// counterexample and the file holding every script.
+#[test]
+fn the_verdict_comes_first_and_quiet_is_short() {
+    let out = run(&["conform", "--profile", JOBS, "--store", "sqlite", "--cases", "30"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("agrees: the SQL of docs/examples/jobs/jobs.profile.toml does what reference does"),
+        "{text}"
+    );
+    let lie = variant_of("quiet-lie.toml", |t| t.replace(" AND lock_token = :token", ""));
+    let out = run(&["conform", "--profile", lie.to_str().unwrap(), "--store", "sqlite", "--cases", "100", "--quiet"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text.lines().next().unwrap();
+    assert!(first.starts_with("diverged: ") && first.contains("fix the statements"), "{text}");
+    assert!(text.lines().count() < 25, "{text}");
+    assert!(!text.contains("UPDATE jobs"), "the scripts go to the file: {text}");
+    let path = text.lines().last().unwrap().split("every SQL script of this report: ").nth(1).expect("the file's path");
+    let scripts = std::fs::read_to_string(path).unwrap();
+    assert!(scripts.contains("UPDATE jobs SET") && scripts.contains("-- the random sequences' shrunk divergence"));
+    std::fs::remove_file(path).unwrap();
 }

@@ -45,7 +45,15 @@ pub fn execute(args: &ConformArgs) -> ExitCode {
             }
         }
         Err(e) => {
-            eprintln!("outbox-check: {}", e.to_string().replace('\n', " "));
+            // One line per problem (a profile's are all reported at once).
+            match e {
+                StoreError::Setup(problems) => {
+                    for line in problems.lines() {
+                        eprintln!("outbox-check: {line}");
+                    }
+                }
+                other => eprintln!("outbox-check: {}", other.to_string().replace('\n', " ")),
+            }
             ExitCode::from(2)
         }
     }
@@ -241,6 +249,34 @@ fn print(args: &ConformArgs, report: &Report) {
         Some(p) => format!("the SQL of {}", p.origin.display()),
         None => format!("{} SQL", args.design),
     };
+    // Every statement script the report holds, in one file a person opens beside it.
+    let scripts = scripts_file(report);
+    // The verdict first, and what to do.
+    let check = check_command(args.against);
+    let headline = match report.verdict() {
+        "diverged" => format!(
+            "diverged: {whose} does something {} does not — fix the statements (the first divergence is below)",
+            args.against
+        ),
+        "violated" => format!(
+            "violated: {whose} does what {0} says, and {0} itself breaks {1} — fix the design ({check}), then the statements",
+            args.against,
+            report.design_breaks().into_iter().filter(|p| outbox_check::core::Property::gated_id(p)).collect::<Vec<_>>().join(", ")
+        ),
+        _ => format!("agrees: {whose} does what {} does in every check below", args.against),
+    };
+    println!("{headline}");
+    if args.quiet {
+        if let Some(first) = first_counterexample(report) {
+            for line in first.lines() {
+                println!("  {line}");
+            }
+        }
+        if let Some(path) = &scripts {
+            println!("  every SQL script of this report: {path}");
+        }
+        return;
+    }
     println!(
         "conform {whose} on {engine} against the {} model: {} cases, {} operations in {:.2} s ({:.0} operations/s)",
         args.against,
@@ -307,7 +343,15 @@ fn print(args: &ConformArgs, report: &Report) {
             );
         }
         if let Some(o) = &c.oracle {
+            let more = c.findings.len().saturating_sub(1);
             println!("  ✗ the oracle on the recorded history: {}", o.replace('\n', "\n    "));
+            if more > 0 {
+                let more = if more == 1 { "1 more finding".to_string() } else { format!("{more} more findings") };
+                println!("  and {more}, the first example of each:");
+                for f in &c.findings[1..] {
+                    println!("  ✗ {}", f.replace('\n', "\n    "));
+                }
+            }
             if let Some(p) = &c.design_breaks {
                 let check = check_command(args.against);
                 println!(
@@ -349,17 +393,20 @@ fn print(args: &ConformArgs, report: &Report) {
                 outbox_check::report::count(report.schedules_not_run.len() as u64, "schedule")
             );
         }
-        for s in diverged {
+        for (n, s) in diverged.into_iter().enumerate() {
             let d = s.divergence.as_ref().expect("diverged");
             println!("  ✗ {}", s.source);
             println!("    {} (step {}): model: {}; your SQL: {}", d.finding, d.step, d.expected, d.got);
             for (i, step) in d.interleaving.iter().enumerate() {
                 println!("    {:>2}. {step}", i + 1);
             }
-            println!("    statements run (paste after the schema):");
-            for line in &d.sql {
-                for l in line.lines() {
-                    println!("      {l}");
+            // The first script in full; the others are in the scripts file.
+            if n == 0 {
+                println!("    statements run (paste after the schema):");
+                for line in &d.sql {
+                    for l in line.lines() {
+                        println!("      {l}");
+                    }
                 }
             }
         }
@@ -378,6 +425,67 @@ fn print(args: &ConformArgs, report: &Report) {
             println!("  ({check} shows each path; fix the design, then the statements)");
         }
     }
+    if let Some(path) = &scripts {
+        println!("every SQL script of this report, in one file: {path}");
+    }
+}
+
+/// The first counterexample of a report, in words: the random sequences' shrunk divergence, a
+/// schedule's, the concurrent history's first finding, or a path of the design's own.
+fn first_counterexample(report: &Report) -> Option<String> {
+    if let Some(d) = &report.divergence {
+        // Up to its script, which is in the scripts file.
+        return Some(
+            d.to_string()
+                .lines()
+                .take_while(|l| !l.trim_start().starts_with("SQL the store ran"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
+    }
+    if let Some((s, d)) = report.schedules.iter().find_map(|s| s.divergence.as_ref().map(|d| (s, d))) {
+        let mut out =
+            format!("✗ {}\n{} (step {}): model: {}; your SQL: {}", s.source, d.finding, d.step, d.expected, d.got);
+        for (i, step) in d.interleaving.iter().enumerate() {
+            out.push_str(&format!("\n{:>2}. {step}", i + 1));
+        }
+        return Some(out);
+    }
+    if let Some(o) = report.concurrent.as_ref().and_then(|c| c.oracle.as_ref()) {
+        return Some(format!("✗ the oracle on the concurrent run's history: {}", o.lines().next().unwrap_or_default()));
+    }
+    report
+        .schedules
+        .iter()
+        .find(|s| s.design_breaks && s.divergence.is_none() && s.stopped.is_none())
+        .map(|s| format!("✗ {}", s.source))
+}
+
+/// Writes every statement script of the report (the random sequences' divergence, each diverged
+/// schedule's) to one file in the temporary directory; its path, where there is any.
+fn scripts_file(report: &Report) -> Option<String> {
+    let mut text = String::new();
+    if let Some(d) = &report.divergence {
+        text.push_str(&format!("-- the random sequences' shrunk divergence (step {}: {})\n", d.step, d.op));
+        for sql in &d.sql {
+            text.push_str(sql);
+            text.push('\n');
+        }
+    }
+    for s in &report.schedules {
+        if let Some(d) = &s.divergence {
+            text.push_str(&format!("\n-- {} (step {}: {})\n", s.source, d.step, d.finding));
+            for sql in &d.sql {
+                text.push_str(sql);
+                text.push('\n');
+            }
+        }
+    }
+    if text.is_empty() {
+        return None;
+    }
+    let path = std::env::temp_dir().join(format!("outbox-check-conform-{}.sql", std::process::id()));
+    std::fs::write(&path, text).ok().map(|()| path.display().to_string())
 }
 
 /// The command that shows a declared design's own counterexamples.
@@ -426,7 +534,8 @@ pub struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
-    /// No progress bar.
+    /// No progress bar, and a short report: the verdict, the first counterexample and the
+    /// file holding every SQL script.
     #[arg(long, short)]
     pub quiet: bool,
 }
@@ -448,8 +557,10 @@ pub fn run(args: Args) -> ExitCode {
     } = args;
     let profile = match profile.map(|p| outbox_check::store::profile::Profile::load(&p)).transpose() {
         Ok(profile) => profile,
-        Err(problem) => {
-            eprintln!("outbox-check: {problem}");
+        Err(problems) => {
+            for problem in problems.lines() {
+                eprintln!("outbox-check: {problem}");
+            }
             return ExitCode::from(2);
         }
     };

@@ -175,6 +175,9 @@ pub struct Profile {
     pub design: Design,
     pub schema_sql: String,
     pub origin: PathBuf,
+    /// Problems of the file that do not stop a store from reading the statements: reported
+    /// with theirs, all at once (exit 2 before the first case).
+    pub problems: Vec<String>,
 }
 
 /// The row fields a profile's SELECT may give, by column name (`row_version` is read only to
@@ -210,77 +213,55 @@ impl Profile {
                 _ => format!("{shown}:{line}: {message}"),
             }
         })?;
-        if let Some(field) = file.columns.keys().find(|k| !COLUMNS.contains(&k.as_str())) {
-            return Err(format!("{shown}: columns.{field}: not a field of the model (one of {})", COLUMNS.join(", ")));
+        // Every problem of the file at once, one line each.
+        let mut problems = Vec::new();
+        for field in file.columns.keys().filter(|k| !COLUMNS.contains(&k.as_str())) {
+            problems
+                .push(format!("{shown}: columns.{field}: not a field of the model (one of {})", COLUMNS.join(", ")));
         }
         // `observe` names statements that end a lease: a misspelt one would be silently unused.
         const OBSERVED: [&str; 6] =
             ["mark_published", "mark_ambiguous", "mark_retry", "mark_failed", "mark_exhausted", "rescue"];
-        if let Some(key) = file.observe.keys().find(|k| !OBSERVED.contains(&k.as_str())) {
-            return Err(format!(
+        for key in file.observe.keys().filter(|k| !OBSERVED.contains(&k.as_str())) {
+            problems.push(format!(
                 "{shown}: observe.{key}: not a statement whose result is observed (one of {})",
                 OBSERVED.join(", ")
             ));
         }
         let dir = path.parent().unwrap_or(Path::new("."));
         let design = if file.design.ends_with(".toml") || file.design.contains('/') {
-            crate::design::load(&dir.join(&file.design))?
+            crate::design::load(&dir.join(&file.design))
         } else {
             Design::parse(&file.design).ok_or_else(|| {
                 format!("{shown}: design = {:?}: neither a built-in design nor a design file (FILE.toml)", file.design)
-            })?
+            })
         };
-        let schema_path = dir.join(&file.schema);
-        let schema_sql = if schema_path.is_dir() {
-            // A migrations directory: its .sql files in name order (V1__a.sql, V2__b.sql, or
-            // 001_a.sql …), as a migration tool would apply them to a fresh database.
-            let mut files: Vec<PathBuf> = std::fs::read_dir(&schema_path)
-                .map_err(|e| {
-                    format!("{shown}: schema = {:?}: cannot read {}: {e}", file.schema, schema_path.display())
-                })?
-                .filter_map(|entry| entry.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "sql"))
-                .collect();
-            files.sort_by_key(|p| migration_order(p));
-            if files.is_empty() {
-                return Err(format!("{shown}: schema = {:?}: the directory holds no .sql file", file.schema));
+        let schema_sql = read_schema(&shown, &file.schema, &dir.join(&file.schema));
+        let (design, schema_sql) = match (design, schema_sql) {
+            (Ok(d), Ok(s)) => (d, s),
+            (d, s) => {
+                problems.extend(d.err());
+                problems.extend(s.err());
+                return Err(problems.join("\n"));
             }
-            let mut all = String::new();
-            for f in &files {
-                let text = std::fs::read_to_string(f)
-                    .map_err(|e| format!("{shown}: schema: cannot read {}: {e}", f.display()))?;
-                all.push_str(&text);
-                all.push_str(";\n");
-            }
-            all
-        } else {
-            std::fs::read_to_string(&schema_path).map_err(|e| {
-                format!("{shown}: schema = {:?}: cannot read {}: {e}", file.schema, schema_path.display())
-            })?
         };
         let statuses = match (&file.statuses, design) {
             (Some(given), _) => given.clone(),
             (None, Design::Custom(c)) => c.statuses.clone().unwrap_or_default(),
             (None, _) => StatusNames::default(),
         };
-        statuses.check().map_err(|e| format!("{shown}: {e}"))?;
-        Ok(Profile { file, design, schema_sql, statuses, origin: path.to_path_buf() })
+        if let Err(e) = statuses.check() {
+            problems.push(format!("{shown}: {e}"));
+        }
+        // Reported with the statements' problems, once a store has read them.
+        Ok(Profile { file, design, schema_sql, statuses, origin: path.to_path_buf(), problems })
     }
 
     /// A fresh SQLite store over the profile's schema, in memory.
     pub fn sqlite(&self) -> Result<Box<dyn Store>, StoreError> {
         let conn = rusqlite::Connection::open_in_memory()?;
-        conn.execute_batch(&self.schema_sql).map_err(|e| {
-            // SQLite's message holds the whole script: the line the problem is on instead.
-            let said = match &e {
-                rusqlite::Error::SqlInputError { msg, sql, offset, .. } => {
-                    let at = usize::try_from(*offset).unwrap_or(0).min(sql.len());
-                    format!("{msg} (line {})", sql[..at].matches('\n').count() + 1)
-                }
-                other => other.to_string(),
-            };
-            StoreError::Setup(format!("schema = {:?}: {said}", self.file.schema))
-        })?;
+        conn.execute_batch(&self.schema_sql)
+            .map_err(|e| StoreError::Setup(format!("schema = {:?}: {}", self.file.schema, sqlite_said(&e))))?;
         Ok(Box::new(ProfileStore::open(Db::Sqlite(conn), self)?))
     }
 
@@ -534,10 +515,60 @@ impl ProfileStore {
             tenants: BTreeMap::new(),
             last_now: 0,
         };
-        store.columns = store.row_columns()?;
-        store.check_statements()?;
+        // Every problem of the profile and its statements at once, one line each.
+        let mut problems = profile.problems.clone();
+        match store.row_columns() {
+            Ok(columns) => store.columns = columns,
+            Err(e) => problems.push(e.to_string()),
+        }
+        for p in store.check_statements() {
+            if !problems.contains(&p) {
+                problems.push(p);
+            }
+        }
+        if !problems.is_empty() {
+            return Err(StoreError::Setup(problems.join("\n")));
+        }
         Ok(store)
     }
+}
+
+/// SQLite's error on one line: its message holds the whole statement, so the line the problem is
+/// on instead.
+fn sqlite_said(e: &rusqlite::Error) -> String {
+    match e {
+        rusqlite::Error::SqlInputError { msg, sql, offset, .. } => {
+            let at = usize::try_from(*offset).unwrap_or(0).min(sql.len());
+            format!("{msg} (line {})", sql[..at].matches('\n').count() + 1)
+        }
+        other => other.to_string().replace('\n', " "),
+    }
+}
+
+/// The schema's DDL: a file, or a migrations directory's .sql files in name order (V1__a.sql,
+/// V2__b.sql, or 001_a.sql …), as a migration tool would apply them to a fresh database.
+fn read_schema(shown: &str, given: &str, schema_path: &Path) -> Result<String, String> {
+    if !schema_path.is_dir() {
+        return std::fs::read_to_string(schema_path)
+            .map_err(|e| format!("{shown}: schema = {given:?}: cannot read {}: {e}", schema_path.display()));
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(schema_path)
+        .map_err(|e| format!("{shown}: schema = {given:?}: cannot read {}: {e}", schema_path.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "sql"))
+        .collect();
+    files.sort_by_key(|p| migration_order(p));
+    if files.is_empty() {
+        return Err(format!("{shown}: schema = {given:?}: the directory holds no .sql file"));
+    }
+    let mut all = String::new();
+    for f in &files {
+        let text =
+            std::fs::read_to_string(f).map_err(|e| format!("{shown}: schema: cannot read {}: {e}", f.display()))?;
+        all.push_str(&text);
+        all.push_str(";\n");
+    }
+    Ok(all)
 }
 
 /// A migration file's place in the order: its leading version number (`V12__x.sql`, `012_x.sql`),
@@ -1129,7 +1160,7 @@ impl ProfileStore {
         let setup = |e: String| StoreError::Setup(format!("statements.{key}: {e}"));
         match &mut self.db {
             Db::Sqlite(conn) => {
-                let stmt = conn.prepare(sql).map_err(|e| setup(e.to_string()))?;
+                let stmt = conn.prepare(sql).map_err(|e| setup(sqlite_said(&e)))?;
                 Ok(stmt.column_names().into_iter().map(String::from).collect())
             }
             Db::Postgres(scratch) => {
@@ -1174,8 +1205,13 @@ impl ProfileStore {
 
     /// Every statement prepares on the schema and names only parameters it gets: found before
     /// the first case, as a problem of the profile (exit 2), not as a divergence.
-    fn check_statements(&mut self) -> Result<(), StoreError> {
+    fn check_statements(&mut self) -> Vec<String> {
         let s = self.profile.file.statements.clone();
+        let mut problems = Vec::new();
+        let in_database = match &self.db {
+            Db::Postgres(scratch) => scratch.borrow().place().database.is_some(),
+            Db::Sqlite(_) => false,
+        };
         for (key, sql) in s.each() {
             let Some(sql) = sql else { continue };
             // On PostgreSQL the run's clock stands in for the clock functions; on SQLite
@@ -1186,14 +1222,11 @@ impl ProfileStore {
             };
             if let Some(reads) = reads {
                 let instead = if shadowed { "now() or :now" } else { ":now" };
-                return Err(StoreError::Setup(format!(
+                problems.push(format!(
                     "statements.{key} reads {reads}: a run must be deterministic, so time comes in as {instead} (docs/sql-profile.md, \"Time\")"
-                )));
+                ));
+                continue;
             }
-            let in_database = match &self.db {
-                Db::Postgres(scratch) => scratch.borrow().place().database.is_some(),
-                Db::Sqlite(_) => false,
-            };
             let outside = if in_database {
                 sql.to_ascii_lowercase().contains("search_path").then(|| {
                     "sets the search path: statements run on the run's own, which puts its clock ahead of pg_catalog".to_string()
@@ -1202,26 +1235,29 @@ impl ProfileStore {
                 leaves_the_schema(sql)
             };
             if let Some(outside) = outside {
-                return Err(StoreError::Setup(format!("statements.{key}: {outside}")));
+                problems.push(format!("statements.{key}: {outside}"));
+                continue;
             }
-            self.columns_of(key, sql)?;
+            if let Err(e) = self.columns_of(key, sql) {
+                problems.push(e.to_string());
+                continue;
+            }
             let allowed = PARAMETERS.iter().find(|(k, _)| *k == key).map_or(&[][..], |(_, p)| p);
             for (_, _, name) in named_params(sql) {
                 if key == "claim" && name == "token" && !self.random_tokens() {
-                    return Err(StoreError::Setup(
+                    problems.push(
                         "statements.claim: parameter :token is a fresh random token, given only where the design's claim.token is \"random\"".into(),
-                    ));
-                }
-                if !allowed.contains(&name) {
+                    );
+                } else if !allowed.contains(&name) {
                     let known: Vec<String> = allowed.iter().map(|p| format!(":{p}")).collect();
                     let gets = if known.is_empty() { "none".to_string() } else { known.join(", ") };
-                    return Err(StoreError::Setup(format!(
+                    problems.push(format!(
                         "statements.{key}: parameter :{name} is not one this statement gets (it gets {gets})"
-                    )));
+                    ));
                 }
             }
         }
-        Ok(())
+        problems
     }
 
     /// Runs `sql` with those of `params` it names; returns the rows it gave back (their columns
@@ -1248,7 +1284,9 @@ impl ProfileStore {
         let mut shown: Vec<(String, String)> = Vec::new();
         let (mut answer, changed) = match &mut self.db {
             Db::Sqlite(conn) => {
-                let mut stmt = conn.prepare(sql).map_err(|e| StoreError::Setup(format!("statements.{key}: {e}")))?;
+                let mut stmt = conn
+                    .prepare(sql)
+                    .map_err(|e| StoreError::Setup(format!("statements.{key}: {}", sqlite_said(&e))))?;
                 for i in 1..=stmt.parameter_count() {
                     let name = stmt.parameter_name(i).unwrap_or("?").trim_start_matches([':', '@', '$']).to_string();
                     let value = match value_of(&name)? {

@@ -25,6 +25,9 @@ pub struct ConcurrentReport {
     pub published_not_stored: Vec<u32>,
     /// The oracle's first divergence on the recorded history, in words; `None`: consistent.
     pub oracle: Option<String>,
+    /// Every distinct finding of the oracle on the history, the first example of each, in
+    /// words: the check goes on past its first.
+    pub findings: Vec<String>,
     /// Where the oracle's finding is a property the declared design breaks by itself — a safety
     /// violation on a step the design's core takes too, so the statements did what the design
     /// says — that property (`S3`); `None` where the statements departed from the design.
@@ -420,12 +423,20 @@ impl Profile {
             self.design,
             &header,
             events.iter().enumerate().map(|(line, (_, event))| (line + 2, event)),
-            crate::oracle::Mode::First,
+            crate::oracle::Mode::All,
         );
         // A safety finding with nothing the model "allows" instead is a step the design's core
         // took as the statements did: the design breaks the property, not the SQL.
         let design_breaks = checked.design_breaks().map(|p| p.id().to_string());
         let verdict = checked.first().map(|d| d.to_string());
+        let mut seen = Vec::new();
+        let mut findings = Vec::new();
+        for d in &checked.divergences {
+            if !seen.contains(&d.blame) {
+                seen.push(d.blame);
+                findings.push(d.to_string());
+            }
+        }
         let mut report = ConcurrentReport {
             history: None,
             relays,
@@ -438,6 +449,7 @@ impl Profile {
             left_by_design,
             published_not_stored,
             oracle: verdict,
+            findings,
             design_breaks,
             timed_out: timed_out.load(Ordering::Relaxed),
         };
