@@ -629,6 +629,8 @@ pub struct Report {
     pub schedules_not_run: Vec<String>,
     /// Why the concurrent run (PostgreSQL) did not run, where it did not.
     pub concurrent_not_run: Option<String>,
+    /// Where a profile's run worked on PostgreSQL: "database" or "schema".
+    pub scratch: Option<&'static str>,
 }
 
 impl Report {
@@ -766,6 +768,7 @@ pub fn conform(
         fields: None,
         schedules_not_run: Vec::new(),
         concurrent_not_run: None,
+        scratch: None,
     })
 }
 

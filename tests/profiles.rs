@@ -725,6 +725,7 @@ fn real_postgresql_sql_runs_as_written() {
     assert_eq!(report["verdict"], "agrees");
     assert_eq!(report["fields"]["not_read"], serde_json::json!(["task_id", "max_attempts", "payload", "tags"]));
     assert_eq!(report["fields"]["not_compared"], serde_json::json!([]));
+    assert_eq!(report["scratch"], "database", "the role here may create databases");
     if let Some(history) = report["concurrent"]["history"].as_str() {
         let _ = std::fs::remove_file(history);
     }

@@ -167,12 +167,16 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
                 bar.set_message(format!("conform {} on postgres", profile.origin.display()));
                 let url = url(args)?;
                 let open = profile.postgres(&url, args.disposable)?;
-                let fields = open()?.fields();
+                let (fields, scratch) = {
+                    let store = open()?;
+                    (store.fields(), store.scratch_kind())
+                };
                 let bounds = Bounds { tenants: if tenantless(&fields) { 1 } else { 2 }, ..Bounds::default() };
                 let mut report = conform(args.against.policy(), &open, bounds, args.cases, args.seed, &|| bar.inc(1))?;
                 report.schedules = replay_all(&open, tenantless(&fields))?;
                 report.schedules_not_run = not_run(tenantless(&fields));
                 report.fields = fields;
+                report.scratch = scratch;
                 drop(open);
                 // (c) concurrent relays over the statements, with faults; the history to the oracle.
                 bar.finish_and_clear();
@@ -241,6 +245,7 @@ fn print(args: &ConformArgs, report: &Report) {
             "fields": report.fields,
             "schedules_not_run": report.schedules_not_run,
             "concurrent_not_run": report.concurrent_not_run,
+            "scratch": report.scratch,
         });
         println!("{}", serde_json::to_string_pretty(&value).expect("JSON of plain values"));
         return;
@@ -277,8 +282,13 @@ fn print(args: &ConformArgs, report: &Report) {
         }
         return;
     }
+    let place = match report.scratch {
+        Some("database") => " (in a scratch database of the run's own)",
+        Some(_) => " (in a scratch schema: this role may not create a database)",
+        None => "",
+    };
     println!(
-        "conform {whose} on {engine} against the {} model: {} cases, {} operations in {:.2} s ({:.0} operations/s)",
+        "conform {whose} on {engine}{place} against the {} model: {} cases, {} operations in {:.2} s ({:.0} operations/s)",
         args.against,
         report.cases,
         report.operations,

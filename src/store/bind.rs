@@ -122,6 +122,11 @@ pub trait Store {
     fn problem(&self) -> Option<String> {
         None
     }
+    /// Where a profile's run works on PostgreSQL: "database" (a scratch database of its own) or
+    /// "schema" (the role may not create databases).
+    fn scratch_kind(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// What a profile's rows SELECT lets a run compare.

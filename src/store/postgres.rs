@@ -218,14 +218,6 @@ impl Place {
     pub fn schema(schema: &str) -> Place {
         Place { database: None, schema: schema.to_string() }
     }
-
-    /// For the user: "scratch database outbox_check_…" or "scratch schema outbox_check_…".
-    pub fn describe(&self) -> String {
-        match &self.database {
-            Some(db) => format!("scratch database {db}"),
-            None => format!("scratch schema {}", self.schema),
-        }
-    }
 }
 
 /// The harness's own schema inside a scratch database: its clock and its commit-order sequence.

@@ -1799,6 +1799,15 @@ impl Store for ProfileStore {
         self.problem.clone()
     }
 
+    fn scratch_kind(&self) -> Option<&'static str> {
+        match &self.db {
+            Db::Postgres(scratch) => {
+                Some(if scratch.borrow().place().database.is_some() { "database" } else { "schema" })
+            }
+            Db::Sqlite(_) => None,
+        }
+    }
+
     fn fields(&self) -> Option<super::bind::Fields> {
         Some(super::bind::Fields {
             not_compared: COLUMNS[1..]
