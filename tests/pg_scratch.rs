@@ -100,6 +100,23 @@ fn sigint_and_sigterm_drop_the_scratch_schema_before_exiting() {
     }
 }
 
+/// A run of `args` SIGKILLed leaves its scratch schema or database; `--clean-up` drops it.
+fn killed_then_cleaned_up(url: &str, db: &mut postgres::Client, args: &[&str]) {
+    let mut run = long_run(url, db, args);
+    let pid = run.0.id();
+    signal(&run, libc::SIGKILL);
+    run.0.wait().unwrap();
+    assert!(!schemas_of(db, pid).is_empty(), "SIGKILL cannot clean up: the scratch space should still be there");
+    wait_for_lock_release(db, pid);
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .args(["conform", "--store", "postgres", "--clean-up", "--database-url", url])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("dropped"), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(schemas_of(db, pid).is_empty(), "clean-up left {:?}", schemas_of(db, pid));
+}
+
 #[test]
 fn a_killed_runs_schema_is_dropped_by_clean_up_and_a_foreign_schema_is_kept() {
     let Some(url) = common::pg_url("the scratch-schema signal tests") else { return };
@@ -108,36 +125,13 @@ fn a_killed_runs_schema_is_dropped_by_clean_up_and_a_foreign_schema_is_kept() {
     // A schema with outbox-check's name pattern but not its marker: never ours to drop.
     let foreign = "outbox_check_00000000deadbeef";
     db.batch_execute(&format!("DROP SCHEMA IF EXISTS {foreign}; CREATE SCHEMA {foreign}")).unwrap();
-    let mut run = long_run(&url, &mut db, &[]);
-    let pid = run.0.id();
-    signal(&run, libc::SIGKILL);
-    run.0.wait().unwrap();
-    assert!(!schemas_of(&mut db, pid).is_empty(), "SIGKILL cannot clean up: the schema should still be there");
-    wait_for_lock_release(&mut db, pid);
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
-        .args(["conform", "--store", "postgres", "--clean-up", "--database-url", &url])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("dropped"), "{}", String::from_utf8_lossy(&out.stdout));
-    assert!(schemas_of(&mut db, pid).is_empty(), "clean-up left {:?}", schemas_of(&mut db, pid));
+    killed_then_cleaned_up(&url, &mut db, &[]);
     let kept: i64 = db.query_one("SELECT count(*) FROM pg_namespace WHERE nspname = $1", &[&foreign]).unwrap().get(0);
     assert_eq!(kept, 1, "clean-up dropped a schema outbox-check did not make");
     db.batch_execute(&format!("DROP SCHEMA {foreign}")).unwrap();
 
     // A profile's scratch database, likewise.
-    let mut run = long_run(&url, &mut db, &PROFILE);
-    let pid = run.0.id();
-    signal(&run, libc::SIGKILL);
-    run.0.wait().unwrap();
-    assert!(!schemas_of(&mut db, pid).is_empty(), "SIGKILL cannot clean up: the database should still be there");
-    wait_for_lock_release(&mut db, pid);
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
-        .args(["conform", "--store", "postgres", "--clean-up", "--database-url", &url])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(schemas_of(&mut db, pid).is_empty(), "clean-up left {:?}", schemas_of(&mut db, pid));
+    killed_then_cleaned_up(&url, &mut db, &PROFILE);
 
     // And without --clean-up: the next run's first connection drops what a killed run left.
     let mut run = long_run(&url, &mut db, &[]);

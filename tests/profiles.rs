@@ -685,6 +685,22 @@ fn a_rescuers_statements_are_held_against_the_designs_rescuer() {
 
 const NATIVE: &str = "docs/examples/native/native.profile.toml";
 
+/// `conform --json` of a profile on the PostgreSQL server at `url`.
+fn conform_json_on(url: &str, profile: &Path, cases: &str) -> Output {
+    run(&[
+        "conform",
+        "--profile",
+        profile.to_str().unwrap(),
+        "--store",
+        "postgres",
+        "--database-url",
+        url,
+        "--cases",
+        cases,
+        "--json",
+    ])
+}
+
 /// A copy of the native example (schema and profile), each edited.
 fn native_variant(name: &str, schema: impl Fn(String) -> String, profile: impl Fn(String) -> String) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -704,20 +720,7 @@ fn native_variant(name: &str, schema: impl Fn(String) -> String, profile: impl F
 #[test]
 fn real_postgresql_sql_runs_as_written() {
     let Some(url) = common::pg_url("the native PostgreSQL profile tests") else { return };
-    let pg = |profile: &Path, cases: &str| {
-        run(&[
-            "conform",
-            "--profile",
-            profile.to_str().unwrap(),
-            "--store",
-            "postgres",
-            "--database-url",
-            &url,
-            "--cases",
-            cases,
-            "--json",
-        ])
-    };
+    let pg = |profile: &Path, cases: &str| conform_json_on(&url, profile, cases);
     // As written: agrees, and says what it did not read.
     let out = pg(Path::new(NATIVE), "60");
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
@@ -836,20 +839,7 @@ fn a_schedulers_statement_is_held_against_the_designs_scheduler() {
         .unwrap();
         path
     };
-    let pg = |profile: &Path| {
-        run(&[
-            "conform",
-            "--profile",
-            profile.to_str().unwrap(),
-            "--store",
-            "postgres",
-            "--database-url",
-            &url,
-            "--cases",
-            "100",
-            "--json",
-        ])
-    };
+    let pg = |profile: &Path| conform_json_on(&url, profile, "100");
     let out = pg(&variant("sched.toml", schedule));
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
     let report = json(&out);

@@ -239,7 +239,7 @@ fn print(args: &ConformArgs, report: &Report) {
             "verdict": report.verdict(),
             "divergence": report.divergence,
             "exercised": report.exercised,
-            "not_exercised": report.not_exercised(),
+            "not_exercised": report.exercised.missing(),
             "schedules": report.schedules,
             "concurrent": report.concurrent,
             "fields": report.fields,
@@ -304,7 +304,7 @@ fn print(args: &ConformArgs, report: &Report) {
             }
         }
     }
-    let missing = report.not_exercised();
+    let missing = report.exercised.missing();
     if report.divergence.is_none() && !missing.is_empty() {
         println!("  not exercised by any case (try more --cases): {}", missing.join("; "));
     }

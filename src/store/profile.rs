@@ -422,16 +422,16 @@ impl Seeds {
 /// (`CURRENT_TIMESTAMP`, `'now'`) or named in `pg_catalog`, or a function that sets its own
 /// search path around a clock call. One line each.
 fn clock_in_schema(client: &mut postgres::Client, place: &super::postgres::Place) -> Result<Vec<String>, StoreError> {
-    let ours: Vec<String> = match &place.database {
-        Some(_) => vec!["pg_catalog".into(), "information_schema".into(), place.schema.clone(), "pg_toast".into()],
-        None => vec![],
+    // The user's schemas: in a scratch database all but the system's and the harness's, else
+    // the scratch schema.
+    let (filter, schemas): (&str, Vec<String>) = match &place.database {
+        Some(_) => (
+            "NOT (n.nspname = ANY($1))",
+            vec!["pg_catalog".into(), "information_schema".into(), "pg_toast".into(), place.schema.clone()],
+        ),
+        None => ("n.nspname = ANY($1)", vec![place.schema.clone()]),
     };
-    let filter = match &place.database {
-        Some(_) => "NOT (n.nspname = ANY($1))",
-        None => "n.nspname = $2",
-    };
-    let only = place.schema.clone();
-    let params: [&(dyn postgres::types::ToSql + Sync); 2] = [&ours, &only];
+    let params: [&(dyn postgres::types::ToSql + Sync); 1] = [&schemas];
     let mut problems = Vec::new();
     let defaults = client.query(
         &format!(
@@ -439,7 +439,7 @@ fn clock_in_schema(client: &mut postgres::Client, place: &super::postgres::Place
                FROM pg_attrdef d JOIN pg_class c ON c.oid = d.adrelid
                JOIN pg_namespace n ON n.oid = c.relnamespace
                JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
-              WHERE {filter} AND $1::text[] IS NOT NULL AND $2::text IS NOT NULL ORDER BY 1"
+              WHERE {filter} ORDER BY 1"
         ),
         &params,
     )?;
@@ -456,7 +456,7 @@ fn clock_in_schema(client: &mut postgres::Client, place: &super::postgres::Place
                FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
                JOIN pg_language l ON l.oid = p.prolang
               WHERE {filter} AND l.lanname IN ('sql', 'plpgsql') AND p.prokind IN ('f', 'p')
-                AND $1::text[] IS NOT NULL AND $2::text IS NOT NULL ORDER BY 1"
+                ORDER BY 1"
         ),
         &params,
     )?;
@@ -475,7 +475,7 @@ fn clock_in_schema(client: &mut postgres::Client, place: &super::postgres::Place
             "SELECT format('%s.%s', n.nspname, c.relname), pg_get_viewdef(c.oid)
                FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
               WHERE c.relkind IN ('v', 'm') AND {filter}
-                AND $1::text[] IS NOT NULL AND $2::text IS NOT NULL ORDER BY 1"
+                ORDER BY 1"
         ),
         &params,
     )?;
@@ -531,6 +531,18 @@ impl ProfileStore {
         }
         Ok(store)
     }
+}
+
+/// The ids a maintenance statement returned (`message_id`), by id.
+fn moved_ids(key: &str, rows: &[BTreeMap<String, V>]) -> Result<Vec<MessageId>, StoreError> {
+    let mut ids = Vec::new();
+    for row in rows {
+        if let Some(id) = as_int(key, "message_id", row.get("message_id"))? {
+            ids.push(MessageId(id as u32));
+        }
+    }
+    ids.sort();
+    Ok(ids)
 }
 
 /// SQLite's error on one line: its message holds the whole statement, so the line the problem is
@@ -1653,14 +1665,7 @@ impl Store for ProfileStore {
         let Some(sql) = self.profile.file.statements.schedule.clone() else { return Ok(Vec::new()) };
         let params: Params = vec![("now", time(now)), ("lease_ms", span(self.lease))];
         let (rows, _) = self.run("schedule", &sql, &params)?;
-        let mut ids = Vec::new();
-        for row in rows {
-            if let Some(id) = as_int("schedule", "message_id", row.get("message_id"))? {
-                ids.push(MessageId(id as u32));
-            }
-        }
-        ids.sort();
-        Ok(ids)
+        moved_ids("schedule", &rows)
     }
 
     fn can_schedule(&self) -> bool {
@@ -1672,14 +1677,7 @@ impl Store for ProfileStore {
         let params: Params =
             vec![("now", time(now)), ("max_attempts", int(max_attempts)), ("lease_ms", span(self.lease))];
         let (rows, _) = self.run("reap", &sql, &params)?;
-        let mut ids = Vec::new();
-        for row in rows {
-            if let Some(id) = as_int("reap", "message_id", row.get("message_id"))? {
-                ids.push(MessageId(id as u32));
-            }
-        }
-        ids.sort();
-        Ok(ids)
+        moved_ids("reap", &rows)
     }
 
     fn rows(&mut self) -> Result<Vec<Row>, StoreError> {
