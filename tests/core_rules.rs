@@ -1928,17 +1928,24 @@ fn a_scheduler_makes_due_retries_claimable_and_the_claim_waits_for_it() {
     assert!(auditor.schedule(&mut outbox, later, later).is_empty(), "nothing left to move");
     auditor.claim(&mut outbox, &policy, &claim(0, 1, 100), at).unwrap();
     assert!(auditor.take_violations().iter().all(|v| v.property != Property::S7), "claimed at its time");
+    // The claim's order keeps the time m0 became due (River's and Oban's scheduled_at): m2,
+    // waiting since its creation, goes first.
+    let (outbox, auditor) = &mut ahead;
+    let mut order = (outbox.clone(), auditor.clone());
+    assert_eq!(order.1.schedule(&mut order.0, at, at), vec![MessageId(0)]);
+    assert_eq!(order.0.row(MessageId(0)).unwrap().created_at, at);
+    let first = order.1.claim(&mut order.0, &policy, &claim(0, 1, 100), at).unwrap();
+    assert_eq!(first.iter().map(|l| l.message_id).collect::<Vec<_>>(), vec![MessageId(2)]);
     // A scheduler whose clock runs ahead of the true one moves m0 early: the claim that follows
     // before the retry time breaks S7, one at or after it does not.
-    let (outbox, auditor) = &mut ahead;
     auditor.take_violations();
     assert_eq!(auditor.schedule(outbox, at, Instant(at.0 - 5)), vec![MessageId(0)]);
     let mut later_claim = (outbox.clone(), auditor.clone());
-    auditor.claim(outbox, &policy, &claim(0, 1, 100), Instant(at.0 - 5)).unwrap();
+    auditor.claim(outbox, &policy, &claim(0, 2, 100), Instant(at.0 - 5)).unwrap();
     let v = auditor.take_violations();
     assert!(v.iter().any(|v| matches!(v.breach, Breach::TookBeforeRetry { .. })), "{v:?}");
     let (outbox, auditor) = &mut later_claim;
-    auditor.claim(outbox, &policy, &claim(0, 1, 100), at).unwrap();
+    auditor.claim(outbox, &policy, &claim(0, 2, 100), at).unwrap();
     assert!(auditor.take_violations().iter().all(|v| v.property != Property::S7));
     // A scheduler needs a retry time in the row.
     let clockless = text

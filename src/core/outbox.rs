@@ -609,7 +609,15 @@ impl Outbox {
                         Status::Pending
                     };
                     if policy.retry_clock && !keeps_owner {
-                        let at = req.now.plus(policy.backoff.delay(row.attempts));
+                        // The backoff of the attempts the statement counts, or, where the relay
+                        // decides what to write (`retry.budget_in_statement = false`), of those
+                        // its copy of the row counts: a stale write's own (decision 92).
+                        let counted = if policy.budget_in_write {
+                            row.attempts
+                        } else {
+                            policy.attempts_after_failure(req.lease.attempts)
+                        };
+                        let at = req.now.plus(policy.backoff.delay(counted));
                         if policy.retry_in_lease {
                             row.lease_expires_at = Some(at);
                         } else {
@@ -724,11 +732,15 @@ impl Outbox {
     }
 
     /// The scheduler's one statement (`maintenance.scheduler`): every row whose retry time has
-    /// passed at `now` loses it, and so becomes claimable. Returns the rows it moved, by id.
+    /// passed at `now` loses it, and so becomes claimable. The claim's order keeps reading that
+    /// time, as River's and Oban's `scheduled_at` keeps it once the job is `available`: it
+    /// becomes the row's `created_at`, which only the claim's order reads (decision 92).
+    /// Returns the rows it moved, by id.
     pub fn schedule(&mut self, now: Instant) -> Vec<MessageId> {
         let mut moved = Vec::new();
         for row in &mut self.rows {
             if Self::is_schedulable(row, now) {
+                row.created_at = row.next_attempt_at.unwrap_or(row.created_at);
                 row.next_attempt_at = None;
                 moved.push(row.message_id);
             }
