@@ -60,13 +60,25 @@ pub struct Bounds {
     pub tenants: u16,
     pub owners: u16,
     pub max_ops: usize,
-    /// The model's backoff cap: the retry ladders wait this long between attempts.
+    /// The model's backoff cap.
     pub backoff_cap_ms: u64,
+    /// What the retry ladders wait between attempts: the longest delay the backoff gives within
+    /// their budgets, at most the cap (River's cap is Go's longest duration, 292 years).
+    #[serde(skip)]
+    pub ladder_wait_ms: u64,
 }
 
 impl Default for Bounds {
     fn default() -> Self {
-        Bounds { max_attempts: 3, lease_ms: 100, tenants: 2, owners: 3, max_ops: 40, backoff_cap_ms: 60_000 }
+        Bounds {
+            max_attempts: 3,
+            lease_ms: 100,
+            tenants: 2,
+            owners: 3,
+            max_ops: 40,
+            backoff_cap_ms: 60_000,
+            ladder_wait_ms: 60_000,
+        }
     }
 }
 
@@ -92,7 +104,7 @@ pub fn cases(bounds: Bounds) -> impl Strategy<Value = Case> {
         3 => prop_oneof![Just(1u64), Just(50), Just(100), Just(150), Just(1000), Just(20_000)].prop_map(|ms| Op::Advance { ms }),
     ];
     let random = (1..=6u32, prop::collection::vec(op, 1..=bounds.max_ops.max(1)));
-    let wait = bounds.backoff_cap_ms.max(bounds.lease_ms) + 1;
+    let wait = bounds.ladder_wait_ms.max(bounds.lease_ms) + 1;
     let ladder = (8..=10u32, 0..tenants, prop::collection::vec((0..owners, 1..3u8, 0..4u8), 4..=7)).prop_map(
         move |(budget, tenant, rungs)| {
             let mut ops = vec![Op::Enqueue { tenant, aggregate: 0, stale: false }];
@@ -232,19 +244,32 @@ fn same<T: PartialEq>(a: &Result<T, StoreError>, b: &Result<T, StoreError>) -> b
 /// Two claims took the same leases: the rows a claim took are a set — the order a statement
 /// returns them in is its own (RETURNING keeps none), and the harness could only guess the
 /// design's order from columns a table need not have.
-fn same_claim(a: &Result<Vec<Lease>, StoreError>, b: &Result<Vec<Lease>, StoreError>) -> bool {
-    fn sorted(r: &Result<Vec<Lease>, StoreError>) -> Result<Vec<Lease>, &StoreError> {
-        r.as_ref().map(|leases| {
-            let mut leases = leases.clone();
+fn same_claim(a: &Result<Vec<Lease>, StoreError>, b: &Result<Vec<Lease>, StoreError>, store: &dyn Store) -> bool {
+    let sorted = |r: &Result<Vec<Lease>, StoreError>| -> Result<Vec<Lease>, String> {
+        r.as_ref().map_err(|e| e.to_string()).map(|leases| {
+            let mut leases: Vec<Lease> =
+                leases.iter().map(|l| Lease { token: store.view_token(l.token), ..*l }).collect();
             leases.sort_by_key(|l| l.message_id);
             leases
         })
-    }
+    };
     match (sorted(a), sorted(b)) {
         (Ok(x), Ok(y)) => x == y,
-        (Err(x), Err(y)) => x.to_string() == y.to_string(),
+        (Err(x), Err(y)) => x == y,
         _ => false,
     }
+}
+
+/// Two rescue reads found the same row, with the token as the store's table shows it.
+fn same_read(
+    a: &Result<Option<(MessageId, outbox_check::core::LeaseToken)>, StoreError>,
+    b: &Result<Option<(MessageId, outbox_check::core::LeaseToken)>, StoreError>,
+    store: &dyn Store,
+) -> bool {
+    let seen = |r: &Result<Option<(MessageId, outbox_check::core::LeaseToken)>, StoreError>| {
+        r.as_ref().map(|read| read.map(|(m, t)| (m, store.view_token(t)))).map_err(|e| e.to_string())
+    };
+    seen(a) == seen(b)
 }
 
 /// The result kinds compared: a Stale's reason is not (SQL cannot tell it from 0 rows).
@@ -430,7 +455,7 @@ pub fn execute(
                     exercised.claims_beside_another_tenant += 1;
                 }
                 let (a, b) = (model.claim(&req), store.claim(&req));
-                if !same_claim(&a, &b) {
+                if !same_claim(&a, &b, &*store) {
                     return Err(diverge(step, show(&a), show(&b), store));
                 }
                 leases.extend(a.unwrap_or_default());
@@ -495,7 +520,7 @@ pub fn execute(
             Op::RescueRead | Op::Rescue { .. } if !(model.can_rescue() && store.can_rescue()) => continue,
             Op::RescueRead => {
                 let (a, b) = (model.rescue_read(now), store.rescue_read(now));
-                if !same(&a, &b) {
+                if !same_read(&a, &b, &*store) {
                     return Err(diverge(step, read_said(&a), read_said(&b), store));
                 }
                 reads.extend(a.ok().flatten());
@@ -692,7 +717,10 @@ pub fn conform(
     tick: &dyn Fn(),
 ) -> Result<Report, StoreError> {
     let started = std::time::Instant::now();
-    let bounds = Bounds { backoff_cap_ms: model_policy.backoff.cap.0, ..bounds };
+    // The ladders' budgets are 8 to 10: no retry of theirs waits longer than the delay after
+    // attempt 11.
+    let cap = model_policy.backoff.cap.0;
+    let bounds = Bounds { backoff_cap_ms: cap, ladder_wait_ms: model_policy.backoff.delay(11).0.min(cap), ..bounds };
     let config = Config { cases, failure_persistence: None, ..Config::default() };
     let mut runner = TestRunner::new_with_rng(
         config,
@@ -912,7 +940,7 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
             Event::Claimed { request, db, leases, .. } if *db != DbFate::LostBefore => {
                 let before = model.rows().unwrap_or_default();
                 let (a, b) = (model.claim(request), store.claim(request));
-                if !same_claim(&a, &b) {
+                if !same_claim(&a, &b, &*store) {
                     let d = diverged(
                         claim_finding(&model_policy, &before, request, &a, &b),
                         show(&a),
@@ -995,7 +1023,7 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
             }
             Event::RescueRead { now, .. } => {
                 let (a, b) = (model.rescue_read(*now), store.rescue_read(*now));
-                if !same(&a, &b) {
+                if !same_read(&a, &b, &*store) {
                     let d = diverged(
                         "your rescuer reads another expired lease than the design's".into(),
                         read_said(&a),

@@ -486,7 +486,9 @@ fn a_migrations_directory_is_applied_in_version_order() {
     std::fs::rename(dir.join("V10__index.sql"), dir.join("V1__index.sql")).unwrap();
     let out = run(&["conform", "--profile", profile.to_str().unwrap(), "--store", "sqlite", "--cases", "5"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("schema = \"migrations\": no such table: main.jobs"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("schema = migrations/V1__index.sql: no such table: main.jobs")
+    );
 }
 
 /// A profile without `[statuses]` reads its table in the status names of its design file.
@@ -825,7 +827,9 @@ fn real_postgresql_sql_runs_as_written() {
 #[test]
 fn a_schedulers_statement_is_held_against_the_designs_scheduler() {
     let Some(url) = common::pg_url("the scheduler profile tests") else { return };
-    let schedule = "schedule = \"\"\"\nUPDATE queue.jobs SET run_at = NULL\n WHERE state IN ('available', 'unknown') AND run_at <= now()\nRETURNING *\"\"\"\nrows = ";
+    // The scheduler keeps the time a job became due as the claim's order key (decision 92):
+    // `created`, which the claim orders by once `run_at` is cleared.
+    let schedule = "schedule = \"\"\"\nUPDATE queue.jobs SET created = run_at, run_at = NULL\n WHERE state IN ('available', 'unknown') AND run_at <= now()\nRETURNING *\"\"\"\nrows = ";
     let variant = |name: &str, statement: &str| {
         let path = native_variant(
             name,
@@ -889,4 +893,79 @@ fn the_verdict_comes_first_and_quiet_is_short() {
     let scripts = std::fs::read_to_string(path).unwrap();
     assert!(scripts.contains("UPDATE jobs SET") && scripts.contains("-- the random sequences' shrunk divergence"));
     std::fs::remove_file(path).unwrap();
+}
+
+const RIVER: &str = "docs/examples/river/river.profile.toml";
+
+/// A copy of River's example (its design, migrations and profile), the profile edited.
+fn river_variant(name: &str, profile: impl Fn(String) -> String) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples/river");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("profiles").join(name.trim_end_matches(".toml"));
+    std::fs::create_dir_all(dir.join("migrations")).unwrap();
+    std::fs::copy(root.join("design.toml"), dir.join("design.toml")).unwrap();
+    for f in std::fs::read_dir(root.join("migrations")).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), dir.join("migrations").join(f.file_name())).unwrap();
+    }
+    let path = dir.join(name);
+    std::fs::write(&path, profile(std::fs::read_to_string(root.join("river.profile.toml")).unwrap())).unwrap();
+    path
+}
+
+/// River's queries run byte for byte — sqlc's parameters, River's template markers, the ids its
+/// sequence gives, jsonb, boolean and timestamp arrays, a write that returns its row either
+/// way, a rescuer whose Go code picks the state — and get a verdict about River's SQL; the same
+/// run fails where the statements are changed, and a format slip is one line each.
+#[test]
+fn rivers_sql_runs_as_its_authors_wrote_it() {
+    let Some(url) = common::pg_url("River's profile") else { return };
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(RIVER)).unwrap();
+    // The statements are River's own: sqlc's syntax and the template markers are in the file.
+    for written in ["@max_to_lock::integer", "sqlc.narg('now')", "sqlc.embed(river_job)", "/* TEMPLATE: schema */"] {
+        assert!(text.contains(written), "{written}");
+    }
+    let out = conform_json_on(&url, Path::new(RIVER), "60");
+    let report = json(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(report["verdict"], "violated", "{report}");
+    assert!(report["divergence"].is_null(), "{report}");
+    let exercised = &report["exercised"];
+    for situation in ["rescues", "schedules", "budgets_spent"] {
+        assert!(exercised[situation].as_u64().unwrap() > 0, "{situation}: {exercised}");
+    }
+    // Observed by the row changing: counted by the rows it returns, every write would apply.
+    let counted = river_variant("river-counted.toml", |p| p.replace("= \"row-changed\"", "= \"returning\""));
+    let out = conform_json_on(&url, &counted, "60");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(json(&out)["verdict"], "diverged");
+    // A result written whatever the job's state now is (River's guard dropped) is caught.
+    let lax = river_variant("river-lax.toml", |p| {
+        p.replace(
+            "            WHEN river_job.state = 'running'\n            THEN job_input.state",
+            "            WHEN true\n            THEN job_input.state",
+        )
+        .replace("\n      AND (river_job.state = 'running' OR job_input.metadata_do_merge)", "")
+    });
+    assert_eq!(std::fs::read_to_string(&lax).unwrap().matches("WHEN true").count(), 5);
+    let out = conform_json_on(&url, &lax, "60");
+    assert_eq!(json(&out)["verdict"], "diverged");
+    // Format slips, one line each: a template with no text; a [parameters] name no statement
+    // has, one mapped onto a value the statement does not get, a table for no statement.
+    let untemplated = river_variant("river-untemplated.toml", |p| p.replace("[templates]\nschema = \"\"\n", ""));
+    let out = conform_json_on(&url, &untemplated, "5");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/* TEMPLATE: schema */") && err.contains("statements.claim"), "{err}");
+    let slips = river_variant("river-slips.toml", |p| {
+        p.replace("max = 1000\n", "max = 1000\nmax_to_lok = \":batch\"\n")
+            .replace("after_id = 0\n", "after_id = \":owner\"\n")
+            .replace("[parameters.rescue]\n", "[parameters.rescue_all]\nx = 1\n\n[parameters.rescue]\n")
+    });
+    let out = conform_json_on(&url, &slips, "5");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for said in ["parameters.rescue_all", "parameters.max_to_lok", ":owner (given by [parameters] after_id"] {
+        assert!(err.contains(said), "{said}: {err}");
+    }
+    assert!(err.lines().all(|l| !l.trim().is_empty()), "{err}");
 }

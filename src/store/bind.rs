@@ -78,6 +78,11 @@ pub trait Store {
     fn view_status(&self, status: crate::core::Status) -> crate::core::Status {
         status
     }
+    /// A lease token as this store's table can show it: none where it keeps no token (River's
+    /// jobs), so claims and rescue reads are compared on what the table has.
+    fn view_token(&self, token: LeaseToken) -> LeaseToken {
+        token
+    }
     /// The rescuer's read: the first row, by id, whose lease has expired at `now` — its message
     /// and the token it holds (a design's maintenance job "rescue-expired").
     fn rescue_read(&mut self, _now: Instant) -> Result<Option<(MessageId, LeaseToken)>, StoreError> {

@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 mod concurrent;
+mod params;
 pub use concurrent::ConcurrentReport;
 
 /// A profile as written.
@@ -49,6 +50,15 @@ pub struct ProfileFile {
     /// Time the queue's way: the model's lease as the queue's own lease or rescue horizon.
     #[serde(default)]
     pub time: Option<TimeFile>,
+    /// A queue's own parameter names: onto the run's (`max_to_lock = ":batch"`) or a constant
+    /// its code passes (`queue = "default"`), for every statement, or in a table of one
+    /// statement's (`[parameters.mark_published] state = "completed"`).
+    #[serde(default)]
+    pub parameters: BTreeMap<String, toml::Value>,
+    /// River's `/* TEMPLATE: name */` markers and the text each stands for (`schema = ""`), in
+    /// the statements and the schema.
+    #[serde(default)]
+    pub templates: BTreeMap<String, String>,
 }
 
 /// `[time]`: what the queue's durations are in its own units.
@@ -110,9 +120,14 @@ pub struct Statements {
     /// A rescuer's read (designs with `maintenance.job = "rescue-expired"`): the rows whose lease
     /// has expired at `:now`, each with `message_id` and `lease_token`; the first by id is taken.
     pub rescue_read: Option<String>,
-    /// A rescuer's move of the row it read (`:id`, `:token` as read, `:now`): back to PENDING,
-    /// or with its budget spent to EXHAUSTED (FAILED without one). Observed like a write.
+    /// A rescuer's move of the row it read (`:id`, `:token` as read, `:now`, `:retry_at`): back
+    /// to PENDING, or with its budget spent to EXHAUSTED (FAILED without one). Observed like a
+    /// write.
     pub rescue: Option<String>,
+    /// The rescuer's move of a row whose budget is spent, where the queue's code (not its SQL)
+    /// decides between retrying and discarding (River's JobRescuer): run instead of `rescue`
+    /// when the design moves the row to EXHAUSTED or FAILED.
+    pub rescue_exhausted: Option<String>,
     /// The scheduler (designs with `maintenance.scheduler`): makes every row whose retry time
     /// passed at `:now` claimable again; returns the ids it moved (`message_id`).
     pub schedule: Option<String>,
@@ -124,7 +139,7 @@ pub struct Statements {
 
 impl Statements {
     /// Every statement by its key, `None` where an optional one is not given.
-    pub fn each(&self) -> [(&'static str, Option<&String>); 12] {
+    pub fn each(&self) -> [(&'static str, Option<&String>); 13] {
         [
             ("enqueue", Some(&self.enqueue)),
             ("claim", Some(&self.claim)),
@@ -136,18 +151,34 @@ impl Statements {
             ("reap", self.reap.as_ref()),
             ("rescue_read", self.rescue_read.as_ref()),
             ("rescue", self.rescue.as_ref()),
+            ("rescue_exhausted", self.rescue_exhausted.as_ref()),
             ("schedule", self.schedule.as_ref()),
             ("rows", Some(&self.rows)),
         ]
     }
 
-    /// Whether some statement takes the budget as `:max_attempts`: if none does, the budget is
-    /// written into the SQL and the random sequences keep the model's 3.
-    pub fn take_the_budget(&self) -> bool {
-        self.each()
-            .into_iter()
-            .flat_map(|(_, sql)| sql)
-            .any(|sql| named_params(sql).iter().any(|p| p.2 == "max_attempts"))
+    /// Every statement given, by its key, to be rewritten in place.
+    fn each_mut(&mut self) -> Vec<(&'static str, &mut String)> {
+        let mut all = vec![
+            ("enqueue", &mut self.enqueue),
+            ("claim", &mut self.claim),
+            ("mark_published", &mut self.mark_published),
+            ("rows", &mut self.rows),
+        ];
+        for (key, optional) in [
+            ("mark_ambiguous", &mut self.mark_ambiguous),
+            ("mark_retry", &mut self.mark_retry),
+            ("mark_failed", &mut self.mark_failed),
+            ("mark_exhausted", &mut self.mark_exhausted),
+            ("reap", &mut self.reap),
+            ("rescue_read", &mut self.rescue_read),
+            ("rescue", &mut self.rescue),
+            ("rescue_exhausted", &mut self.rescue_exhausted),
+            ("schedule", &mut self.schedule),
+        ] {
+            all.extend(optional.as_mut().map(|sql| (key, sql)));
+        }
+        all
     }
 }
 
@@ -164,6 +195,9 @@ pub enum Observe {
     RowGone,
     /// The row's `row_version` column, as the rows SELECT gives it, moved.
     RowVersion,
+    /// The row as the rows SELECT gives it changed (a statement that returns its rows whether
+    /// it changed them or not: River's JobSetStateIfRunningMany).
+    RowChanged,
 }
 
 /// A profile read and checked: its design, its schema's text, where it came from.
@@ -178,6 +212,11 @@ pub struct Profile {
     /// Problems of the file that do not stop a store from reading the statements: reported
     /// with theirs, all at once (exit 2 before the first case).
     pub problems: Vec<String>,
+    /// `[parameters]` read.
+    parameters: params::Parameters,
+    /// The schema's files (a migrations directory's, in order), each run on its own as a
+    /// migration tool runs it: one transaction each.
+    schema_files: Vec<(String, String)>,
 }
 
 /// The row fields a profile's SELECT may give, by column name (`row_version` is read only to
@@ -203,7 +242,7 @@ impl Profile {
     pub fn load(path: &Path) -> Result<Profile, String> {
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read SQL profile {shown}: {e}"))?;
-        let file: ProfileFile = toml::from_str(&text).map_err(|e| {
+        let mut file: ProfileFile = toml::from_str(&text).map_err(|e| {
             let at = e.span().map_or(0, |s| s.start);
             let line = text[..at.min(text.len())].matches('\n').count() + 1;
             let message = e.message().replace('\n', " ");
@@ -213,15 +252,38 @@ impl Profile {
                 _ => format!("{shown}:{line}: {message}"),
             }
         })?;
+        // sqlc's parameters are named parameters and River's templates their text: statements
+        // from a queries.sql run as written.
+        let keys: Vec<&str> = file.statements.each().iter().map(|(k, _)| *k).collect();
+        let mut untemplated = Vec::new();
+        let templates = file.templates.clone();
+        for (key, sql) in file.statements.each_mut() {
+            match params::expand_templates(&params::expand_sqlc(sql), &templates) {
+                Ok(expanded) => *sql = expanded,
+                Err(names) => untemplated.push(format!(
+                    "{shown}: statements.{key} has River's template marker /* TEMPLATE: {} */ and [templates] gives no text for it ({} = \"\" for River's default schema)",
+                    names.join(" */, /* TEMPLATE: "),
+                    names[0]
+                )),
+            }
+        }
         // Every problem of the file at once, one line each.
-        let mut problems = Vec::new();
+        let (parameters, mut problems) = params::Parameters::read(&file.parameters, &keys, &shown);
+        problems.extend(untemplated);
         for field in file.columns.keys().filter(|k| !COLUMNS.contains(&k.as_str())) {
             problems
                 .push(format!("{shown}: columns.{field}: not a field of the model (one of {})", COLUMNS.join(", ")));
         }
         // `observe` names statements that end a lease: a misspelt one would be silently unused.
-        const OBSERVED: [&str; 6] =
-            ["mark_published", "mark_ambiguous", "mark_retry", "mark_failed", "mark_exhausted", "rescue"];
+        const OBSERVED: [&str; 7] = [
+            "mark_published",
+            "mark_ambiguous",
+            "mark_retry",
+            "mark_failed",
+            "mark_exhausted",
+            "rescue",
+            "rescue_exhausted",
+        ];
         for key in file.observe.keys().filter(|k| !OBSERVED.contains(&k.as_str())) {
             problems.push(format!(
                 "{shown}: observe.{key}: not a statement whose result is observed (one of {})",
@@ -236,8 +298,20 @@ impl Profile {
                 format!("{shown}: design = {:?}: neither a built-in design nor a design file (FILE.toml)", file.design)
             })
         };
-        let schema_sql = read_schema(&shown, &file.schema, &dir.join(&file.schema));
-        let (design, schema_sql) = match (design, schema_sql) {
+        let schema_sql = read_schema(&shown, &file.schema, &dir.join(&file.schema)).and_then(|files| {
+            let mut expanded = Vec::new();
+            for (name, sql) in files {
+                let sql = params::expand_templates(&sql, &file.templates).map_err(|names| {
+                    format!(
+                        "{shown}: schema {name} has River's template marker /* TEMPLATE: {} */ and [templates] gives no text for it",
+                        names.join(" */, /* TEMPLATE: ")
+                    )
+                })?;
+                expanded.push((name, sql));
+            }
+            Ok(expanded)
+        });
+        let (design, schema_files) = match (design, schema_sql) {
             (Ok(d), Ok(s)) => (d, s),
             (d, s) => {
                 problems.extend(d.err());
@@ -250,18 +324,32 @@ impl Profile {
             (None, Design::Custom(c)) => c.statuses.clone().unwrap_or_default(),
             (None, _) => StatusNames::default(),
         };
-        if let Err(e) = statuses.check() {
+        if let Err(e) = check_shared_names(&statuses) {
             problems.push(format!("{shown}: {e}"));
         }
         // Reported with the statements' problems, once a store has read them.
-        Ok(Profile { file, design, schema_sql, statuses, origin: path.to_path_buf(), problems })
+        let schema_sql = schema_files.iter().map(|(_, sql)| sql.as_str()).collect::<Vec<_>>().join(";\n");
+        Ok(Profile {
+            file,
+            design,
+            schema_sql,
+            schema_files,
+            statuses,
+            origin: path.to_path_buf(),
+            problems,
+            parameters,
+        })
     }
 
     /// A fresh SQLite store over the profile's schema, in memory.
     pub fn sqlite(&self) -> Result<Box<dyn Store>, StoreError> {
         let conn = rusqlite::Connection::open_in_memory()?;
-        conn.execute_batch(&self.schema_sql)
-            .map_err(|e| StoreError::Setup(format!("schema = {:?}: {}", self.file.schema, sqlite_said(&e))))?;
+        for (name, sql) in &self.schema_files {
+            conn.execute_batch(sql).map_err(|e| {
+                let file = if *name == self.file.schema { format!("{name:?}") } else { name.clone() };
+                StoreError::Setup(format!("schema = {file}: {}", sqlite_said(&e)))
+            })?;
+        }
         Ok(Box::new(ProfileStore::open(Db::Sqlite(conn), self)?))
     }
 
@@ -299,22 +387,49 @@ impl Profile {
             }
         }
         scratch.install_clock().map_err(|e| StoreError::Setup(e.to_string()))?;
-        scratch
-            .client()
-            .batch_execute(&self.schema_sql)
-            .map_err(|e| StoreError::Setup(format!("the profile's schema: {}", super::bind::one_line(&e))))?;
+        for (name, sql) in &self.schema_files {
+            scratch.client().batch_execute(sql).map_err(|e| {
+                StoreError::Setup(format!("the profile's schema ({name}): {}", super::bind::one_line(&e)))
+            })?;
+        }
         // A search path the DDL sets lasts for the DDL: statements run on the run's own.
         let path = match &place.database {
             Some(_) => "RESET search_path".to_string(),
             None => format!("SET search_path TO {}, pg_catalog", place.schema),
         };
         scratch.client().batch_execute(&path)?;
-        let problems = clock_in_schema(scratch.client(), &place)?;
+        let statements: String = self.file.statements.each().into_iter().flat_map(|(_, sql)| sql.cloned()).collect();
+        let problems = clock_in_schema(scratch.client(), &place, &statements)?;
         if !problems.is_empty() {
             return Err(StoreError::Setup(format!("schema = {:?}: {}", self.file.schema, problems.join("; "))));
         }
         Ok(scratch)
     }
+}
+
+/// A profile's status names: a table may have fewer than six, so one name may stand for several
+/// statuses a row waiting or running can have — PENDING, IN_FLIGHT and AMBIGUOUS (pgmq keeps
+/// no status: a message is visible or not) — or for FAILED and EXHAUSTED. Never for a status
+/// that ends a row and one that does not, nor for PUBLISHED and a failure: those the table must
+/// tell apart. The row's other columns and the claims still are compared (decision 92).
+fn check_shared_names(statuses: &StatusNames) -> Result<(), String> {
+    use crate::core::Status::*;
+    let group = |s: Status| match s {
+        Pending | InFlight | Ambiguous => 0,
+        Published => 1,
+        Failed | Exhausted => 2,
+    };
+    let names = statuses.names();
+    for (i, (n, status)) in names.iter().enumerate() {
+        if let Some((_, other)) = names[..i].iter().find(|(m, other)| m == n && group(*other) != group(*status)) {
+            return Err(format!(
+                "statuses: {n:?} names both {} and {}, which the table must tell apart (one name may stand for PENDING, IN_FLIGHT and AMBIGUOUS, or for FAILED and EXHAUSTED)",
+                other.as_str(),
+                status.as_str()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The rows and sequence positions the schema's DDL left (a queue's seed rows: Graphile
@@ -420,8 +535,14 @@ impl Seeds {
 /// What in the schema, once its DDL ran, reads the database's real clock where the run's cannot
 /// stand in: a column default, a function or a view using a clock that is syntax
 /// (`CURRENT_TIMESTAMP`, `'now'`) or named in `pg_catalog`, or a function that sets its own
-/// search path around a clock call. One line each.
-fn clock_in_schema(client: &mut postgres::Client, place: &super::postgres::Place) -> Result<Vec<String>, StoreError> {
+/// search path around a clock call. One line each. A default counts only on a table a statement
+/// or a function of the schema (a trigger's) names: a table the queue's statements never
+/// write (River's `river_queue`) adds no clock read to the run.
+fn clock_in_schema(
+    client: &mut postgres::Client,
+    place: &super::postgres::Place,
+    statements: &str,
+) -> Result<Vec<String>, StoreError> {
     // The user's schemas: in a scratch database all but the system's and the harness's, else
     // the scratch schema.
     let (filter, schemas): (&str, Vec<String>) = match &place.database {
@@ -433,9 +554,28 @@ fn clock_in_schema(client: &mut postgres::Client, place: &super::postgres::Place
     };
     let params: [&(dyn postgres::types::ToSql + Sync); 1] = [&schemas];
     let mut problems = Vec::new();
+    let bodies: Vec<String> = client
+        .query(
+            &format!(
+                "SELECT pg_get_functiondef(p.oid) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                  JOIN pg_language l ON l.oid = p.prolang
+                 WHERE {filter} AND l.lanname IN ('sql', 'plpgsql') AND p.prokind IN ('f', 'p')"
+            ),
+            &params,
+        )?
+        .iter()
+        .map(|r| r.get::<_, String>(0).to_ascii_lowercase())
+        .collect();
+    let named_text = format!("{} {}", statements.to_ascii_lowercase(), bodies.join(" "));
+    let named = |table: &str| {
+        named_text.match_indices(table).any(|(i, _)| {
+            let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+            !word(named_text[..i].chars().next_back()) && !word(named_text[i + table.len()..].chars().next())
+        })
+    };
     let defaults = client.query(
         &format!(
-            "SELECT format('%s.%s', c.relname, a.attname), pg_get_expr(d.adbin, d.adrelid)
+            "SELECT format('%s.%s', c.relname, a.attname), pg_get_expr(d.adbin, d.adrelid), lower(c.relname)
                FROM pg_attrdef d JOIN pg_class c ON c.oid = d.adrelid
                JOIN pg_namespace n ON n.oid = c.relnamespace
                JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
@@ -444,7 +584,10 @@ fn clock_in_schema(client: &mut postgres::Client, place: &super::postgres::Place
         &params,
     )?;
     for row in defaults {
-        let (column, expr): (String, String) = (row.get(0), row.get(1));
+        let (column, expr, table): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+        if !named(&table) {
+            continue;
+        }
         if let Some(reads) = clock_syntax(&expr) {
             problems.push(format!("column {column} DEFAULT {expr} reads {reads}"));
         }
@@ -514,6 +657,7 @@ impl ProfileStore {
             problem: None,
             tenants: BTreeMap::new(),
             last_now: 0,
+            assigned: BTreeMap::new(),
         };
         // Every problem of the profile and its statements at once, one line each.
         let mut problems = profile.problems.clone();
@@ -534,11 +678,11 @@ impl ProfileStore {
 }
 
 /// The ids a maintenance statement returned (`message_id`), by id.
-fn moved_ids(key: &str, rows: &[BTreeMap<String, V>]) -> Result<Vec<MessageId>, StoreError> {
+fn moved_ids(store: &ProfileStore, key: &str, rows: &[BTreeMap<String, V>]) -> Result<Vec<MessageId>, StoreError> {
     let mut ids = Vec::new();
     for row in rows {
         if let Some(id) = as_int(key, "message_id", row.get("message_id"))? {
-            ids.push(MessageId(id as u32));
+            ids.push(store.model_id(id));
         }
     }
     ids.sort();
@@ -559,9 +703,10 @@ fn sqlite_said(e: &rusqlite::Error) -> String {
 
 /// The schema's DDL: a file, or a migrations directory's .sql files in name order (V1__a.sql,
 /// V2__b.sql, or 001_a.sql …), as a migration tool would apply them to a fresh database.
-fn read_schema(shown: &str, given: &str, schema_path: &Path) -> Result<String, String> {
+fn read_schema(shown: &str, given: &str, schema_path: &Path) -> Result<Vec<(String, String)>, String> {
     if !schema_path.is_dir() {
         return std::fs::read_to_string(schema_path)
+            .map(|sql| vec![(given.to_string(), sql)])
             .map_err(|e| format!("{shown}: schema = {given:?}: cannot read {}: {e}", schema_path.display()));
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(schema_path)
@@ -573,12 +718,12 @@ fn read_schema(shown: &str, given: &str, schema_path: &Path) -> Result<String, S
     if files.is_empty() {
         return Err(format!("{shown}: schema = {given:?}: the directory holds no .sql file"));
     }
-    let mut all = String::new();
+    let mut all = Vec::new();
     for f in &files {
         let text =
             std::fs::read_to_string(f).map_err(|e| format!("{shown}: schema: cannot read {}: {e}", f.display()))?;
-        all.push_str(&text);
-        all.push_str(";\n");
+        let name = f.file_name().map_or(String::new(), |n| format!("{given}/{}", n.to_string_lossy()));
+        all.push((name, text));
     }
     Ok(all)
 }
@@ -592,7 +737,7 @@ fn migration_order(path: &Path) -> (u64, String) {
 }
 
 /// The named parameters each statement may use.
-pub const PARAMETERS: [(&str, &[&str]); 12] = [
+pub const PARAMETERS: [(&str, &[&str]); 13] = [
     ("enqueue", &["id", "tenant", "aggregate", "version", "now", "run_at", "max_attempts", "lease_ms"]),
     ("claim", &["now", "owner", "tenant", "batch", "lease_ms", "lease_until", "max_attempts", "token"]),
     ("mark_published", WRITE_PARAMETERS),
@@ -602,11 +747,15 @@ pub const PARAMETERS: [(&str, &[&str]); 12] = [
     ("mark_exhausted", WRITE_PARAMETERS),
     ("reap", &["now", "max_attempts", "lease_ms"]),
     ("rescue_read", &["now", "lease_ms", "horizon"]),
-    ("rescue", &["id", "tenant", "token", "now", "max_attempts", "lease_ms", "horizon"]),
+    ("rescue", RESCUE_PARAMETERS),
+    ("rescue_exhausted", RESCUE_PARAMETERS),
     ("schedule", &["now", "lease_ms"]),
     // The time of the last statement: a status derived from the clock (`vt > :now`).
     ("rows", &["now"]),
 ];
+
+const RESCUE_PARAMETERS: &[&str] =
+    &["id", "ids", "tenant", "token", "now", "max_attempts", "lease_ms", "horizon", "retry_at"];
 
 const WRITE_PARAMETERS: &[&str] = &[
     "id",
@@ -676,6 +825,9 @@ pub struct ProfileStore {
     tenants: BTreeMap<MessageId, TenantId>,
     /// The time of the last statement that had one: the rows SELECT's `:now`.
     last_now: u64,
+    /// The id the table gave each message the run enqueued, where the enqueue returns one
+    /// (a sequence's: River takes id 0 as "none", pgmq and Oban never take the run's).
+    assigned: BTreeMap<MessageId, i64>,
 }
 
 /// A value bound to a parameter or read from a column.
@@ -692,9 +844,22 @@ enum V {
     /// A column of a type no model field is read from (jsonb, an array …): ignored unless the
     /// profile maps it, then one line naming it.
     Other(String),
+    /// A boolean constant of `[parameters]` (River's `@errors_do_update`).
+    Bool(bool),
+    /// A date-time constant of `[parameters]`: microseconds since 2000-01-01 UTC, never scaled
+    /// (Go's zero time, which River passes for "not set").
+    At(i64),
+    /// The rescuer's horizon, in the model's milliseconds: as a timestamp, a microsecond after
+    /// it, so a claim made exactly a lease ago is expired whether the statement compares with
+    /// `<` (River's `attempted_at < @stuck_horizon`) or `<=` — the model's expiry is inclusive,
+    /// and its times are whole ticks (decision 92). As an integer, the time itself.
+    Horizon(u64),
 }
 
+/// The run's values for a statement, by the run's names.
 type Params = Vec<(&'static str, V)>;
+/// A statement's values by the names it uses: the run's, and those `[parameters]` gives.
+type Values = Vec<(String, V)>;
 type Answer = (Vec<BTreeMap<String, V>>, usize);
 
 fn int(v: impl Into<i64>) -> V {
@@ -728,6 +893,20 @@ fn named_params(sql: &str) -> Vec<(usize, usize, &str)> {
                 }
             }
             None if c == b':' && bytes.get(i + 1) == Some(&b':') => i += 1,
+            // A positional parameter as a client library writes it (`$1`, pgmq's Rust client):
+            // named `$1`, given in [parameters].
+            None if c == b'$'
+                && bytes.get(i + 1).is_some_and(u8::is_ascii_digit)
+                && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_')) =>
+            {
+                let start = i;
+                i += 1;
+                while i < bytes.len() && bytes[i].is_ascii_digit() {
+                    i += 1;
+                }
+                found.push((start, i, &sql[start..i]));
+                continue;
+            }
             None if c == b':' && bytes.get(i + 1).is_some_and(|n| n.is_ascii_alphabetic() || *n == b'_') => {
                 let start = i;
                 i += 1;
@@ -746,7 +925,7 @@ fn named_params(sql: &str) -> Vec<(usize, usize, &str)> {
 
 /// The statement with `values` written in for its parameters: the log a person pastes. `shown`
 /// holds a value as the server's type for it renders it (a timestamp), where known.
-fn written_in(sql: &str, values: &Params, shown: &[(String, String)], scale: u64) -> String {
+fn written_in(sql: &str, values: &Values, shown: &[(String, String)], scale: u64) -> String {
     let mut out = String::with_capacity(sql.len());
     let mut at = 0;
     for (start, end, name) in named_params(sql) {
@@ -798,6 +977,11 @@ enum Bound {
     Micros(i64),
     /// An interval of microseconds.
     Interval(i64),
+    Bool(bool),
+    /// Bytes as they are: `bytea`, and `json` (whose binary form is its text).
+    Bytes(Vec<u8>),
+    /// `jsonb`: its binary form is a version byte, then the text.
+    Jsonb(String),
     /// A one-element array of the element type (sqlc's `@ids::bigint[]`, River's `…Many`
     /// statements): the value the statement gets, for its one row.
     Array(postgres::types::Type, Box<Bound>),
@@ -818,6 +1002,12 @@ impl postgres::types::ToSql for Bound {
             Bound::Float8(v) => out.put_f64(*v),
             Bound::Text(t) => out.extend_from_slice(t.as_bytes()),
             Bound::Uuid(u) => out.extend_from_slice(&u.to_be_bytes()),
+            Bound::Bool(b) => out.put_u8(u8::from(*b)),
+            Bound::Bytes(b) => out.extend_from_slice(b),
+            Bound::Jsonb(t) => {
+                out.put_u8(1);
+                out.extend_from_slice(t.as_bytes());
+            }
             Bound::Interval(micros) => {
                 out.put_i64(*micros);
                 out.put_i32(0);
@@ -858,9 +1048,10 @@ fn pg_value(key: &str, name: &str, ty: &postgres::types::Type, v: &V, scale: u64
     use postgres::types::{Kind, Type};
     let bad = || {
         let what = match v {
-            V::Time(_) => "a time",
+            V::Time(_) | V::At(_) | V::Horizon(_) => "a time",
             V::Span(_) => "a duration",
             V::Text(_) => "text",
+            V::Bool(_) => "a boolean",
             _ => "an integer",
         };
         StoreError::Setup(format!(
@@ -888,7 +1079,7 @@ fn pg_value(key: &str, name: &str, ty: &postgres::types::Type, v: &V, scale: u64
     }
     let number = match v {
         V::Int(i) => Some(*i),
-        V::Time(ms) | V::Span(ms) => Some(scaled(*ms, scale)),
+        V::Time(ms) | V::Span(ms) | V::Horizon(ms) => Some(scaled(*ms, scale)),
         _ => None,
     };
     Ok(match (ty, v) {
@@ -904,6 +1095,11 @@ fn pg_value(key: &str, name: &str, ty: &postgres::types::Type, v: &V, scale: u64
         // An integer id in a uuid column: the uuid whose low bits are the id.
         (&Type::UUID, V::Int(i)) => Bound::Uuid(*i as u64 as u128),
         (&Type::TIMESTAMPTZ | &Type::TIMESTAMP, V::Time(ms)) => Bound::Micros(scaled(*ms, scale) * 1000),
+        (&Type::TIMESTAMPTZ | &Type::TIMESTAMP, V::At(micros)) => Bound::Micros(*micros),
+        (&Type::TIMESTAMPTZ | &Type::TIMESTAMP, V::Horizon(ms)) => Bound::Micros(scaled(*ms, scale) * 1000 + 1),
+        (&Type::BOOL, V::Bool(b)) => Bound::Bool(*b),
+        (&Type::JSONB, V::Text(t)) => Bound::Jsonb(t.clone()),
+        (&Type::JSON | &Type::BYTEA, V::Text(t)) => Bound::Bytes(t.as_bytes().to_vec()),
         (&Type::INTERVAL, V::Span(ms)) => Bound::Interval(scaled(*ms, scale) * 1000),
         _ => return Err(bad()),
     })
@@ -1035,6 +1231,16 @@ impl ProfileStore {
         Instant(now.0.saturating_sub(self.lease.0))
     }
 
+    /// The table's id of a message the run enqueued.
+    fn table_id(&self, message: MessageId) -> i64 {
+        self.assigned.get(&message).copied().unwrap_or(i64::from(message.0))
+    }
+
+    /// The run's message a table id is: the one the table gave it, else the id itself.
+    fn model_id(&self, id: i64) -> MessageId {
+        self.assigned.iter().find(|(_, t)| **t == id).map_or(MessageId(id as u32), |(m, _)| *m)
+    }
+
     /// The design draws random tokens (bound and read back uuid-shaped).
     fn random_tokens(&self) -> bool {
         self.policy.token_kind == crate::core::policy::TokenKind::Random
@@ -1087,6 +1293,11 @@ impl ProfileStore {
         observe: Observe,
     ) -> Result<WriteResult, StoreError> {
         let version_before = if observe == Observe::RowVersion { Some(self.row_version(id)?) } else { None };
+        let row_before = if observe == Observe::RowChanged {
+            Some(self.rows()?.into_iter().find(|r| r.message_id == id))
+        } else {
+            None
+        };
         let there_before = observe != Observe::RowGone || self.rows()?.iter().any(|r| r.message_id == id);
         let (returned, changed) = self.run(key, sql, params)?;
         let stamp = self.last_stamp;
@@ -1096,6 +1307,7 @@ impl ProfileStore {
             Observe::Returning => !returned.is_empty(),
             Observe::RowGone => there_before && after.is_none(),
             Observe::RowVersion => version_before != Some(self.row_version(id)?),
+            Observe::RowChanged => row_before.is_some_and(|before| before != after),
         };
         self.last_stamp = stamp;
         if !applied {
@@ -1127,7 +1339,7 @@ impl ProfileStore {
             let sql = format!(
                 "SELECT * FROM ({}) AS outbox_check_row WHERE message_id = {} FOR UPDATE",
                 rows.trim().trim_end_matches(';'),
-                id.0
+                self.table_id(id)
             );
             if scratch.borrow_mut().client().batch_execute(&sql).is_err() {
                 // Refused (an outer join, an aggregate): read unlocked from now on.
@@ -1160,7 +1372,7 @@ impl ProfileStore {
         let sql = self.profile.file.statements.rows.clone();
         let (rows, _) = self.run_quietly("rows", &sql)?;
         for row in rows {
-            if as_int("rows", "message_id", row.get("message_id"))? == Some(i64::from(id.0)) {
+            if as_int("rows", "message_id", row.get("message_id"))? == Some(self.table_id(id)) {
                 return Ok(row.get("row_version").cloned());
             }
         }
@@ -1255,18 +1467,43 @@ impl ProfileStore {
                 continue;
             }
             let allowed = PARAMETERS.iter().find(|(k, _)| *k == key).map_or(&[][..], |(_, p)| p);
+            let mut seen: Vec<&str> = Vec::new();
             for (_, _, name) in named_params(sql) {
-                if key == "claim" && name == "token" && !self.random_tokens() {
-                    problems.push(
-                        "statements.claim: parameter :token is a fresh random token, given only where the design's claim.token is \"random\"".into(),
-                    );
-                } else if !allowed.contains(&name) {
+                if seen.contains(&name) {
+                    continue;
+                }
+                seen.push(name);
+                let (ours, through) = match self.profile.parameters.given(key, name) {
+                    Some(params::Given::Constant(_)) => continue,
+                    Some(params::Given::Ours(mapped)) => {
+                        (mapped.as_str(), format!(" (given by [parameters] {name} = \":{mapped}\")"))
+                    }
+                    None => (name, String::new()),
+                };
+                if key == "claim" && ours == "token" && !self.random_tokens() {
+                    problems.push(format!(
+                        "statements.claim: parameter :token{through} is a fresh random token, given only where the design's claim.token is \"random\""
+                    ));
+                } else if !allowed.contains(&ours) {
                     let known: Vec<String> = allowed.iter().map(|p| format!(":{p}")).collect();
                     let gets = if known.is_empty() { "none".to_string() } else { known.join(", ") };
                     problems.push(format!(
-                        "statements.{key}: parameter :{name} is not one this statement gets (it gets {gets})"
+                        "statements.{key}: parameter :{ours}{through} is not one this statement gets (it gets {gets}; a queue's own name goes in [parameters], as {name} = \":batch\" or a constant)"
                     ));
                 }
+            }
+        }
+        // A name of [parameters] no statement uses is misspelt, or for another statement.
+        for (statement, name) in self.profile.parameters.names() {
+            let used = s.each().into_iter().any(|(key, sql)| {
+                statement.is_none_or(|k| k == key)
+                    && sql.is_some_and(|sql| named_params(sql).iter().any(|p| p.2 == name))
+            });
+            if !used {
+                problems.push(match statement {
+                    Some(k) => format!("parameters.{k}.{name}: statements.{k} has no parameter :{name}"),
+                    None => format!("parameters.{name}: no statement has a parameter :{name}"),
+                });
             }
         }
         problems
@@ -1279,14 +1516,50 @@ impl ProfileStore {
         if let Some((_, V::Time(now))) = params.iter().find(|(n, _)| *n == "now") {
             self.last_now = *now;
         }
-        let answer = self.run_unchecked(key, sql, params);
+        let values = self.values(key, sql, params);
+        let now = params.iter().find_map(|(n, v)| match (*n, v) {
+            ("now", V::Time(now)) => Some(*now),
+            _ => None,
+        });
+        let answer = self.run_unchecked(key, sql, &values, now);
         if let Err(StoreError::Setup(problem)) = &answer {
             self.problem.get_or_insert_with(|| problem.clone());
         }
         answer
     }
 
-    fn run_unchecked(&mut self, key: &str, sql: &str, params: &Params) -> Result<Answer, StoreError> {
+    /// The values of the parameters `sql` names: what `[parameters]` gives the name (the
+    /// statement's own table first), else the run's value of that name.
+    fn values(&self, key: &str, sql: &str, params: &Params) -> Values {
+        let ours = |name: &str| params.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
+        let mut values: Values = Vec::new();
+        for (_, _, name) in named_params(sql) {
+            if values.iter().any(|(n, _)| n == name) {
+                continue;
+            }
+            let value = match self.profile.parameters.given(key, name) {
+                Some(params::Given::Constant(v)) => Some(v.clone()),
+                Some(params::Given::Ours(mapped)) => ours(mapped),
+                None => ours(name),
+            };
+            values.extend(value.map(|v| (name.to_string(), v)));
+        }
+        values
+    }
+
+    /// The run's names a statement's parameters reach, through `[parameters]`.
+    fn ours_in(&self, key: &str, sql: &str) -> Vec<String> {
+        named_params(sql)
+            .into_iter()
+            .filter_map(|(_, _, name)| match self.profile.parameters.given(key, name) {
+                Some(params::Given::Constant(_)) => None,
+                Some(params::Given::Ours(mapped)) => Some(mapped.clone()),
+                None => Some(name.to_string()),
+            })
+            .collect()
+    }
+
+    fn run_unchecked(&mut self, key: &str, sql: &str, params: &Values, now: Option<u64>) -> Result<Answer, StoreError> {
         let value_of = |name: &str| {
             params.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone()).ok_or_else(|| {
                 StoreError::Setup(format!("statements.{key}: parameter :{name} is not one this statement gets"))
@@ -1300,11 +1573,19 @@ impl ProfileStore {
                     .prepare(sql)
                     .map_err(|e| StoreError::Setup(format!("statements.{key}: {}", sqlite_said(&e))))?;
                 for i in 1..=stmt.parameter_count() {
-                    let name = stmt.parameter_name(i).unwrap_or("?").trim_start_matches([':', '@', '$']).to_string();
+                    let raw = stmt.parameter_name(i).unwrap_or("?");
+                    let positional =
+                        raw.len() > 1 && raw.starts_with('$') && raw[1..].bytes().all(|b| b.is_ascii_digit());
+                    let name =
+                        if positional { raw.to_string() } else { raw.trim_start_matches([':', '@', '$']).to_string() };
                     let value = match value_of(&name)? {
                         V::Null | V::Other(_) => rusqlite::types::Value::Null,
                         V::Int(i) => rusqlite::types::Value::Integer(i),
-                        V::Time(ms) | V::Span(ms) => rusqlite::types::Value::Integer(scaled(ms, scale)),
+                        V::Bool(b) => rusqlite::types::Value::Integer(i64::from(b)),
+                        V::At(micros) => rusqlite::types::Value::Integer(micros / 1000),
+                        V::Time(ms) | V::Span(ms) | V::Horizon(ms) => {
+                            rusqlite::types::Value::Integer(scaled(ms, scale))
+                        }
                         V::Text(t) => rusqlite::types::Value::Text(t),
                     };
                     stmt.raw_bind_parameter(i, value)?;
@@ -1335,8 +1616,8 @@ impl ProfileStore {
                 let mut scratch = scratch.borrow_mut();
                 let client = scratch.client();
                 // The run's clock, which the shadowed now() reads: the statement's time.
-                if let Some((_, V::Time(now))) = params.iter().find(|(n, _)| *n == "now") {
-                    let now = scaled(*now, scale);
+                if let Some(now) = now {
+                    let now = scaled(now, scale);
                     if self.clock != Some(now) {
                         client.execute(SET_CLOCK, &[&now])?;
                         self.clock = Some(now);
@@ -1478,7 +1759,9 @@ fn render(value: &V, scale: u64) -> String {
     match value {
         V::Null | V::Other(_) => "NULL".into(),
         V::Int(i) => i.to_string(),
-        V::Time(ms) | V::Span(ms) => scaled(*ms, scale).to_string(),
+        V::Bool(b) => b.to_string().to_uppercase(),
+        V::At(micros) => format!("timestamptz '2000-01-01 00:00:00+00' + interval '{micros} microseconds'"),
+        V::Time(ms) | V::Span(ms) | V::Horizon(ms) => scaled(*ms, scale).to_string(),
         V::Text(t) => format!("'{}'", t.replace('\'', "''")),
     }
 }
@@ -1495,9 +1778,16 @@ fn render_as(value: &V, ty: &postgres::types::Type, scale: u64) -> String {
             (&Type::TIMESTAMPTZ | &Type::TIMESTAMP, V::Time(ms)) => {
                 format!("timestamptz '2000-01-01 00:00:00+00' + interval '{} milliseconds'", scaled(*ms, scale))
             }
+            (&Type::TIMESTAMPTZ | &Type::TIMESTAMP, V::Horizon(ms)) => format!(
+                "timestamptz '2000-01-01 00:00:00+00' + interval '{} microseconds'",
+                scaled(*ms, scale) * 1000 + 1
+            ),
             (&Type::INTERVAL, V::Span(ms)) => format!("interval '{} milliseconds'", scaled(*ms, scale)),
             (&Type::UUID, V::Int(i)) => format!("'{}'::uuid", uuid_text(*i as u64 as u128)),
             (&Type::UUID, V::Text(t)) => format!("'{t}'::uuid"),
+            (&Type::JSONB | &Type::JSON | &Type::BYTEA, V::Text(_)) => {
+                format!("{}::{}", render(value, scale), ty.name())
+            }
             _ => render(value, scale),
         },
     }
@@ -1509,7 +1799,9 @@ fn as_int(key: &str, column: &str, v: Option<&V>) -> Result<Option<i64>, StoreEr
     match v {
         None | Some(V::Null) => Ok(None),
         Some(V::Int(i)) => Ok(Some(*i)),
-        Some(V::Time(ms) | V::Span(ms)) => Ok(Some(*ms as i64)),
+        Some(V::Bool(b)) => Ok(Some(i64::from(*b))),
+        Some(V::At(micros)) => Ok(Some(micros / 1000)),
+        Some(V::Time(ms) | V::Span(ms) | V::Horizon(ms)) => Ok(Some(*ms as i64)),
         Some(V::Text(t)) => t
             .parse()
             .ok()
@@ -1551,7 +1843,7 @@ impl Store for ProfileStore {
             return Ok(EnqueueResult::Stale { current_version: current });
         }
         let params: Params = vec![
-            ("id", int(req.message_id.0)),
+            ("id", int(self.table_id(req.message_id))),
             ("tenant", int(req.tenant_id.0)),
             ("aggregate", int(req.aggregate_id.0)),
             ("version", int(req.expected_version + 1)),
@@ -1561,7 +1853,12 @@ impl Store for ProfileStore {
             ("lease_ms", span(self.lease)),
         ];
         let sql = self.profile.file.statements.enqueue.clone();
-        self.run("enqueue", &sql, &params)?;
+        let (rows, _) = self.run("enqueue", &sql, &params)?;
+        // The id the table gave the row, where a sequence gives it (`RETURNING id`): the run's
+        // message is that row from now on.
+        if let Some(id) = rows.first().map(|row| as_int("enqueue", "message_id", row.get("message_id"))).transpose()? {
+            self.assigned.extend(id.map(|id| (req.message_id, id)));
+        }
         self.versions.insert(key, current + 1);
         self.tenants.insert(req.message_id, req.tenant_id);
         Ok(EnqueueResult::Applied { version: req.expected_version + 1 })
@@ -1610,6 +1907,7 @@ impl Store for ProfileStore {
         for row in rows {
             let id = as_int("claim", "message_id", row.get("message_id"))?
                 .ok_or_else(|| StoreError::Setup("statements.claim returns no message_id column".into()))?;
+            let id = i64::from(self.model_id(id).0);
             leases.push(Lease {
                 message_id: MessageId(id as u32),
                 // The row's tenant: its column, else the tenant the run enqueued it for.
@@ -1635,9 +1933,9 @@ impl Store for ProfileStore {
         let policy: Policy = self.policy;
         let retry_at = req.now.plus(policy.backoff.delay(policy.attempts_after_failure(req.lease.attempts)));
         let params: Params = vec![
-            ("id", int(req.lease.message_id.0)),
+            ("id", int(self.table_id(req.lease.message_id))),
             // The id as the one element of an array (`id = ANY(:ids)`, sqlc's `@ids::bigint[]`).
-            ("ids", int(req.lease.message_id.0)),
+            ("ids", int(self.table_id(req.lease.message_id))),
             ("tenant", int(req.lease.tenant_id.0)),
             ("owner", int(req.lease.owner.0)),
             ("token", self.token_param(req.lease.token)),
@@ -1665,7 +1963,7 @@ impl Store for ProfileStore {
         let Some(sql) = self.profile.file.statements.schedule.clone() else { return Ok(Vec::new()) };
         let params: Params = vec![("now", time(now)), ("lease_ms", span(self.lease))];
         let (rows, _) = self.run("schedule", &sql, &params)?;
-        moved_ids("schedule", &rows)
+        moved_ids(self, "schedule", &rows)
     }
 
     fn can_schedule(&self) -> bool {
@@ -1677,7 +1975,7 @@ impl Store for ProfileStore {
         let params: Params =
             vec![("now", time(now)), ("max_attempts", int(max_attempts)), ("lease_ms", span(self.lease))];
         let (rows, _) = self.run("reap", &sql, &params)?;
-        moved_ids("reap", &rows)
+        moved_ids(self, "reap", &rows)
     }
 
     fn rows(&mut self) -> Result<Vec<Row>, StoreError> {
@@ -1718,7 +2016,7 @@ impl Store for ProfileStore {
                 _ => None,
             };
             out.push(Row {
-                message_id: MessageId(get("message_id")?.unwrap_or(0) as u32),
+                message_id: self.model_id(get("message_id")?.unwrap_or(0)),
                 tenant_id: TenantId(get("tenant_id")?.unwrap_or(0) as u16),
                 aggregate_id: crate::core::AggregateId(0),
                 aggregate_version: 0,
@@ -1751,7 +2049,15 @@ impl Store for ProfileStore {
     }
 
     fn takes_budget(&self) -> bool {
-        self.profile.file.statements.take_the_budget()
+        // If none does, the budget is written into the SQL and the random sequences keep the
+        // model's 3.
+        self.profile
+            .file
+            .statements
+            .each()
+            .into_iter()
+            .filter_map(|(key, sql)| Some((key, sql?)))
+            .any(|(key, sql)| self.ours_in(key, sql).iter().any(|p| p == "max_attempts"))
     }
 
     fn can_rescue(&self) -> bool {
@@ -1761,13 +2067,14 @@ impl Store for ProfileStore {
     fn rescue_read(&mut self, now: Instant) -> Result<Option<(MessageId, LeaseToken)>, StoreError> {
         let Some(sql) = self.profile.file.statements.rescue_read.clone() else { return Ok(None) };
         let params: Params =
-            vec![("now", time(now)), ("lease_ms", span(self.lease)), ("horizon", time(self.horizon(now)))];
+            vec![("now", time(now)), ("lease_ms", span(self.lease)), ("horizon", V::Horizon(self.horizon(now).0))];
         let (rows, _) = self.run("rescue_read", &sql, &params)?;
         let random = self.random_tokens();
         let mut first: Option<(MessageId, LeaseToken)> = None;
         for row in rows {
             let id = as_int("rescue_read", "message_id", row.get("message_id"))?
                 .ok_or_else(|| StoreError::Setup("statements.rescue_read returns no message_id column".into()))?;
+            let id = i64::from(self.model_id(id).0);
             let token = LeaseToken(token_of("rescue_read", random, row.get("lease_token"))?);
             if first.is_none_or(|(m, _)| id < i64::from(m.0)) {
                 first = Some((MessageId(id as u32), token));
@@ -1777,20 +2084,28 @@ impl Store for ProfileStore {
     }
 
     fn rescue(&mut self, req: &crate::core::ReleaseRequest, max_attempts: u32) -> Result<WriteResult, StoreError> {
-        let Some(sql) = self.profile.file.statements.rescue.clone() else {
-            return Err(StoreError::Setup("the profile has no rescue statement".into()));
+        let statements = &self.profile.file.statements;
+        // A row the design gives up on, where the queue's code picks the statement.
+        let (key, sql) = match (req.to, &statements.rescue_exhausted) {
+            (Status::Exhausted | Status::Failed, Some(sql)) => ("rescue_exhausted", sql.clone()),
+            _ => match &statements.rescue {
+                Some(sql) => ("rescue", sql.clone()),
+                None => return Err(StoreError::Setup("the profile has no rescue statement".into())),
+            },
         };
         let params: Params = vec![
-            ("id", int(req.lease.message_id.0)),
+            ("id", int(self.table_id(req.lease.message_id))),
+            ("ids", int(self.table_id(req.lease.message_id))),
+            ("retry_at", time(req.retry_at.unwrap_or(req.now))),
             ("tenant", int(req.lease.tenant_id.0)),
             ("token", self.token_param(req.lease.token)),
             ("now", time(req.now)),
             ("max_attempts", int(max_attempts)),
             ("lease_ms", span(self.lease)),
-            ("horizon", time(self.horizon(req.now))),
+            ("horizon", V::Horizon(self.horizon(req.now).0)),
         ];
         let gone_as = self.policy.failure_deletes.then_some(Status::Exhausted);
-        self.run_observed("rescue", &sql, &params, req.lease.message_id, gone_as)
+        self.run_observed(key, &sql, &params, req.lease.message_id, gone_as)
     }
 
     fn problem(&self) -> Option<String> {
@@ -1820,7 +2135,7 @@ impl Store for ProfileStore {
     fn fixed_batch(&self) -> Option<u32> {
         let claim = &self.profile.file.statements.claim;
         // A claim of one fresh random token per row is run once per row, up to the batch.
-        if self.random_tokens() || named_params(claim).iter().any(|p| p.2 == "batch") {
+        if self.random_tokens() || self.ours_in("claim", claim).iter().any(|p| p == "batch") {
             return None;
         }
         // The last LIMIT written in (a claim's own, after any subquery's); none: every row it
@@ -1842,6 +2157,14 @@ impl Store for ProfileStore {
     fn set_run(&mut self, max_attempts: u32, lease: crate::core::Duration) {
         self.budget = max_attempts;
         self.set_lease(lease);
+    }
+
+    fn view_token(&self, token: LeaseToken) -> LeaseToken {
+        if self.columns.iter().any(|c| c == "lease_token") {
+            token
+        } else {
+            LeaseToken(0)
+        }
     }
 
     fn view_status(&self, status: Status) -> Status {

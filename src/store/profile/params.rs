@@ -1,0 +1,248 @@
+//! A queue's own parameter names: sqlc's syntax read as named parameters, and `[parameters]`,
+//! which maps the names a queue's statements use onto the run's (`max_to_lock = ":batch"`) or
+//! onto a constant its code passes (`queue = "default"`), for every statement or for one
+//! (docs/sql-profile.md, "A queue's own parameters").
+
+use super::V;
+use std::collections::BTreeMap;
+
+/// sqlc's parameter syntax as the plain named parameters it stands for, so statements copied
+/// from a `queries.sql` run as written: `@name` and `sqlc.arg(name)` / `sqlc.narg('name')` are
+/// `:name`; `sqlc.embed(t)` is `t.*` (sqlc expands it into the table's columns the same way).
+/// String literals, quoted names and comments are left alone, and so are PostgreSQL's
+/// operators `@>`, `<@`, `@@` and `@-@`.
+pub fn expand_sqlc(sql: &str) -> String {
+    let bytes = sql.as_bytes();
+    let mut out = String::with_capacity(sql.len());
+    let mut i = 0;
+    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    while i < bytes.len() {
+        let c = bytes[i];
+        let rest = &sql[i..];
+        // Quoted text and comments are copied through whole.
+        let skip = match c {
+            b'\'' | b'"' => bytes[i + 1..].iter().position(|b| *b == c).map_or(bytes.len(), |p| i + 2 + p),
+            b'-' if bytes.get(i + 1) == Some(&b'-') => {
+                bytes[i..].iter().position(|b| *b == b'\n').map_or(bytes.len(), |p| i + p)
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => rest.find("*/").map_or(bytes.len(), |p| i + p + 2),
+            _ => i,
+        };
+        if skip > i {
+            out.push_str(&sql[i..skip]);
+            i = skip;
+            continue;
+        }
+        let word_start = i == 0 || !ident(bytes[i - 1]) && bytes[i - 1] != b'.';
+        if word_start && rest.len() > 5 && rest[..5].eq_ignore_ascii_case("sqlc.") {
+            let lower = rest.to_ascii_lowercase();
+            let expanded = [("sqlc.arg(", false), ("sqlc.narg(", false), ("sqlc.embed(", true)]
+                .into_iter()
+                .find(|(m, _)| lower.starts_with(m))
+                .and_then(|(m, embed)| {
+                    let close = rest.find(')')?;
+                    let name = rest[m.len()..close].trim().trim_matches(['\'', '"']).trim();
+                    (!name.is_empty() && name.bytes().all(ident))
+                        .then(|| (if embed { format!("{name}.*") } else { format!(":{name}") }, close + 1))
+                });
+            if let Some((text, len)) = expanded {
+                out.push_str(&text);
+                i += len;
+                continue;
+            }
+        }
+        if c == b'@'
+            && bytes.get(i + 1).is_some_and(|n| n.is_ascii_alphabetic() || *n == b'_')
+            && (i == 0 || !(ident(bytes[i - 1]) || matches!(bytes[i - 1], b'<' | b'@')))
+        {
+            out.push(':');
+            i += 1;
+            continue;
+        }
+        let ch = rest.chars().next().unwrap_or(' ');
+        out.push(ch);
+        i += ch.len_utf8();
+    }
+    out
+}
+
+/// River's `sqlctemplate` markers, `/* TEMPLATE: name */`, replaced by the text `[templates]`
+/// gives the name (River's schema prefix: `schema = ""` for its default schema), everywhere —
+/// inside string literals too, as River's replacer does (`nextval('/* TEMPLATE: schema */…')`).
+/// The names with no text given are returned instead.
+pub fn expand_templates(sql: &str, given: &BTreeMap<String, String>) -> Result<String, Vec<String>> {
+    const OPEN: &str = "/* TEMPLATE: ";
+    let mut out = String::with_capacity(sql.len());
+    let mut missing = Vec::new();
+    let mut rest = sql;
+    while let Some(at) = rest.find(OPEN) {
+        let Some(close) = rest[at..].find("*/") else { break };
+        let name = rest[at + OPEN.len()..at + close].trim();
+        out.push_str(&rest[..at]);
+        match given.get(name) {
+            Some(text) => out.push_str(text),
+            None => {
+                if !missing.iter().any(|m| m == name) {
+                    missing.push(name.to_string());
+                }
+            }
+        }
+        rest = &rest[at + close + 2..];
+    }
+    out.push_str(rest);
+    if missing.is_empty() {
+        Ok(out)
+    } else {
+        Err(missing)
+    }
+}
+
+/// What a queue's parameter is given: one of the run's values, or a constant.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Given {
+    /// The run's value of this name (`":batch"` → `batch`).
+    Ours(String),
+    Constant(V),
+}
+
+/// `[parameters]` read: names for every statement, and names for one statement.
+#[derive(Clone, Debug, Default)]
+pub struct Parameters {
+    every: BTreeMap<String, Given>,
+    by_statement: BTreeMap<String, BTreeMap<String, Given>>,
+}
+
+impl Parameters {
+    /// Reads `[parameters]`; every problem one line, naming the key.
+    pub fn read(table: &BTreeMap<String, toml::Value>, statements: &[&str], shown: &str) -> (Parameters, Vec<String>) {
+        let mut parameters = Parameters::default();
+        let mut problems = Vec::new();
+        for (name, value) in table {
+            match value {
+                toml::Value::Table(inner) if statements.contains(&name.as_str()) => {
+                    let mut one = BTreeMap::new();
+                    for (n, v) in inner {
+                        match given(v) {
+                            Ok(g) => {
+                                one.insert(n.clone(), g);
+                            }
+                            Err(e) => problems.push(format!("{shown}: parameters.{name}.{n}: {e}")),
+                        }
+                    }
+                    parameters.by_statement.insert(name.clone(), one);
+                }
+                toml::Value::Table(_) => problems.push(format!(
+                    "{shown}: parameters.{name}: a table of parameters for one statement, and {name} is not a statement (one of {})",
+                    statements.join(", ")
+                )),
+                v => match given(v) {
+                    Ok(g) => {
+                        parameters.every.insert(name.clone(), g);
+                    }
+                    Err(e) => problems.push(format!("{shown}: parameters.{name}: {e}")),
+                },
+            }
+        }
+        (parameters, problems)
+    }
+
+    /// What `[parameters]` gives the parameter `name` of statement `key`: the statement's own
+    /// table first, then the names for every statement.
+    pub fn given(&self, key: &str, name: &str) -> Option<&Given> {
+        self.by_statement.get(key).and_then(|t| t.get(name)).or_else(|| self.every.get(name))
+    }
+
+    /// Every name `[parameters]` gives, with the statement it is for (`None`: every one).
+    pub fn names(&self) -> impl Iterator<Item = (Option<&str>, &str)> {
+        self.every
+            .keys()
+            .map(|n| (None, n.as_str()))
+            .chain(self.by_statement.iter().flat_map(|(k, t)| t.keys().map(move |n| (Some(k.as_str()), n.as_str()))))
+    }
+}
+
+/// A value of `[parameters]`: `":name"` is the run's value of that name; any other string, an
+/// integer, a boolean or a date-time is a constant.
+fn given(value: &toml::Value) -> Result<Given, String> {
+    Ok(match value {
+        toml::Value::String(s) if s.starts_with(':') && !s.starts_with("::") => Given::Ours(s[1..].to_string()),
+        toml::Value::String(s) => Given::Constant(V::Text(s.trim_start_matches(':').to_string())),
+        toml::Value::Integer(i) => Given::Constant(V::Int(*i)),
+        toml::Value::Boolean(b) => Given::Constant(V::Bool(*b)),
+        toml::Value::Datetime(d) => Given::Constant(V::At(micros_since_2000(d)?)),
+        other => {
+            return Err(format!(
+                "{} is not a parameter's value: \":name\" for the run's value of :name, or a constant (text, an integer, a boolean, a date-time)",
+                other.type_str()
+            ))
+        }
+    })
+}
+
+/// A TOML date-time as PostgreSQL's microseconds since 2000-01-01 00:00 UTC (a date alone is its
+/// midnight; an offset is applied; a time without an offset is UTC).
+fn micros_since_2000(d: &toml::value::Datetime) -> Result<i64, String> {
+    let date = d.date.ok_or_else(|| format!("{d} has no date"))?;
+    let days =
+        days_from_civil(i64::from(date.year), i64::from(date.month), i64::from(date.day)) - days_from_civil(2000, 1, 1);
+    let (mut seconds, mut micros) = (days * 86_400, 0i64);
+    if let Some(t) = d.time {
+        seconds += i64::from(t.hour) * 3600 + i64::from(t.minute) * 60 + i64::from(t.second);
+        micros = i64::from(t.nanosecond) / 1000;
+    }
+    if let Some(toml::value::Offset::Custom { minutes }) = d.offset {
+        seconds -= i64::from(minutes) * 60;
+    }
+    Ok(seconds * 1_000_000 + micros)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlc_parameters_are_named_parameters() {
+        assert_eq!(expand_sqlc("WHERE queue = @queue::text AND x @> '{}'"), "WHERE queue = :queue::text AND x @> '{}'");
+        assert_eq!(
+            expand_sqlc("coalesce(sqlc.narg('now')::timestamptz, now()) LIMIT sqlc.arg(max)"),
+            "coalesce(:now::timestamptz, now()) LIMIT :max"
+        );
+        assert_eq!(expand_sqlc("SELECT sqlc.embed(river_job), x"), "SELECT river_job.*, x");
+        // Quoted text, comments and PostgreSQL's own operators stay.
+        for kept in ["'@queue'", "-- @queue\n", "/* @x sqlc.arg(y) */", "a <@ b", "a @@ b", "\"@q\"", "e@x"] {
+            assert_eq!(expand_sqlc(kept), kept);
+        }
+    }
+
+    #[test]
+    fn river_templates_are_replaced_everywhere() {
+        let schema: BTreeMap<String, String> = [("schema".to_string(), String::new())].into();
+        assert_eq!(
+            expand_templates("FROM /* TEMPLATE: schema */river_job, nextval('/* TEMPLATE: schema */s')", &schema),
+            Ok("FROM river_job, nextval('s')".to_string())
+        );
+        assert_eq!(expand_templates("/* TEMPLATE: x */a /* TEMPLATE: x */", &schema), Err(vec!["x".to_string()]));
+        assert_eq!(expand_templates("/* a comment */", &BTreeMap::new()), Ok("/* a comment */".to_string()));
+    }
+
+    #[test]
+    fn date_times_count_from_2000() {
+        let at = |s: &str| micros_since_2000(&s.parse().unwrap()).unwrap();
+        assert_eq!(at("2000-01-01T00:00:00Z"), 0);
+        assert_eq!(at("2000-01-02T00:00:01Z"), 86_401_000_000);
+        assert_eq!(at("2000-01-01T01:00:00+01:00"), 0);
+        assert_eq!(at("1999-12-31"), -86_400_000_000);
+        // Go's zero time, which River passes for "not set".
+        assert_eq!(at("0001-01-01T00:00:00Z"), -63_082_281_600_000_000);
+    }
+}
