@@ -738,8 +738,8 @@ fn migration_order(path: &Path) -> (u64, String) {
 
 /// The named parameters each statement may use.
 pub const PARAMETERS: [(&str, &[&str]); 13] = [
-    ("enqueue", &["id", "tenant", "aggregate", "version", "now", "run_at", "max_attempts", "lease_ms"]),
-    ("claim", &["now", "owner", "tenant", "batch", "lease_ms", "lease_until", "max_attempts", "token"]),
+    ("enqueue", &["id", "tenant", "aggregate", "version", "now", "run_at", "max_attempts", "lease_ms", "lease_s"]),
+    ("claim", &["now", "owner", "tenant", "batch", "lease_ms", "lease_s", "lease_until", "max_attempts", "token"]),
     ("mark_published", WRITE_PARAMETERS),
     ("mark_ambiguous", WRITE_PARAMETERS),
     ("mark_retry", WRITE_PARAMETERS),
@@ -767,6 +767,7 @@ const WRITE_PARAMETERS: &[&str] = &[
     "now",
     "code",
     "retry_at",
+    "retry_in_s",
     "backoff_base_ms",
     "backoff_cap_ms",
     "max_attempts",
@@ -854,6 +855,9 @@ enum V {
     /// `<` (River's `attempted_at < @stuck_horizon`) or `<=` — the model's expiry is inclusive,
     /// and its times are whole ticks (decision 92). As an integer, the time itself.
     Horizon(u64),
+    /// A duration, in the model's milliseconds, that the queue takes in whole seconds (pgmq's
+    /// `vt => integer`): `:lease_s`, `:retry_in_s`.
+    Seconds(u64),
 }
 
 /// The run's values for a statement, by the run's names.
@@ -1049,7 +1053,7 @@ fn pg_value(key: &str, name: &str, ty: &postgres::types::Type, v: &V, scale: u64
     let bad = || {
         let what = match v {
             V::Time(_) | V::At(_) | V::Horizon(_) => "a time",
-            V::Span(_) => "a duration",
+            V::Span(_) | V::Seconds(_) => "a duration",
             V::Text(_) => "text",
             V::Bool(_) => "a boolean",
             _ => "an integer",
@@ -1080,6 +1084,7 @@ fn pg_value(key: &str, name: &str, ty: &postgres::types::Type, v: &V, scale: u64
     let number = match v {
         V::Int(i) => Some(*i),
         V::Time(ms) | V::Span(ms) | V::Horizon(ms) => Some(scaled(*ms, scale)),
+        V::Seconds(ms) => Some(scaled(*ms, scale) / 1000),
         _ => None,
     };
     Ok(match (ty, v) {
@@ -1586,6 +1591,7 @@ impl ProfileStore {
                         V::Time(ms) | V::Span(ms) | V::Horizon(ms) => {
                             rusqlite::types::Value::Integer(scaled(ms, scale))
                         }
+                        V::Seconds(ms) => rusqlite::types::Value::Integer(scaled(ms, scale) / 1000),
                         V::Text(t) => rusqlite::types::Value::Text(t),
                     };
                     stmt.raw_bind_parameter(i, value)?;
@@ -1762,6 +1768,7 @@ fn render(value: &V, scale: u64) -> String {
         V::Bool(b) => b.to_string().to_uppercase(),
         V::At(micros) => format!("timestamptz '2000-01-01 00:00:00+00' + interval '{micros} microseconds'"),
         V::Time(ms) | V::Span(ms) | V::Horizon(ms) => scaled(*ms, scale).to_string(),
+        V::Seconds(ms) => (scaled(*ms, scale) / 1000).to_string(),
         V::Text(t) => format!("'{}'", t.replace('\'', "''")),
     }
 }
@@ -1801,7 +1808,7 @@ fn as_int(key: &str, column: &str, v: Option<&V>) -> Result<Option<i64>, StoreEr
         Some(V::Int(i)) => Ok(Some(*i)),
         Some(V::Bool(b)) => Ok(Some(i64::from(*b))),
         Some(V::At(micros)) => Ok(Some(micros / 1000)),
-        Some(V::Time(ms) | V::Span(ms) | V::Horizon(ms)) => Ok(Some(*ms as i64)),
+        Some(V::Time(ms) | V::Span(ms) | V::Horizon(ms) | V::Seconds(ms)) => Ok(Some(*ms as i64)),
         Some(V::Text(t)) => t
             .parse()
             .ok()
@@ -1851,6 +1858,7 @@ impl Store for ProfileStore {
             ("run_at", time(req.now)),
             ("max_attempts", int(self.budget)),
             ("lease_ms", span(self.lease)),
+            ("lease_s", V::Seconds(self.lease.0)),
         ];
         let sql = self.profile.file.statements.enqueue.clone();
         let (rows, _) = self.run("enqueue", &sql, &params)?;
@@ -1871,6 +1879,7 @@ impl Store for ProfileStore {
             ("tenant", int(req.tenant_id.0)),
             ("batch", int(req.batch)),
             ("lease_ms", span(req.lease)),
+            ("lease_s", V::Seconds(req.lease.0)),
             ("lease_until", time(req.now.plus(req.lease))),
             ("max_attempts", int(req.max_attempts)),
         ];
@@ -1943,6 +1952,7 @@ impl Store for ProfileStore {
             ("now", time(req.now)),
             ("code", text(req.kind.code().map_or("", FailureCode::as_str))),
             ("retry_at", time(retry_at)),
+            ("retry_in_s", V::Seconds(retry_at.0.saturating_sub(req.now.0))),
             ("backoff_base_ms", span(policy.backoff.base)),
             ("backoff_cap_ms", span(policy.backoff.cap)),
             ("max_attempts", int(req.max_attempts)),

@@ -243,6 +243,9 @@ impl Profile {
                 },
             ));
         }
+        // The ids the table gave the messages (pgmq's identity column): every relay's store
+        // reads and binds them as the run's.
+        let assigned = first.assigned.clone();
         let trace = Mutex::new(events);
         let stored = Mutex::new(BTreeMap::<u32, u32>::new());
         let kills = AtomicU64::new(0);
@@ -253,7 +256,7 @@ impl Profile {
         let tokens = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         std::thread::scope(|scope| {
             for r in 0..relays {
-                let tokens = &tokens;
+                let (tokens, assigned) = (&tokens, &assigned);
                 let (trace, stored, kills, done, timed_out, failure, schema) =
                     (&trace, &stored, &kills, &done, &timed_out, &failure, &place);
                 scope.spawn(move || {
@@ -272,6 +275,7 @@ impl Profile {
                             store.policy = policy;
                             store.set_run(max_attempts, lease);
                             store.shared_tokens = Some(tokens.clone());
+                            store.assigned = assigned.clone();
                             Ok((store, pid))
                         };
                         let (mut store, mut pid) = connect()?;
