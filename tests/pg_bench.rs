@@ -82,6 +82,7 @@ fn claim_throughput_of_four_relays() {
                                     &3i32,
                                     &1000i64,
                                     &60_000i64,
+                                    &1i32,
                                 ],
                             )
                             .unwrap();

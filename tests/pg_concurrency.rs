@@ -303,6 +303,7 @@ impl<'a> Relay<'a> {
                     &(req.max_attempts as i32),
                     &(self.policy.backoff.base.0 as i64),
                     &(self.policy.backoff.cap.0 as i64),
+                    &(self.policy.attempts_after_failure(req.lease.attempts) as i32),
                 ],
             )?
             .map(|r| r.get(0));

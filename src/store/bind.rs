@@ -515,6 +515,8 @@ impl Common {
             Param::Int(i64::from(req.max_attempts)),
             Param::Int(self.policy.backoff.base.0 as i64),
             Param::Int(self.policy.backoff.cap.0 as i64),
+            // The attempts the relay's copy of the row counts after this failure.
+            Param::Int(i64::from(self.policy.attempts_after_failure(req.lease.attempts))),
         ]
     }
 }

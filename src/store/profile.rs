@@ -398,7 +398,8 @@ impl Profile {
             None => format!("SET search_path TO {}, pg_catalog", place.schema),
         };
         scratch.client().batch_execute(&path)?;
-        let statements: String = self.file.statements.each().into_iter().flat_map(|(_, sql)| sql.cloned()).collect();
+        let statements =
+            self.file.statements.each().into_iter().flat_map(|(_, sql)| sql.cloned()).collect::<Vec<_>>().join("\n");
         let problems = clock_in_schema(scratch.client(), &place, &statements)?;
         if !problems.is_empty() {
             return Err(StoreError::Setup(format!("schema = {:?}: {}", self.file.schema, problems.join("; "))));
@@ -877,6 +878,24 @@ fn span(d: crate::core::Duration) -> V {
 }
 fn text(v: &str) -> V {
     V::Text(v.to_string())
+}
+
+/// A parameter as the statement writes it: `:now`, or a positional `$1`.
+fn shown_param(name: &str) -> String {
+    if name.starts_with('$') {
+        name.to_string()
+    } else {
+        format!(":{name}")
+    }
+}
+
+/// A parameter's name as a key of `[parameters]`: `"$1"` quoted.
+fn toml_key(name: &str) -> String {
+    if name.starts_with('$') {
+        format!("{name:?}")
+    } else {
+        name.to_string()
+    }
 }
 
 /// The named parameters of a statement (`:now`), where they are: outside string literals and
@@ -1481,7 +1500,7 @@ impl ProfileStore {
                 let (ours, through) = match self.profile.parameters.given(key, name) {
                     Some(params::Given::Constant(_)) => continue,
                     Some(params::Given::Ours(mapped)) => {
-                        (mapped.as_str(), format!(" (given by [parameters] {name} = \":{mapped}\")"))
+                        (mapped.as_str(), format!(" (given by [parameters] {} = \":{mapped}\")", toml_key(name)))
                     }
                     None => (name, String::new()),
                 };
@@ -1493,7 +1512,9 @@ impl ProfileStore {
                     let known: Vec<String> = allowed.iter().map(|p| format!(":{p}")).collect();
                     let gets = if known.is_empty() { "none".to_string() } else { known.join(", ") };
                     problems.push(format!(
-                        "statements.{key}: parameter :{ours}{through} is not one this statement gets (it gets {gets}; a queue's own name goes in [parameters], as {name} = \":batch\" or a constant)"
+                        "statements.{key}: parameter {}{through} is not one this statement gets (it gets {gets}; a queue's own name goes in [parameters], as {} = \":batch\" or a constant)",
+                        shown_param(ours),
+                        toml_key(name)
                     ));
                 }
             }
@@ -1506,8 +1527,14 @@ impl ProfileStore {
             });
             if !used {
                 problems.push(match statement {
-                    Some(k) => format!("parameters.{k}.{name}: statements.{k} has no parameter :{name}"),
-                    None => format!("parameters.{name}: no statement has a parameter :{name}"),
+                    Some(k) => format!(
+                        "parameters.{k}.{}: statements.{k} has no parameter {}",
+                        toml_key(name),
+                        shown_param(name)
+                    ),
+                    None => {
+                        format!("parameters.{}: no statement has a parameter {}", toml_key(name), shown_param(name))
+                    }
                 });
             }
         }
@@ -1567,7 +1594,10 @@ impl ProfileStore {
     fn run_unchecked(&mut self, key: &str, sql: &str, params: &Values, now: Option<u64>) -> Result<Answer, StoreError> {
         let value_of = |name: &str| {
             params.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone()).ok_or_else(|| {
-                StoreError::Setup(format!("statements.{key}: parameter :{name} is not one this statement gets"))
+                StoreError::Setup(format!(
+                    "statements.{key}: parameter {} is not one this statement gets",
+                    shown_param(name)
+                ))
             })
         };
         let scale = self.scale;

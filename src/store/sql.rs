@@ -128,7 +128,8 @@ pub fn claim_update(d: Dialect, policy: &Policy) -> String {
 }
 
 /// A terminal write: parameters 1 message_id, 2 tenant, 3 owner, 4 token, 5 now, 6 code,
-/// 7 max_attempts, 8 backoff base, 9 backoff cap. Returns status; no row means Stale.
+/// 7 max_attempts, 8 backoff base, 9 backoff cap, 10 the attempts the relay's copy counts after
+/// this failure. Returns status; no row means Stale.
 pub fn write(d: Dialect, policy: &Policy, kind: WriteKind) -> String {
     let mut fence = vec![format!("message_id = {}", d.p(1, "text"))];
     if policy.write_checks_tenant {
@@ -181,7 +182,10 @@ pub fn write(d: Dialect, policy: &Policy, kind: WriteKind) -> String {
                 set.push(format!("status = '{next}'"));
             }
             if policy.retry_clock && !keeps_owner {
-                let due = retry_due(d, &after);
+                // Where the relay decides what its failure write says, it sends the retry time
+                // of the attempts its copy counts (parameter 10), not the row's.
+                let counted = if policy.budget_in_write { after.clone() } else { d.p(10, "integer") };
+                let due = retry_due(d, &counted);
                 if exhausts {
                     set.push(format!("next_attempt_at = CASE WHEN {spent} THEN next_attempt_at ELSE {due} END"));
                 } else {
@@ -229,6 +233,7 @@ fn mention_write_params(d: Dialect, mut sql: String, token_ty: &str) -> String {
         (7, "integer"),
         (8, "bigint"),
         (9, "bigint"),
+        (10, "integer"),
     ] {
         let p = d.p(n, ty);
         if !sql.contains(&p) {
