@@ -969,3 +969,54 @@ fn rivers_sql_runs_as_its_authors_wrote_it() {
     }
     assert!(err.lines().all(|l| !l.trim().is_empty()), "{err}");
 }
+
+/// Constants of `[parameters]` bound as the server types their parameters — a composite value
+/// with one of the run's values among its fields, an interval, a float, an array of several
+/// elements, NULL — checked by the table itself (a CHECK constraint the enqueue must meet).
+#[test]
+fn parameters_bind_composites_intervals_floats_arrays_and_null() {
+    let Some(url) = common::pg_url("the [parameters] constants test") else { return };
+    let schema = |s: String| {
+        s + "\nCREATE TYPE queue.retry_policy AS (tries integer, base_ms integer, factor float8);\n\
+             ALTER TABLE queue.jobs\n\
+               ADD COLUMN policy queue.retry_policy NOT NULL DEFAULT ROW(0, 0, 0),\n\
+               ADD COLUMN pause interval NOT NULL DEFAULT interval '1 day',\n\
+               ADD COLUMN weight float8 NOT NULL DEFAULT 0,\n\
+               ADD COLUMN labels text[] NOT NULL DEFAULT '{}',\n\
+               ADD COLUMN note text DEFAULT 'unset',\n\
+               ADD CONSTRAINT constants_bound CHECK ((policy).tries = max_attempts AND (policy).base_ms = 1000\n\
+                 AND (policy).factor = 2.5 AND pause = interval '15 minutes' AND weight = 0.5\n\
+                 AND labels = ARRAY['a', 'b'] AND note IS NULL);\n"
+    };
+    let profile = |weight: &str| {
+        let weight = weight.to_string();
+        move |p: String| {
+            p.replace(
+                "(id, task_id, tenant, max_attempts)",
+                "(id, task_id, tenant, max_attempts, policy, pause, weight, labels, note)",
+            )
+            .replace(":tenant, :max_attempts)", ":tenant, :max_attempts, :policy, :pause, :weight, :labels, :note)")
+                + &format!(
+                    "\n[parameters.enqueue]\npolicy = [\":max_attempts\", 1000, 2.5]\npause = \"15m\"\nweight = {weight}\nlabels = [\"a\", \"b\"]\nnote = \":null\"\n"
+                )
+        }
+    };
+    let bound = native_variant("native-constants.toml", schema, profile("0.5"));
+    let out = conform_json_on(&url, &bound, "30");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json(&out)["verdict"], "agrees");
+    // One constant off, and the table refuses the enqueue.
+    let off = native_variant("native-constants-off.toml", schema, profile("0.25"));
+    let out = conform_json_on(&url, &off, "30");
+    assert_ne!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("constants_bound")
+            || String::from_utf8_lossy(&out.stderr).contains("constants_bound")
+    );
+}

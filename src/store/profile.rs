@@ -859,6 +859,10 @@ enum V {
     /// A duration, in the model's milliseconds, that the queue takes in whole seconds (pgmq's
     /// `vt => integer`): `:lease_s`, `:retry_in_s`.
     Seconds(u64),
+    /// A float constant of `[parameters]`.
+    Float(f64),
+    /// An array constant of `[parameters]`: a composite value's fields, or an array's elements.
+    List(Vec<V>),
 }
 
 /// The run's values for a statement, by the run's names.
@@ -1005,9 +1009,13 @@ enum Bound {
     Bytes(Vec<u8>),
     /// `jsonb`: its binary form is a version byte, then the text.
     Jsonb(String),
-    /// A one-element array of the element type (sqlc's `@ids::bigint[]`, River's `…Many`
-    /// statements): the value the statement gets, for its one row.
-    Array(postgres::types::Type, Box<Bound>),
+    /// An array of the element type: a one-element array of a single value (sqlc's
+    /// `@ids::bigint[]`, River's `…Many` statements: the value the statement gets, for its one
+    /// row), or the elements of an array constant.
+    Array(postgres::types::Type, Vec<Bound>),
+    Float4(f32),
+    /// A composite value's fields, each with its type (underway's `retry_policy`).
+    Composite(Vec<(postgres::types::Type, Bound)>),
 }
 
 impl postgres::types::ToSql for Bound {
@@ -1036,20 +1044,30 @@ impl postgres::types::ToSql for Bound {
                 out.put_i32(0);
                 out.put_i32(0);
             }
-            Bound::Array(element, item) => {
-                let mut inner = bytes::BytesMut::new();
-                let null = item.to_sql(element, &mut inner)?;
+            Bound::Float4(v) => out.put_f32(*v),
+            Bound::Array(element, items) => {
+                let mut encoded = Vec::with_capacity(items.len());
+                for item in items {
+                    let mut inner = bytes::BytesMut::new();
+                    let null = item.to_sql(element, &mut inner)?;
+                    encoded.push(matches!(null, postgres::types::IsNull::No).then_some(inner));
+                }
                 out.put_i32(1);
-                out.put_i32(i32::from(matches!(null, postgres::types::IsNull::Yes)));
+                out.put_i32(i32::from(encoded.iter().any(Option::is_none)));
                 out.put_u32(element.oid());
+                out.put_i32(encoded.len() as i32);
                 out.put_i32(1);
-                out.put_i32(1);
-                match null {
-                    postgres::types::IsNull::Yes => out.put_i32(-1),
-                    postgres::types::IsNull::No => {
-                        out.put_i32(inner.len() as i32);
-                        out.extend_from_slice(&inner);
-                    }
+                for item in encoded {
+                    put_field(out, item);
+                }
+            }
+            Bound::Composite(fields) => {
+                out.put_i32(fields.len() as i32);
+                for (ty, field) in fields {
+                    let mut inner = bytes::BytesMut::new();
+                    let null = field.to_sql(ty, &mut inner)?;
+                    out.put_u32(ty.oid());
+                    put_field(out, matches!(null, postgres::types::IsNull::No).then_some(inner));
                 }
             }
         }
@@ -1060,6 +1078,31 @@ impl postgres::types::ToSql for Bound {
         true
     }
     postgres::types::to_sql_checked!();
+}
+
+/// One element of an array or field of a composite in binary: its length and bytes, or -1 for
+/// NULL.
+fn put_field(out: &mut bytes::BytesMut, value: Option<bytes::BytesMut>) {
+    use bytes::BufMut;
+    match value {
+        None => out.put_i32(-1),
+        Some(inner) => {
+            out.put_i32(inner.len() as i32);
+            out.extend_from_slice(&inner);
+        }
+    }
+}
+
+/// A duration constant of `[parameters]` bound to an `interval` ("15m", "0s"): microseconds of
+/// the queue's own time, never scaled.
+fn constant_interval(text: &str) -> Option<i64> {
+    let t = text.trim();
+    let digits: String = t.chars().take_while(char::is_ascii_digit).collect();
+    if !digits.is_empty() && digits.chars().all(|c| c == '0') {
+        // A zero length in a unit parse_millis knows.
+        return parse_millis(&format!("1{}", &t[digits.len()..])).ok().map(|_| 0);
+    }
+    parse_millis(t).ok().map(|ms| ms as i64 * 1000)
 }
 
 /// Milliseconds of the model as the queue's: times the profile's time scale.
@@ -1075,6 +1118,8 @@ fn pg_value(key: &str, name: &str, ty: &postgres::types::Type, v: &V, scale: u64
             V::Span(_) | V::Seconds(_) => "a duration",
             V::Text(_) => "text",
             V::Bool(_) => "a boolean",
+            V::Float(_) => "a number",
+            V::List(_) => "an array",
             _ => "an integer",
         };
         StoreError::Setup(format!(
@@ -1085,7 +1130,27 @@ fn pg_value(key: &str, name: &str, ty: &postgres::types::Type, v: &V, scale: u64
         return Ok(Bound::Null);
     }
     if let Kind::Array(element) = ty.kind() {
-        return Ok(Bound::Array(element.clone(), Box::new(pg_value(key, name, element, v, scale)?)));
+        let items = match v {
+            V::List(items) => items.iter().map(|i| pg_value(key, name, element, i, scale)).collect::<Result<_, _>>()?,
+            one => vec![pg_value(key, name, element, one, scale)?],
+        };
+        return Ok(Bound::Array(element.clone(), items));
+    }
+    if let Kind::Composite(fields) = ty.kind() {
+        let V::List(items) = v else { return Err(bad()) };
+        if items.len() != fields.len() {
+            return Err(StoreError::Setup(format!(
+                "statements.{key}: parameter {} is the composite {ty} of {} fields, and [parameters] gives {}",
+                shown_param(name),
+                fields.len(),
+                items.len()
+            )));
+        }
+        let mut bound = Vec::with_capacity(items.len());
+        for (field, item) in fields.iter().zip(items) {
+            bound.push((field.type_().clone(), pg_value(key, name, field.type_(), item, scale)?));
+        }
+        return Ok(Bound::Composite(bound));
     }
     if let Kind::Enum(labels) = ty.kind() {
         return match v {
@@ -1122,6 +1187,10 @@ fn pg_value(key: &str, name: &str, ty: &postgres::types::Type, v: &V, scale: u64
         (&Type::TIMESTAMPTZ | &Type::TIMESTAMP, V::At(micros)) => Bound::Micros(*micros),
         (&Type::TIMESTAMPTZ | &Type::TIMESTAMP, V::Horizon(ms)) => Bound::Micros(scaled(*ms, scale) * 1000 + 1),
         (&Type::BOOL, V::Bool(b)) => Bound::Bool(*b),
+        (&Type::FLOAT8, V::Float(f)) => Bound::Float8(*f),
+        (&Type::FLOAT4, V::Float(f)) => Bound::Float4(*f as f32),
+        (&Type::FLOAT4, _) if number.is_some() => Bound::Float4(number.unwrap_or(0) as f32),
+        (&Type::INTERVAL, V::Text(t)) => Bound::Interval(constant_interval(t).ok_or_else(bad)?),
         (&Type::JSONB, V::Text(t)) => Bound::Jsonb(t.clone()),
         (&Type::JSON | &Type::BYTEA, V::Text(t)) => Bound::Bytes(t.as_bytes().to_vec()),
         (&Type::INTERVAL, V::Span(ms)) => Bound::Interval(scaled(*ms, scale) * 1000),
@@ -1497,25 +1566,28 @@ impl ProfileStore {
                     continue;
                 }
                 seen.push(name);
-                let (ours, through) = match self.profile.parameters.given(key, name) {
-                    Some(params::Given::Constant(_)) => continue,
-                    Some(params::Given::Ours(mapped)) => {
-                        (mapped.as_str(), format!(" (given by [parameters] {} = \":{mapped}\")", toml_key(name)))
-                    }
-                    None => (name, String::new()),
+                let reached: Vec<(&str, String)> = match self.profile.parameters.given(key, name) {
+                    Some(given) => given
+                        .ours()
+                        .into_iter()
+                        .map(|mapped| (mapped, format!(" (given by [parameters] {} = \":{mapped}\")", toml_key(name))))
+                        .collect(),
+                    None => vec![(name, String::new())],
                 };
-                if key == "claim" && ours == "token" && !self.random_tokens() {
-                    problems.push(format!(
-                        "statements.claim: parameter :token{through} is a fresh random token, given only where the design's claim.token is \"random\""
-                    ));
-                } else if !allowed.contains(&ours) {
-                    let known: Vec<String> = allowed.iter().map(|p| format!(":{p}")).collect();
-                    let gets = if known.is_empty() { "none".to_string() } else { known.join(", ") };
-                    problems.push(format!(
-                        "statements.{key}: parameter {}{through} is not one this statement gets (it gets {gets}; a queue's own name goes in [parameters], as {} = \":batch\" or a constant)",
-                        shown_param(ours),
-                        toml_key(name)
-                    ));
+                for (ours, through) in reached {
+                    if key == "claim" && ours == "token" && !self.random_tokens() {
+                        problems.push(format!(
+                            "statements.claim: parameter :token{through} is a fresh random token, given only where the design's claim.token is \"random\""
+                        ));
+                    } else if !allowed.contains(&ours) {
+                        let known: Vec<String> = allowed.iter().map(|p| format!(":{p}")).collect();
+                        let gets = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+                        problems.push(format!(
+                            "statements.{key}: parameter {}{through} is not one this statement gets (it gets {gets}; a queue's own name goes in [parameters], as {} = \":batch\" or a constant)",
+                            shown_param(ours),
+                            toml_key(name)
+                        ));
+                    }
                 }
             }
         }
@@ -1570,8 +1642,7 @@ impl ProfileStore {
                 continue;
             }
             let value = match self.profile.parameters.given(key, name) {
-                Some(params::Given::Constant(v)) => Some(v.clone()),
-                Some(params::Given::Ours(mapped)) => ours(mapped),
+                Some(given) => given.value(&ours),
                 None => ours(name),
             };
             values.extend(value.map(|v| (name.to_string(), v)));
@@ -1583,10 +1654,9 @@ impl ProfileStore {
     fn ours_in(&self, key: &str, sql: &str) -> Vec<String> {
         named_params(sql)
             .into_iter()
-            .filter_map(|(_, _, name)| match self.profile.parameters.given(key, name) {
-                Some(params::Given::Constant(_)) => None,
-                Some(params::Given::Ours(mapped)) => Some(mapped.clone()),
-                None => Some(name.to_string()),
+            .flat_map(|(_, _, name)| match self.profile.parameters.given(key, name) {
+                Some(given) => given.ours().into_iter().map(String::from).collect(),
+                None => vec![name.to_string()],
             })
             .collect()
     }
@@ -1617,6 +1687,13 @@ impl ProfileStore {
                         V::Null | V::Other(_) => rusqlite::types::Value::Null,
                         V::Int(i) => rusqlite::types::Value::Integer(i),
                         V::Bool(b) => rusqlite::types::Value::Integer(i64::from(b)),
+                        V::Float(f) => rusqlite::types::Value::Real(f),
+                        V::List(_) => {
+                            return Err(StoreError::Setup(format!(
+                                "statements.{key}: parameter {} is an array, which SQLite has no value for",
+                                shown_param(&name)
+                            )))
+                        }
                         V::At(micros) => rusqlite::types::Value::Integer(micros / 1000),
                         V::Time(ms) | V::Span(ms) | V::Horizon(ms) => {
                             rusqlite::types::Value::Integer(scaled(ms, scale))
@@ -1796,6 +1873,8 @@ fn render(value: &V, scale: u64) -> String {
         V::Null | V::Other(_) => "NULL".into(),
         V::Int(i) => i.to_string(),
         V::Bool(b) => b.to_string().to_uppercase(),
+        V::Float(f) => f.to_string(),
+        V::List(items) => format!("({})", items.iter().map(|i| render(i, scale)).collect::<Vec<_>>().join(", ")),
         V::At(micros) => format!("timestamptz '2000-01-01 00:00:00+00' + interval '{micros} microseconds'"),
         V::Time(ms) | V::Span(ms) | V::Horizon(ms) => scaled(*ms, scale).to_string(),
         V::Seconds(ms) => (scaled(*ms, scale) / 1000).to_string(),
@@ -1809,7 +1888,17 @@ fn render_as(value: &V, ty: &postgres::types::Type, scale: u64) -> String {
     use postgres::types::{Kind, Type};
     match (ty.kind(), value) {
         (_, V::Null) => "NULL".into(),
+        (Kind::Array(element), V::List(items)) => format!(
+            "ARRAY[{}]::{}[]",
+            items.iter().map(|i| render_as(i, element, scale)).collect::<Vec<_>>().join(", "),
+            element.name()
+        ),
         (Kind::Array(element), v) => format!("ARRAY[{}]::{}[]", render_as(v, element, scale), element.name()),
+        (Kind::Composite(fields), V::List(items)) => format!(
+            "ROW({})::{}",
+            fields.iter().zip(items).map(|(f, i)| render_as(i, f.type_(), scale)).collect::<Vec<_>>().join(", "),
+            ty.name()
+        ),
         (Kind::Enum(_), V::Text(t)) => format!("'{t}'::{}", ty.name()),
         _ => match (ty, value) {
             (&Type::TIMESTAMPTZ | &Type::TIMESTAMP, V::Time(ms)) => {
@@ -1822,7 +1911,7 @@ fn render_as(value: &V, ty: &postgres::types::Type, scale: u64) -> String {
             (&Type::INTERVAL, V::Span(ms)) => format!("interval '{} milliseconds'", scaled(*ms, scale)),
             (&Type::UUID, V::Int(i)) => format!("'{}'::uuid", uuid_text(*i as u64 as u128)),
             (&Type::UUID, V::Text(t)) => format!("'{t}'::uuid"),
-            (&Type::JSONB | &Type::JSON | &Type::BYTEA, V::Text(_)) => {
+            (&Type::JSONB | &Type::JSON | &Type::BYTEA | &Type::INTERVAL, V::Text(_)) => {
                 format!("{}::{}", render(value, scale), ty.name())
             }
             _ => render(value, scale),
@@ -1837,6 +1926,8 @@ fn as_int(key: &str, column: &str, v: Option<&V>) -> Result<Option<i64>, StoreEr
         None | Some(V::Null) => Ok(None),
         Some(V::Int(i)) => Ok(Some(*i)),
         Some(V::Bool(b)) => Ok(Some(i64::from(*b))),
+        Some(V::Float(f)) => Ok(Some(*f as i64)),
+        Some(V::List(_)) => Err(StoreError::Setup(format!("statements.{key}: column {column} is an array"))),
         Some(V::At(micros)) => Ok(Some(micros / 1000)),
         Some(V::Time(ms) | V::Span(ms) | V::Horizon(ms) | V::Seconds(ms)) => Ok(Some(*ms as i64)),
         Some(V::Text(t)) => t
@@ -2232,5 +2323,18 @@ impl Store for ProfileStore {
             published_at: if has("published_at") { row.published_at } else { None },
             ..row
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duration_constants_are_the_queues_own_time() {
+        assert_eq!(constant_interval("15m"), Some(900_000_000));
+        assert_eq!(constant_interval("0s"), Some(0));
+        assert_eq!(constant_interval("0"), None);
+        assert_eq!(constant_interval("soon"), None);
     }
 }

@@ -103,6 +103,9 @@ pub enum Given {
     /// The run's value of this name (`":batch"` → `batch`).
     Ours(String),
     Constant(V),
+    /// A TOML array: a composite value's fields in order (underway's `retry_policy`), or an
+    /// array's elements; each a constant or one of the run's values.
+    List(Vec<Given>),
 }
 
 /// `[parameters]` read: names for every statement, and names for one statement.
@@ -161,22 +164,58 @@ impl Parameters {
     }
 }
 
-/// A value of `[parameters]`: `":name"` is the run's value of that name; any other string, an
-/// integer, a boolean or a date-time is a constant.
+/// A value of `[parameters]`: `":name"` is the run's value of that name and `":null"` SQL's
+/// NULL (`"::x"` is the text `:x`); any other string, an integer, a float, a boolean or a
+/// date-time is a constant; an array holds the fields of a composite value or an array's
+/// elements.
 fn given(value: &toml::Value) -> Result<Given, String> {
     Ok(match value {
-        toml::Value::String(s) if s.starts_with(':') && !s.starts_with("::") => Given::Ours(s[1..].to_string()),
-        toml::Value::String(s) => Given::Constant(V::Text(s.trim_start_matches(':').to_string())),
+        toml::Value::String(s) if s == ":null" => Given::Constant(V::Null),
+        toml::Value::String(s) if s.starts_with("::") => Given::Constant(V::Text(s[1..].to_string())),
+        toml::Value::String(s) if s.starts_with(':') => Given::Ours(s[1..].to_string()),
+        toml::Value::String(s) => Given::Constant(V::Text(s.clone())),
         toml::Value::Integer(i) => Given::Constant(V::Int(*i)),
+        toml::Value::Float(f) => Given::Constant(V::Float(*f)),
         toml::Value::Boolean(b) => Given::Constant(V::Bool(*b)),
         toml::Value::Datetime(d) => Given::Constant(V::At(micros_since_2000(d)?)),
+        toml::Value::Array(items) => Given::List(
+            items
+                .iter()
+                .map(|item| match item {
+                    toml::Value::Array(_) | toml::Value::Table(_) => {
+                        Err("an array inside an array is not a parameter's value".to_string())
+                    }
+                    other => given(other),
+                })
+                .collect::<Result<_, _>>()?,
+        ),
         other => {
             return Err(format!(
-                "{} is not a parameter's value: \":name\" for the run's value of :name, or a constant (text, an integer, a boolean, a date-time)",
+                "{} is not a parameter's value: \":name\" for the run's value of :name, \":null\", or a constant (text, a number, a boolean, a date-time, an array of them)",
                 other.type_str()
             ))
         }
     })
+}
+
+impl Given {
+    /// The run's names this value reads.
+    pub fn ours(&self) -> Vec<&str> {
+        match self {
+            Given::Ours(name) => vec![name.as_str()],
+            Given::Constant(_) => Vec::new(),
+            Given::List(items) => items.iter().flat_map(Given::ours).collect(),
+        }
+    }
+
+    /// The value, with the run's values looked up by `ours` (`None` where one is missing).
+    pub fn value(&self, ours: &dyn Fn(&str) -> Option<V>) -> Option<V> {
+        match self {
+            Given::Ours(name) => ours(name),
+            Given::Constant(v) => Some(v.clone()),
+            Given::List(items) => items.iter().map(|i| i.value(ours)).collect::<Option<Vec<V>>>().map(V::List),
+        }
+    }
 }
 
 /// A TOML date-time as PostgreSQL's microseconds since 2000-01-01 00:00 UTC (a date alone is its
@@ -233,6 +272,26 @@ mod tests {
         );
         assert_eq!(expand_templates("/* TEMPLATE: x */a /* TEMPLATE: x */", &schema), Err(vec!["x".to_string()]));
         assert_eq!(expand_templates("/* a comment */", &BTreeMap::new()), Ok("/* a comment */".to_string()));
+    }
+
+    #[test]
+    fn parameter_values_read_as_ours_constants_null_and_lists() {
+        let read = |text: &str| given(&toml::from_str::<toml::Table>(&format!("v = {text}")).unwrap()["v"]);
+        assert_eq!(read("\":batch\""), Ok(Given::Ours("batch".into())));
+        assert_eq!(read("\":null\""), Ok(Given::Constant(V::Null)));
+        assert_eq!(read("\"::x\""), Ok(Given::Constant(V::Text(":x".into()))));
+        assert_eq!(read("2.5"), Ok(Given::Constant(V::Float(2.5))));
+        assert_eq!(
+            read("[\":max_attempts\", 1000]"),
+            Ok(Given::List(vec![Given::Ours("max_attempts".into()), Given::Constant(V::Int(1000))]))
+        );
+        assert!(read("[[1]]").is_err());
+        assert!(read("{ a = 1 }").is_err());
+        let list = read("[\":max_attempts\", 1000]").unwrap();
+        assert_eq!(list.ours(), vec!["max_attempts"]);
+        let ours = |name: &str| (name == "max_attempts").then_some(V::Int(3));
+        assert_eq!(list.value(&ours), Some(V::List(vec![V::Int(3), V::Int(1000)])));
+        assert_eq!(Given::Ours("batch".into()).value(&ours), None);
     }
 
     #[test]
