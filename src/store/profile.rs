@@ -207,7 +207,6 @@ pub struct Profile {
     /// The status names in force: the profile's, else its design file's, else the model's.
     pub statuses: StatusNames,
     pub design: Design,
-    pub schema_sql: String,
     pub origin: PathBuf,
     /// Problems of the file that do not stop a store from reading the statements: reported
     /// with theirs, all at once (exit 2 before the first case).
@@ -328,17 +327,7 @@ impl Profile {
             problems.push(format!("{shown}: {e}"));
         }
         // Reported with the statements' problems, once a store has read them.
-        let schema_sql = schema_files.iter().map(|(_, sql)| sql.as_str()).collect::<Vec<_>>().join(";\n");
-        Ok(Profile {
-            file,
-            design,
-            schema_sql,
-            schema_files,
-            statuses,
-            origin: path.to_path_buf(),
-            problems,
-            parameters,
-        })
+        Ok(Profile { file, design, schema_files, statuses, origin: path.to_path_buf(), problems, parameters })
     }
 
     /// A fresh SQLite store over the profile's schema, in memory.
@@ -379,7 +368,7 @@ impl Profile {
             super::postgres::Scratch::database(url, disposable).map_err(|e| StoreError::Setup(e.to_string()))?;
         let place = scratch.place();
         if place.database.is_none() {
-            if let Some(outside) = leaves_the_schema(&self.schema_sql) {
+            if let Some(outside) = self.schema_files.iter().find_map(|(_, sql)| leaves_the_schema(sql)) {
                 return Err(StoreError::Setup(format!(
                     "schema = {:?}: {outside} (this role may not create a scratch database)",
                     self.file.schema
@@ -555,18 +544,24 @@ fn clock_in_schema(
     };
     let params: [&(dyn postgres::types::ToSql + Sync); 1] = [&schemas];
     let mut problems = Vec::new();
-    let bodies: Vec<String> = client
+    // The schema's functions, read once: their clock reads are checked below, and their bodies
+    // (a trigger's) name tables as statements do.
+    let functions: Vec<(String, String, String)> = client
         .query(
             &format!(
-                "SELECT pg_get_functiondef(p.oid) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-                  JOIN pg_language l ON l.oid = p.prolang
-                 WHERE {filter} AND l.lanname IN ('sql', 'plpgsql') AND p.prokind IN ('f', 'p')"
+                "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid),
+                        coalesce(array_to_string(p.proconfig, ' '), '')
+                   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                   JOIN pg_language l ON l.oid = p.prolang
+                  WHERE {filter} AND l.lanname IN ('sql', 'plpgsql') AND p.prokind IN ('f', 'p')
+                    ORDER BY 1"
             ),
             &params,
         )?
         .iter()
-        .map(|r| r.get::<_, String>(0).to_ascii_lowercase())
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
         .collect();
+    let bodies: Vec<String> = functions.iter().map(|(_, body, _)| body.to_ascii_lowercase()).collect();
     let named_text = format!("{} {}", statements.to_ascii_lowercase(), bodies.join(" "));
     let named = |table: &str| {
         named_text.match_indices(table).any(|(i, _)| {
@@ -593,19 +588,7 @@ fn clock_in_schema(
             problems.push(format!("column {column} DEFAULT {expr} reads {reads}"));
         }
     }
-    let functions = client.query(
-        &format!(
-            "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid),
-                    coalesce(array_to_string(p.proconfig, ' '), '')
-               FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-               JOIN pg_language l ON l.oid = p.prolang
-              WHERE {filter} AND l.lanname IN ('sql', 'plpgsql') AND p.prokind IN ('f', 'p')
-                ORDER BY 1"
-        ),
-        &params,
-    )?;
-    for row in functions {
-        let (name, body, config): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+    for (name, body, config) in functions {
         if let Some(reads) = clock_syntax(&body) {
             problems.push(format!("function {name} reads {reads}"));
         } else if config.contains("search_path") && reads_the_clock(&body).is_some() {
@@ -1617,14 +1600,14 @@ impl ProfileStore {
     /// renamed as the profile's `[columns]` maps them) and the number of rows it changed. Logged
     /// with the values written in.
     fn run(&mut self, key: &str, sql: &str, params: &Params) -> Result<Answer, StoreError> {
-        if let Some((_, V::Time(now))) = params.iter().find(|(n, _)| *n == "now") {
-            self.last_now = *now;
-        }
-        let values = self.values(key, sql, params);
         let now = params.iter().find_map(|(n, v)| match (*n, v) {
             ("now", V::Time(now)) => Some(*now),
             _ => None,
         });
+        if let Some(now) = now {
+            self.last_now = now;
+        }
+        let values = self.values(key, sql, params);
         let answer = self.run_unchecked(key, sql, &values, now);
         if let Err(StoreError::Setup(problem)) = &answer {
             self.problem.get_or_insert_with(|| problem.clone());
