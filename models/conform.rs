@@ -1144,6 +1144,11 @@ fn claim_finding(
                 "your claim takes {id} at t={}, in flight with its lease expired: the design's claim never takes an in-flight row, only its rescuer",
                 now.0
             ),
+            ClaimRefusal::Unscheduled => format!(
+                "your claim takes {id} at t={}, whose retry time t={} has passed but which the scheduler has not yet made claimable",
+                now.0,
+                row.retry_at().map_or(0, |at| at.0)
+            ),
             ClaimRefusal::BudgetSpent => format!(
                 "your claim takes {id} with its budget spent ({} attempts of {}) (S3)",
                 row.attempts, request.max_attempts

@@ -139,6 +139,7 @@ pub fn trace_html(
             T::Claim { relay, .. } | T::Publish { relay, .. } | T::Write { relay, .. } => relay.clone(),
             T::Release { relay, .. } => relay.clone().unwrap_or_else(|| "maintenance".into()),
             T::Reap { .. } => "reaper".into(),
+            T::Schedule { .. } => "scheduler".into(),
             T::Requeue { .. } => "operator".into(),
             T::Clock { .. } | T::Fault { .. } => return None,
         })
@@ -252,6 +253,13 @@ pub fn trace_html(
                     ),
                 ));
             }
+            T::Schedule { now, messages } => marks.push((
+                x,
+                lane,
+                0,
+                "release",
+                format!("line {line}: scheduler at t={now}: {} claimable again", messages.join(", ")),
+            )),
             T::Requeue { message, result } => {
                 marks.push((x, lane, 0, "release", format!("line {line}: requeue of {message}: {result}")))
             }

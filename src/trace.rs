@@ -153,6 +153,10 @@ pub struct Switches {
     /// `due` (retry time or creation, then id) or `created` (creation, tenant, id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim_order: Option<Order>,
+    /// A row given a retry time waits for the scheduler (`schedule` events), and claims take
+    /// only rows without one (River's `JobSchedule`, Oban's `stage_jobs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<bool>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -227,6 +231,9 @@ impl Switches {
                 Order::Due => ClaimOrder::Due,
                 Order::Created => ClaimOrder::Created,
             };
+        }
+        if let Some(scheduler) = self.scheduler {
+            policy.scheduler = scheduler;
         }
         policy
     }
@@ -539,6 +546,9 @@ events! {
     },
     /// The reaper ran and exhausted these messages.
     Reap { now: u64, messages: Vec<String> },
+    /// The scheduler ran (`maintenance.scheduler`) and made these messages, whose retry time
+    /// had passed, claimable again.
+    Schedule { now: u64, messages: Vec<String> },
     /// An operator requeued a message.
     Requeue {
         message: String,
@@ -710,6 +720,7 @@ impl Event {
             Event::Write { .. } => "write",
             Event::Release { .. } => "release",
             Event::Reap { .. } => "reap",
+            Event::Schedule { .. } => "schedule",
             Event::Requeue { .. } => "requeue",
             Event::Clock { .. } => "clock",
             Event::Fault { .. } => "fault",
@@ -1088,14 +1099,9 @@ pub fn from_world(config: &crate::world::WorldConfig, events: &[crate::world::Ev
                     until.0
                 ),
             }),
-            // Nor a scheduler: a note (trace refuses such designs, decision 89).
-            W::Scheduled { now, messages, .. } => out.push(Event::Fault {
-                kind: format!(
-                    "the scheduler made {} claimable again at {}",
-                    messages.iter().map(|m| message(*m)).collect::<Vec<_>>().join(", "),
-                    now.0
-                ),
-            }),
+            W::Scheduled { now, messages, .. } => {
+                out.push(Event::Schedule { now: now.0, messages: messages.iter().map(|m| message(*m)).collect() })
+            }
             W::Reaped { now, messages } => {
                 out.push(Event::Reap { now: now.0, messages: messages.iter().map(|m| message(*m)).collect() })
             }

@@ -189,10 +189,11 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
                     "4 relays over your statements on PostgreSQL, with a flaky broker and killed backends",
                 );
                 spinner.enable_steady_tick(std::time::Duration::from_millis(120));
-                if args.against.policy().scheduler {
-                    // The oracle reads no scheduler step yet: a history of one cannot be judged.
+                if args.against.policy().scheduler && profile.file.statements.schedule.is_none() {
+                    // Retried rows would wait for good for a scheduler the profile leaves out:
+                    // no relay's fault, and nothing to judge.
                     report.concurrent_not_run = Some(format!(
-                        "{} has a scheduler (maintenance.scheduler), and the oracle does not read a scheduler's steps yet",
+                        "{} has a scheduler (maintenance.scheduler), and your profile has no schedule statement",
                         args.against
                     ));
                 } else {

@@ -90,7 +90,7 @@ pub(crate) fn trace(
             |header| {
                 let oracle = match variant {
                     Some(design) => {
-                        crate::refuse_world_only(&[design], "trace")?;
+                        crate::refuse_world_only_but(&[design], "trace", true)?;
                         Oracle::for_header(design, header)
                     }
                     None => Oracle::new(header)?,

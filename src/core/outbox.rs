@@ -157,6 +157,9 @@ pub enum ClaimRefusal {
     /// An in-flight row whose lease expired, to a claim that never takes one.
     InFlight,
     RetryClock,
+    /// A row whose retry time has passed, still waiting for the scheduler to move it
+    /// (`maintenance.scheduler`).
+    Unscheduled,
     BudgetSpent,
     /// More rows than the batch asked for.
     OverBatch,
@@ -205,6 +208,7 @@ impl std::fmt::Display for ClaimRefusal {
             ClaimRefusal::LiveLease => "its lease is still live",
             ClaimRefusal::InFlight => "it is in flight, and only a rescuer takes an in-flight row back",
             ClaimRefusal::RetryClock => "its retry time has not come",
+            ClaimRefusal::Unscheduled => "it waits for the scheduler to make it claimable",
             ClaimRefusal::BudgetSpent => "its budget is spent",
             ClaimRefusal::OverBatch => "the batch is already full",
             ClaimRefusal::Twice => "it was already returned by this claim",
@@ -499,6 +503,8 @@ impl Outbox {
             ClaimRefusal::InFlight
         } else if row.retry_at().is_some_and(|at| at > now) {
             ClaimRefusal::RetryClock
+        } else if policy.scheduler && row.next_attempt_at.is_some() {
+            ClaimRefusal::Unscheduled
         } else {
             ClaimRefusal::BudgetSpent
         })

@@ -28,7 +28,10 @@ impl Oracle {
     /// then become one branch instead of living on side by side.
     pub(super) fn forget(&self, branch: &mut Branch, plan: &Plan, event: &Event) {
         branch.excused.clear();
-        let all = matches!(event, Event::Reap { .. } | Event::Claim { outcome: Outcome::Unknown, .. });
+        let all = matches!(
+            event,
+            Event::Reap { .. } | Event::Schedule { .. } | Event::Claim { outcome: Outcome::Unknown, .. }
+        );
         let claim_terminal = self.policy.claim_terminal;
         let forget = |row: &mut Row| {
             row.last_failure_code = None;
@@ -65,6 +68,9 @@ impl Oracle {
             (Event::Reap { now, .. }, _) => outbox
                 .row(d.req.lease.message_id)
                 .is_some_and(|row| Outbox::is_reapable(row, Instant(*now), max_attempts)),
+            // The scheduler moves every row whose retry time has passed: a write that gives its
+            // row a retry time decides whether the scheduler had it to move.
+            (Event::Schedule { .. }, _) => true,
             // A claim whose outcome is unknown may have taken any row; a serial claim is judged
             // against every row it could have taken.
             (Event::Claim { outcome: Outcome::Unknown, .. }, _) => true,
@@ -189,6 +195,12 @@ impl Oracle {
             Event::Reap { messages, .. } => Plan::Ids {
                 tenant: TenantId(0),
                 relay: self.relay("reaper"),
+                messages: messages.iter().map(|m| self.message(m)).collect(),
+                aggregate: AggregateId(0),
+            },
+            Event::Schedule { messages, .. } => Plan::Ids {
+                tenant: TenantId(0),
+                relay: self.relay("scheduler"),
                 messages: messages.iter().map(|m| self.message(m)).collect(),
                 aggregate: AggregateId(0),
             },
@@ -402,6 +414,9 @@ impl Oracle {
                             // property: it is not what the design's claim does.
                             ClaimRefusal::InFlight => None,
                             ClaimRefusal::RetryClock => Some(Property::S7),
+                            // Its time has passed: taking it before the scheduler moved it is
+                            // not what the design's claim does, and breaks no property.
+                            ClaimRefusal::Unscheduled => None,
                             ClaimRefusal::BudgetSpent => Some(Property::S3),
                             ClaimRefusal::OverBatch | ClaimRefusal::Twice => None,
                         };
@@ -694,6 +709,24 @@ impl Oracle {
                 audited(b, &before)?;
                 Ok(None)
             }
+            Event::Schedule { now, .. } => {
+                let before = rows_of(b, messages);
+                // A design without a scheduler has none to move anything.
+                let mut moved = if self.policy.scheduler {
+                    b.auditor.schedule(&mut b.outbox, Instant(*now), Instant(*now))
+                } else {
+                    Vec::new()
+                };
+                let mut expected = messages.to_vec();
+                moved.sort();
+                expected.sort();
+                if moved != expected {
+                    let finding = Finding::Scheduled { model: moved, got: expected };
+                    return Err(diverge(conformance(Conformance::C5), finding, &before));
+                }
+                audited(b, &before)?;
+                Ok(None)
+            }
             Event::Requeue { result, .. } => {
                 let before = rows_of(b, messages);
                 let model = b.auditor.requeue(&mut b.outbox, &self.policy, messages[0]).map_err(|error| {
@@ -841,6 +874,14 @@ impl Oracle {
                     force_release(b, id, Status::Exhausted, None, *now);
                 }
             }
+            // What the scheduler says it moved becomes claimable, whatever the retry time said.
+            Event::Schedule { .. } => {
+                for &id in messages {
+                    if let Some(i) = b.outbox.index(id) {
+                        b.outbox.rows_mut()[i].next_attempt_at = None;
+                    }
+                }
+            }
             Event::Requeue { result, .. } if result == "applied" => {
                 let id = messages[0];
                 if let Some(i) = b.outbox.index(id) {
@@ -895,7 +936,7 @@ pub(super) fn locked_by(event: &Event, plan: &Plan, claim_by_tenant: bool) -> Lo
         Event::Claim { outcome: Outcome::Unknown, batch, .. } => {
             Locked::Any { tenant: claim_by_tenant.then_some(*tenant), batch: *batch }
         }
-        Event::Claim { .. } | Event::Reap { .. } => Locked::Rows(messages.clone()),
+        Event::Claim { .. } | Event::Reap { .. } | Event::Schedule { .. } => Locked::Rows(messages.clone()),
         Event::Write { result: WriteReport::Applied | WriteReport::Unknown, .. } => Locked::Rows(messages.clone()),
         Event::Release { result, .. } | Event::Requeue { result, .. } if result == "applied" => {
             Locked::Rows(messages.clone())

@@ -38,7 +38,7 @@ impl Conformance {
             Conformance::C2 => "attempts are counted differently from the declared design",
             Conformance::C3 => "a write's result differs from the declared design's",
             Conformance::C4 => "a row's status after a write differs from the declared design's",
-            Conformance::C5 => "the reaper took other rows than the declared design's reaper",
+            Conformance::C5 => "the reaper or the scheduler moved other rows than the declared design's",
             Conformance::C6 => "a requeue's result differs from the declared design's",
             Conformance::C7 => "an event names a row the history never enqueued",
             Conformance::C8 => "an operation the declared design cannot express",
@@ -280,6 +280,8 @@ pub enum Finding {
     ReleaseResult { model: WriteResult, got: String, superseded_by: Option<Superseder> },
     /// The reaper took other rows than the design's.
     Reaped { model: Vec<MessageId>, got: Vec<MessageId> },
+    /// The scheduler made other rows claimable than the design's scheduler.
+    Scheduled { model: Vec<MessageId>, got: Vec<MessageId> },
     /// A requeue's result differs from the model's.
     RequeueResult { model: RequeueResult, got: String },
     /// A claim passed over a claimable row no transaction of the history could have locked; the
@@ -408,6 +410,7 @@ impl Finding {
                 (format!("the release {}", result(model)), format!("{got}{}", superseded(superseded_by)))
             }
             Finding::Reaped { model, got } => (format!("reaping [{}]", list(model)), format!("[{}]", list(got))),
+            Finding::Scheduled { model, got } => (format!("scheduling [{}]", list(model)), format!("[{}]", list(got))),
             Finding::RequeueResult { model, got } => {
                 let model = if *model == RequeueResult::Applied { "applied" } else { "not_requeueable" };
                 (model.to_string(), got.clone())

@@ -1302,6 +1302,11 @@ impl ProfileStore {
         self.clock = None;
     }
 
+    /// Whether the table keeps a lease token (the rows SELECT maps `lease_token`).
+    pub(crate) fn keeps_tokens(&self) -> bool {
+        self.columns.iter().any(|c| c == "lease_token")
+    }
+
     /// The rescuer's horizon at `now`: a lease ago, where the lease began that ends now.
     fn horizon(&self, now: Instant) -> Instant {
         Instant(now.0.saturating_sub(self.lease.0))
@@ -2274,7 +2279,7 @@ impl Store for ProfileStore {
     }
 
     fn view_token(&self, token: LeaseToken) -> LeaseToken {
-        if self.columns.iter().any(|c| c == "lease_token") {
+        if self.keeps_tokens() {
             token
         } else {
             LeaseToken(0)

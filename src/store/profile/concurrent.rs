@@ -79,8 +79,23 @@ struct ThreadRelay<'a> {
 }
 
 impl ThreadRelay<'_> {
-    fn log(&self, stamp: i64, event: crate::trace::Event) {
+    fn log(&self, stamp: i64, mut event: crate::trace::Event) {
+        if !self.store.keeps_tokens() {
+            without_tokens(&mut event);
+        }
         self.trace.lock().unwrap_or_else(|e| e.into_inner()).push((stamp, event));
+    }
+}
+
+/// An event of a table that keeps no token (River's jobs, pgmq's messages) as the history can
+/// tell it: with no token, each claim a lease of its own, so the oracle never reads the zero the
+/// run carries in its place as a token handed out twice.
+fn without_tokens(event: &mut crate::trace::Event) {
+    use crate::trace::Event;
+    match event {
+        Event::Claim { leases, .. } => leases.iter_mut().for_each(|l| l.token = None),
+        Event::Publish { token, .. } | Event::Write { token, .. } | Event::Release { token, .. } => *token = None,
+        _ => {}
     }
 }
 
@@ -308,33 +323,52 @@ impl Profile {
                                     }
                                 }
                             }
+                            // The scheduler beside the relays (`maintenance.scheduler`): rows
+                            // whose retry time passed become claimable, in one statement.
+                            if r == 0 && policy.scheduler && store.can_schedule() {
+                                let at = Instant(now());
+                                if let Ok(moved) = store.schedule(at) {
+                                    if !moved.is_empty() {
+                                        let messages = moved.iter().map(|m| names(*m)).collect();
+                                        trace
+                                            .lock()
+                                            .unwrap_or_else(|e| e.into_inner())
+                                            .push((2 * store.last_stamp, T::Schedule { now: at.0, messages }));
+                                    }
+                                }
+                            }
                             // The rescuer beside the relays: a read, then the move of the row it
                             // read, each its own statement — another relay may claim between.
                             if let (0, Some(fence)) = (r, policy.rescue.filter(|_| store.can_rescue())) {
                                 let at = Instant(now());
                                 if let Ok(Some((message, token))) = store.rescue_read(at) {
+                                    // Where it goes and its retry time, as the design's rescuer
+                                    // decides from the attempts of the row it read.
+                                    let attempts = store
+                                        .rows()?
+                                        .iter()
+                                        .find(|row| row.message_id == message)
+                                        .map_or(0, |row| row.attempts);
                                     let lease = Lease {
                                         message_id: message,
                                         tenant_id: TenantId(0),
                                         owner: RelayId(u16::MAX),
                                         token,
-                                        attempts: 0,
+                                        attempts,
                                         claim_seq: 0,
                                     };
-                                    let request = crate::core::ReleaseRequest {
-                                        lease,
-                                        fence,
-                                        to: Status::Pending,
-                                        retry_at: None,
-                                        now: Instant(now()),
-                                    };
+                                    let request =
+                                        policy.rescue_request(lease, fence, attempts, max_attempts, Instant(now()));
                                     if let Ok(result) = store.rescue(&request, max_attempts) {
                                         // The statement decides where the row goes; applied, it says.
                                         let to = match result {
                                             WriteResult::Applied { status } => status,
                                             WriteResult::Stale { .. } => request.to,
                                         };
-                                        let event = T::rescue_of(names(message), &request, to, result);
+                                        let mut event = T::rescue_of(names(message), &request, to, result);
+                                        if !store.keeps_tokens() {
+                                            without_tokens(&mut event);
+                                        }
                                         trace
                                             .lock()
                                             .unwrap_or_else(|e| e.into_inner())
