@@ -60,7 +60,7 @@ fn claim_throughput_of_four_relays() {
                         let row = tx
                             .query_one(
                                 update,
-                                &[id, &(now + 30_000), &owner_name(outbox_check::core::RelayId(r)), &0i64],
+                                &[id, &(now + 30_000), &owner_name(outbox_check::core::RelayId(r)), &0i64, &now],
                             )
                             .unwrap();
                         tokens.push(row.get::<_, i64>(1));

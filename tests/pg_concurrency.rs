@@ -261,8 +261,10 @@ impl<'a> Relay<'a> {
             .collect();
         let mut leases = Vec::new();
         for id in ids {
-            let row =
-                tx.query_one(&update, &[&id, &(req.now.plus(req.lease).0 as i64), &owner_name(req.owner), &0i64])?;
+            let row = tx.query_one(
+                &update,
+                &[&id, &(req.now.plus(req.lease).0 as i64), &owner_name(req.owner), &0i64, &(req.now.0 as i64)],
+            )?;
             let message: u32 = id[1..].parse().unwrap();
             leases.push(Lease {
                 message_id: MessageId(message),

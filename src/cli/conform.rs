@@ -189,7 +189,28 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
                     "4 relays over your statements on PostgreSQL, with a flaky broker and killed backends",
                 );
                 spinner.enable_steady_tick(std::time::Duration::from_millis(120));
-                if args.against.policy().scheduler && profile.file.statements.schedule.is_none() {
+                // The writes the concurrent run's relays send: its broker acknowledges, fails
+                // and times out, and never rejects (so no mark_failed); mark_exhausted only where
+                // the design has EXHAUSTED.
+                let sent = |key: &str| match key {
+                    "mark_ambiguous" | "mark_retry" => true,
+                    "mark_exhausted" => args.against.policy().exhausted_status,
+                    _ => false,
+                };
+                let missing: Vec<&str> = profile
+                    .file
+                    .statements
+                    .each()
+                    .into_iter()
+                    .filter(|(key, sql)| sql.is_none() && sent(key))
+                    .map(|(key, _)| key)
+                    .collect();
+                if !missing.is_empty() {
+                    report.concurrent_not_run = Some(format!(
+                        "your profile has no {} statement, which the relays send when the broker fails or times out",
+                        missing.join(" or ")
+                    ));
+                } else if args.against.policy().scheduler && profile.file.statements.schedule.is_none() {
                     // Retried rows would wait for good for a scheduler the profile leaves out:
                     // no relay's fault, and nothing to judge.
                     report.concurrent_not_run = Some(format!(

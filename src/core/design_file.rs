@@ -793,7 +793,7 @@ pub const KEY_DOCS: [(&str, &str); 55] = [
     ("claim.takes_expired_leases", "true: a claim takes back IN_FLIGHT rows whose lease has expired; false: it never takes an in-flight row, only the maintenance job ends such a lease (River, Graphile Worker, Oban). Optional, default true."),
     ("claim.takes_terminal_rows", "true: a claim also takes PUBLISHED, FAILED and EXHAUSTED rows."),
     ("claim.budget", "\"strict\" (attempts < max), \"one-over\" (attempts <= max) or \"absent\" (no budget predicate)."),
-    ("claim.order", "\"due\" (retry time, else creation, then id) or \"created\" (creation, tenant, id)."),
+    ("claim.order", "\"due\" (retry time, else creation, then id), \"created\" (creation, tenant, id) or \"last-claimed\" (as due, where a claim makes its own time the row's due time: underway's `run_at = now()`, so a task taken back after its lease expired sorts by its last claim)."),
     ("claim.sets", "\"owner-and-token\" (owner and a fresh token), \"owner-only\" (the token stays), \"token-only\" (a fresh token, no owner: underway's `current_attempt`) or \"unfenced\" (status and expiry only)."),
     ("claim.token", "\"counter\" (token + 1) or \"random\" (a fresh value, compared for equality only)."),
     ("claim.lease", "What holds a claim's lease: \"expiry\" (a time in the row; it ends when time passes it) or \"session\" (held by the claiming relay's session: a database session, as good_job's advisory lock, or a node's registration, as Wolverine's owner_id; no time ends it, the session's end does — the relay crashes, its connection dies, or the fault lease-lost ends it while the relay keeps running, good_job#989, Wolverine#3850). A session lease needs claim.sets to record the owner. Optional, default \"expiry\"."),

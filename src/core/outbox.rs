@@ -404,7 +404,9 @@ impl Outbox {
     /// The claim's total order, as a sortable key.
     pub fn order_key(order: ClaimOrder, row: &Row) -> (Instant, TenantId, MessageId) {
         match order {
-            ClaimOrder::Due => (row.retry_at().unwrap_or(row.created_at), TenantId(0), row.message_id),
+            ClaimOrder::Due | ClaimOrder::LastClaimed => {
+                (row.retry_at().unwrap_or(row.created_at), TenantId(0), row.message_id)
+            }
             ClaimOrder::Created => (row.created_at, row.tenant_id, row.message_id),
         }
     }
@@ -536,6 +538,11 @@ impl Outbox {
         }
         if policy.attempts_at == AttemptsAt::Claim {
             row.attempts += 1;
+        }
+        if policy.claim_order == ClaimOrder::LastClaimed {
+            // One due-time column: the claim's time replaces the retry time it waited for.
+            row.created_at = req.now;
+            row.next_attempt_at = None;
         }
         Lease {
             message_id: row.message_id,

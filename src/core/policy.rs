@@ -218,6 +218,9 @@ pub enum ClaimOrder {
     Due,
     /// `created_at, tenant_id, message_id` (seed 003).
     Created,
+    /// As `Due`, where a claim makes its own time the row's due time (underway's
+    /// `run_at = now()`): a task taken back after its lease expired sorts by its last claim.
+    LastClaimed,
 }
 
 /// Which idempotency key a relay sends with a publication.

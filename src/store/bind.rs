@@ -410,12 +410,13 @@ impl Common {
 
     /// One claimed row's UPDATE parameters: 1 message_id, 2 the lease's expiry, 3 owner, 4 the
     /// fresh token (drawn here, for designs with random tokens).
-    fn claim_update_params(&mut self, id: &str, req: &ClaimRequest) -> [Param; 4] {
+    fn claim_update_params(&mut self, id: &str, req: &ClaimRequest) -> [Param; 5] {
         [
             Param::Text(id.to_string()),
             Param::Int(req.now.plus(req.lease).0 as i64),
             Param::Text(owner_name(req.owner)),
             self.next_token(),
+            Param::Int(req.now.0 as i64),
         ]
     }
 

@@ -44,9 +44,11 @@ pub struct ProfileFile {
     #[serde(default)]
     pub statuses: Option<StatusNames>,
     /// The table's column for a model field, where its name is not the model's
-    /// (`message_id = "id"`): read from every statement's result, so `RETURNING *` works.
+    /// (`message_id = "id"`): read from every statement's result, so `RETURNING *` works. A list
+    /// names the field in results that call it differently (underway's claim returns
+    /// `current_attempt` as `attempt_number`): the first a result has is read.
     #[serde(default)]
-    pub columns: BTreeMap<String, String>,
+    pub columns: BTreeMap<String, ColumnNames>,
     /// Time the queue's way: the model's lease as the queue's own lease or rescue horizon.
     #[serde(default)]
     pub time: Option<TimeFile>,
@@ -102,6 +104,39 @@ pub fn parse_millis(text: &str) -> Result<u64, String> {
     }
 }
 
+/// What joins the statements of a write given as a list (`mark_retry = ["…", "…"]`).
+pub const PARTS: &str = "\n-- outbox-check: the next statement of this write\n";
+
+/// A write's statements, in order: one, or the parts of a list.
+pub fn parts(sql: &str) -> Vec<&str> {
+    sql.split(PARTS).collect()
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrParts {
+    One(String),
+    Parts(Vec<String>),
+}
+
+impl OneOrParts {
+    fn joined<E: serde::de::Error>(self) -> Result<String, E> {
+        match self {
+            OneOrParts::One(one) => Ok(one),
+            OneOrParts::Parts(parts) if parts.is_empty() => Err(E::custom("an empty list of statements")),
+            OneOrParts::Parts(parts) => Ok(parts.join(PARTS)),
+        }
+    }
+}
+
+fn one_or_parts<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    OneOrParts::deserialize(d)?.joined()
+}
+
+fn one_or_parts_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Option::<OneOrParts>::deserialize(d)?.map(OneOrParts::joined).transpose()
+}
+
 /// The statements, by operation.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -110,10 +145,18 @@ pub struct Statements {
     /// Takes up to `:batch` rows and returns them: `message_id`, `lease_token`, `attempts`
     /// (and `tenant_id` where the table has one).
     pub claim: String,
+    /// A write is one statement, or a list run in one transaction that applies only where
+    /// every statement changes a row (underway's: its code fails on a statement that matched
+    /// none); kept joined by [`PARTS`].
+    #[serde(deserialize_with = "one_or_parts")]
     pub mark_published: String,
+    #[serde(default, deserialize_with = "one_or_parts_opt")]
     pub mark_ambiguous: Option<String>,
+    #[serde(default, deserialize_with = "one_or_parts_opt")]
     pub mark_retry: Option<String>,
+    #[serde(default, deserialize_with = "one_or_parts_opt")]
     pub mark_failed: Option<String>,
+    #[serde(default, deserialize_with = "one_or_parts_opt")]
     pub mark_exhausted: Option<String>,
     /// The maintenance job; returns the ids it moved (`message_id`).
     pub reap: Option<String>,
@@ -571,7 +614,8 @@ fn clock_in_schema(
     };
     let defaults = client.query(
         &format!(
-            "SELECT format('%s.%s', c.relname, a.attname), pg_get_expr(d.adbin, d.adrelid), lower(c.relname)
+            "SELECT format('%s.%s', c.relname, a.attname), pg_get_expr(d.adbin, d.adrelid), lower(c.relname),
+                    format('ALTER TABLE %I.%I ALTER COLUMN %I SET DEFAULT ', n.nspname, c.relname, a.attname)
                FROM pg_attrdef d JOIN pg_class c ON c.oid = d.adrelid
                JOIN pg_namespace n ON n.oid = c.relnamespace
                JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
@@ -580,12 +624,21 @@ fn clock_in_schema(
         &params,
     )?;
     for row in defaults {
-        let (column, expr, table): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+        let (column, expr, table, alter): (String, String, String, String) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
         if !named(&table) {
             continue;
         }
-        if let Some(reads) = clock_syntax(&expr) {
+        // A default bound to pg_catalog's clock — `now()` written under a migration's own
+        // `SET search_path`, where pg_catalog comes first — reads the run's clock instead: the
+        // same function, evaluated by the database at insert either way (decision 94).
+        let repointed = super::postgres::SHADOWED_CLOCK.iter().fold(expr.clone(), |e, name| {
+            e.replace(&format!("pg_catalog.{name}()"), &format!("{}.{name}()", place.schema))
+        });
+        if let Some(reads) = clock_syntax(&repointed) {
             problems.push(format!("column {column} DEFAULT {expr} reads {reads}"));
+        } else if repointed != expr {
+            client.batch_execute(&format!("{alter}{repointed}"))?;
         }
     }
     for (name, body, config) in functions {
@@ -720,6 +773,30 @@ fn migration_order(path: &Path) -> (u64, String) {
     (digits.parse().unwrap_or(u64::MAX), name)
 }
 
+/// A field's column in `[columns]`: one name, or the names results give it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ColumnNames {
+    One(String),
+    Several(Vec<String>),
+}
+
+impl ColumnNames {
+    pub fn names(&self) -> &[String] {
+        match self {
+            ColumnNames::One(one) => std::slice::from_ref(one),
+            ColumnNames::Several(several) => several,
+        }
+    }
+}
+
+/// A returned column's name as the queue's code reads it: sqlx's overrides in an alias
+/// (`"id: TaskId"`, `"attempt_number!"`, `"count?: i64"`) name the column before them.
+fn column_name(raw: &str) -> String {
+    let name = raw.split_once(':').map_or(raw, |(name, _)| name).trim_end();
+    name.trim_end_matches(['!', '?']).to_string()
+}
+
 /// The named parameters each statement may use.
 pub const PARAMETERS: [(&str, &[&str]); 13] = [
     ("enqueue", &["id", "tenant", "aggregate", "version", "now", "run_at", "max_attempts", "lease_ms", "lease_s"]),
@@ -751,6 +828,7 @@ const WRITE_PARAMETERS: &[&str] = &[
     "now",
     "code",
     "retry_at",
+    "retry_in",
     "retry_in_s",
     "backoff_base_ms",
     "backoff_cap_ms",
@@ -1352,7 +1430,8 @@ impl ProfileStore {
         // In the concurrent run another relay may change the row between the statement and
         // the reads that observe it; one transaction, the row locked first where the outcome
         // is read from the row before and after, keeps what is observed the statement's own.
-        let held = self.hold(observe != Observe::RowsAffected && observe != Observe::Returning, id)?;
+        let several = parts(sql).len() > 1;
+        let held = self.hold(observe != Observe::RowsAffected && observe != Observe::Returning || several, id)?;
         let observed = self.observe_write(key, sql, params, id, gone_as, observe);
         if held {
             let ended = self.end_hold(observed.is_ok());
@@ -1380,7 +1459,7 @@ impl ProfileStore {
             None
         };
         let there_before = observe != Observe::RowGone || self.rows()?.iter().any(|r| r.message_id == id);
-        let (returned, changed) = self.run(key, sql, params)?;
+        let (returned, changed) = self.run_parts(key, sql, params)?;
         let stamp = self.last_stamp;
         let after = self.rows()?.into_iter().find(|r| r.message_id == id);
         let applied = match observe {
@@ -1466,12 +1545,12 @@ impl ProfileStore {
         match &mut self.db {
             Db::Sqlite(conn) => {
                 let stmt = conn.prepare(sql).map_err(|e| setup(sqlite_said(&e)))?;
-                Ok(stmt.column_names().into_iter().map(String::from).collect())
+                Ok(stmt.column_names().into_iter().map(column_name).collect())
             }
             Db::Postgres(scratch) => {
                 let (pg, _) = positional(sql);
                 let stmt = scratch.borrow_mut().client().prepare(&pg).map_err(|e| setup(super::bind::one_line(&e)))?;
-                Ok(stmt.columns().iter().map(|c| c.name().to_string()).collect())
+                Ok(stmt.columns().iter().map(|c| column_name(c.name())).collect())
             }
         }
     }
@@ -1481,12 +1560,12 @@ impl ProfileStore {
     fn row_columns(&mut self) -> Result<Vec<String>, StoreError> {
         let sql = self.profile.file.statements.rows.clone();
         let given = self.columns_of("rows", &sql)?;
-        let mapped: Vec<&String> = self.profile.file.columns.values().collect();
+        let mapped: Vec<&String> = self.profile.file.columns.values().flat_map(|c| c.names()).collect();
         self.not_read =
             given.iter().filter(|c| !COLUMNS.contains(&c.as_str()) && !mapped.contains(c)).cloned().collect();
         let mut names: Vec<String> = given.iter().filter(|n| COLUMNS.contains(&n.as_str())).cloned().collect();
-        for (field, column) in &self.profile.file.columns {
-            if given.contains(column) && !names.contains(field) {
+        for (field, columns) in &self.profile.file.columns {
+            if columns.names().iter().any(|c| given.contains(c)) && !names.contains(field) {
                 names.push(field.clone());
             }
         }
@@ -1517,8 +1596,22 @@ impl ProfileStore {
             Db::Postgres(scratch) => scratch.borrow().place().database.is_some(),
             Db::Sqlite(_) => false,
         };
-        for (key, sql) in s.each() {
-            let Some(sql) = sql else { continue };
+        // A write given as a list is checked statement by statement (`mark_retry.2`).
+        let each: Vec<(String, &'static str, &str)> = s
+            .each()
+            .into_iter()
+            .filter_map(|(base, sql)| sql.map(|sql| (base, sql.as_str())))
+            .flat_map(|(base, sql)| {
+                let several = parts(sql);
+                if several.len() == 1 {
+                    vec![(base.to_string(), base, sql)]
+                } else {
+                    several.into_iter().enumerate().map(|(n, part)| (format!("{base}.{}", n + 1), base, part)).collect()
+                }
+            })
+            .collect();
+        for (key, base, sql) in &each {
+            let (key, base, sql) = (key.as_str(), *base, *sql);
             // On PostgreSQL the run's clock stands in for the clock functions; on SQLite
             // nothing does.
             let (reads, shadowed) = match &self.db {
@@ -1547,7 +1640,7 @@ impl ProfileStore {
                 problems.push(e.to_string());
                 continue;
             }
-            let allowed = PARAMETERS.iter().find(|(k, _)| *k == key).map_or(&[][..], |(_, p)| p);
+            let allowed = PARAMETERS.iter().find(|(k, _)| *k == base).map_or(&[][..], |(_, p)| p);
             let mut seen: Vec<&str> = Vec::new();
             for (_, _, name) in named_params(sql) {
                 if seen.contains(&name) {
@@ -1563,7 +1656,7 @@ impl ProfileStore {
                     None => vec![(name, String::new())],
                 };
                 for (ours, through) in reached {
-                    if key == "claim" && ours == "token" && !self.random_tokens() {
+                    if base == "claim" && ours == "token" && !self.random_tokens() {
                         problems.push(format!(
                             "statements.claim: parameter :token{through} is a fresh random token, given only where the design's claim.token is \"random\""
                         ));
@@ -1581,9 +1674,8 @@ impl ProfileStore {
         }
         // A name of [parameters] no statement uses is misspelt, or for another statement.
         for (statement, name) in self.profile.parameters.names() {
-            let used = s.each().into_iter().any(|(key, sql)| {
-                statement.is_none_or(|k| k == key)
-                    && sql.is_some_and(|sql| named_params(sql).iter().any(|p| p.2 == name))
+            let used = each.iter().any(|(key, base, sql)| {
+                statement.is_none_or(|k| k == key || k == *base) && named_params(sql).iter().any(|p| p.2 == name)
             });
             if !used {
                 problems.push(match statement {
@@ -1618,6 +1710,59 @@ impl ProfileStore {
             self.problem.get_or_insert_with(|| problem.clone());
         }
         answer
+    }
+
+    /// A write's statements in one transaction (a savepoint inside one already open), each
+    /// with its own `[parameters.KEY.N]`: kept only where every one changed a row — the first
+    /// that changes none rolls them all back, as the queue's code returning its error does.
+    /// One statement is [`ProfileStore::run`].
+    fn run_parts(&mut self, key: &str, sql: &str, params: &Params) -> Result<Answer, StoreError> {
+        let parts = parts(sql);
+        if parts.len() == 1 {
+            return self.run(key, sql, params);
+        }
+        let opened = !self.held;
+        self.exec(if opened { "BEGIN" } else { "SAVEPOINT outbox_check_write" })?;
+        self.held = true;
+        let mut last = (Vec::new(), 0);
+        let mut kept = true;
+        for (n, part) in parts.iter().enumerate() {
+            match self.run(&format!("{key}.{}", n + 1), part, params) {
+                Ok((rows, changed)) if changed > 0 => last = (rows, changed),
+                Ok(_) => {
+                    kept = false;
+                    break;
+                }
+                Err(e) => {
+                    let _ = self.exec(if opened { "ROLLBACK" } else { "ROLLBACK TO SAVEPOINT outbox_check_write" });
+                    self.held = !opened;
+                    return Err(e);
+                }
+            }
+        }
+        let end = match (opened, kept) {
+            (true, true) => "COMMIT",
+            (true, false) => "ROLLBACK",
+            (false, true) => "RELEASE SAVEPOINT outbox_check_write",
+            (false, false) => "ROLLBACK TO SAVEPOINT outbox_check_write",
+        };
+        self.exec(end)?;
+        self.held = !opened;
+        Ok(if kept { last } else { (Vec::new(), 0) })
+    }
+
+    /// Transaction control around a write's statements, logged with them.
+    fn exec(&mut self, sql: &str) -> Result<(), StoreError> {
+        match &mut self.db {
+            Db::Sqlite(conn) => conn.execute_batch(sql)?,
+            Db::Postgres(scratch) => scratch.borrow_mut().client().batch_execute(sql)?,
+        }
+        self.log.push(format!("{sql};"));
+        if sql.starts_with("ROLLBACK") {
+            // The clock set inside it went with it.
+            self.clock = None;
+        }
+        Ok(())
     }
 
     /// The values of the parameters `sql` names: what `[parameters]` gives the name (the
@@ -1691,7 +1836,7 @@ impl ProfileStore {
                     };
                     stmt.raw_bind_parameter(i, value)?;
                 }
-                let names: Vec<String> = stmt.column_names().into_iter().map(String::from).collect();
+                let names: Vec<String> = stmt.column_names().into_iter().map(column_name).collect();
                 let mut out = Vec::new();
                 let mut rows = stmt.raw_query();
                 while let Some(row) = rows.next()? {
@@ -1765,7 +1910,7 @@ impl ProfileStore {
                 for row in &rows {
                     let mut cells = BTreeMap::new();
                     for i in 0..row.len() {
-                        cells.insert(row.columns()[i].name().to_string(), pg_cell(row, i, scale)?);
+                        cells.insert(column_name(row.columns()[i].name()), pg_cell(row, i, scale)?);
                     }
                     out.push(cells);
                 }
@@ -1773,9 +1918,9 @@ impl ProfileStore {
             }
         };
         // The profile's names for the model's fields: `[columns] message_id = "id"`.
-        for (field, column) in &self.profile.file.columns {
+        for (field, columns) in &self.profile.file.columns {
             for row in &mut answer {
-                if let Some(v) = row.get(column).cloned() {
+                if let Some(v) = columns.names().iter().find_map(|c| row.get(c)).cloned() {
                     row.insert(field.clone(), v);
                 }
             }
@@ -2061,6 +2206,8 @@ impl Store for ProfileStore {
             ("now", time(req.now)),
             ("code", text(req.kind.code().map_or("", FailureCode::as_str))),
             ("retry_at", time(retry_at)),
+            // The delay itself: an interval (underway's `run_at = now() + $2`) or milliseconds.
+            ("retry_in", V::Span(retry_at.0.saturating_sub(req.now.0))),
             ("retry_in_s", V::Seconds(retry_at.0.saturating_sub(req.now.0))),
             ("backoff_base_ms", span(policy.backoff.base)),
             ("backoff_cap_ms", span(policy.backoff.cap)),

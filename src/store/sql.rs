@@ -77,7 +77,7 @@ pub fn claim_select(d: Dialect, policy: &Policy) -> String {
     }
     predicate.extend(unused);
     let order = match policy.claim_order {
-        ClaimOrder::Due => "COALESCE(next_attempt_at, created_at), message_id",
+        ClaimOrder::Due | ClaimOrder::LastClaimed => "COALESCE(next_attempt_at, created_at), message_id",
         ClaimOrder::Created => "created_at, tenant_id, message_id",
     };
     let lock = if d == Dialect::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" };
@@ -88,8 +88,8 @@ pub fn claim_select(d: Dialect, policy: &Policy) -> String {
     )
 }
 
-/// One claimed row's UPDATE: parameters 1 message_id, 2 now + lease, 3 owner, 4 random token.
-/// Returns tenant_id, lease_token, attempts.
+/// One claimed row's UPDATE: parameters 1 message_id, 2 now + lease, 3 owner, 4 random token,
+/// 5 now. Returns tenant_id, lease_token, attempts.
 pub fn claim_update(d: Dialect, policy: &Policy) -> String {
     let mut set = vec!["status = 'IN_FLIGHT'".to_string(), format!("lease_expires_at = {}", d.p(2, "bigint"))];
     let token = match policy.token_kind {
@@ -111,6 +111,12 @@ pub fn claim_update(d: Dialect, policy: &Policy) -> String {
     // Every parameter must appear (PostgreSQL types it, SQLite counts it): unused ones are
     // compared away.
     let mut unused = Vec::new();
+    if policy.claim_order == ClaimOrder::LastClaimed {
+        // The claim's time is the row's due time (underway's `run_at = now()`).
+        set.push(format!("created_at = {}, next_attempt_at = NULL", d.p(5, "bigint")));
+    } else {
+        unused.push(format!(" AND {} IS NOT NULL", d.p(5, "bigint")));
+    }
     if matches!(policy.claim_fence, ClaimFence::Unfenced | ClaimFence::TokenOnly) {
         unused.push(format!(" AND {} IS NOT NULL", d.p(3, "text")));
     }
@@ -314,11 +320,12 @@ pub fn events_claim_select(d: Dialect) -> String {
 pub fn events_claim_update(d: Dialect) -> String {
     format!(
         "UPDATE outbox_events SET status = 'leased', attempts = attempts + 1, leased_by = {}, lease_token = {}, \
-         lease_until = {} WHERE event_id = {} RETURNING tenant_id, lease_token, attempts",
+         lease_until = {} WHERE event_id = {} AND {} IS NOT NULL RETURNING tenant_id, lease_token, attempts",
         d.p(3, "text"),
         d.p(4, "text"),
         d.p(2, "bigint"),
-        d.p(1, "text")
+        d.p(1, "text"),
+        d.p(5, "bigint")
     )
 }
 

@@ -125,6 +125,20 @@ impl Parameters {
                 toml::Value::Table(inner) if statements.contains(&name.as_str()) => {
                     let mut one = BTreeMap::new();
                     for (n, v) in inner {
+                        // `[parameters.mark_retry.2]`: the second statement of a write's list.
+                        if let (toml::Value::Table(part), Ok(k)) = (v, n.parse::<u32>()) {
+                            let mut own = BTreeMap::new();
+                            for (pn, pv) in part {
+                                match given(pv) {
+                                    Ok(g) => {
+                                        own.insert(pn.clone(), g);
+                                    }
+                                    Err(e) => problems.push(format!("{shown}: parameters.{name}.{k}.{pn}: {e}")),
+                                }
+                            }
+                            parameters.by_statement.insert(format!("{name}.{k}"), own);
+                            continue;
+                        }
                         match given(v) {
                             Ok(g) => {
                                 one.insert(n.clone(), g);
@@ -152,7 +166,13 @@ impl Parameters {
     /// What `[parameters]` gives the parameter `name` of statement `key`: the statement's own
     /// table first, then the names for every statement.
     pub fn given(&self, key: &str, name: &str) -> Option<&Given> {
-        self.by_statement.get(key).and_then(|t| t.get(name)).or_else(|| self.every.get(name))
+        // A write's N-th statement (`mark_retry.2`): its own table, then the write's.
+        let write = key.rsplit_once('.').map(|(write, _)| write);
+        self.by_statement
+            .get(key)
+            .and_then(|t| t.get(name))
+            .or_else(|| write.and_then(|w| self.by_statement.get(w)).and_then(|t| t.get(name)))
+            .or_else(|| self.every.get(name))
     }
 
     /// Every name `[parameters]` gives, with the statement it is for (`None`: every one).
