@@ -975,6 +975,119 @@ fn rivers_sql_runs_as_its_authors_wrote_it() {
     assert!(err.lines().all(|l| !l.trim().is_empty()), "{err}");
 }
 
+const UNDERWAY: &str = "docs/examples/underway/underway.profile.toml";
+
+/// A copy of underway's profile, changed by `profile`, beside a copy of its migrations.
+fn underway_variant(name: &str, profile: impl Fn(String) -> String) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples/underway");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("profiles").join(name.trim_end_matches(".toml"));
+    std::fs::create_dir_all(dir.join("migrations")).unwrap();
+    for f in std::fs::read_dir(root.join("migrations")).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), dir.join("migrations").join(f.file_name())).unwrap();
+    }
+    let design = root.join("../underway.toml");
+    let text = std::fs::read_to_string(root.join("underway.profile.toml"))
+        .unwrap()
+        .replace("design = \"../underway.toml\"", &format!("design = {:?}", design.to_str().unwrap()));
+    let path = dir.join(name);
+    std::fs::write(&path, profile(text)).unwrap();
+    path
+}
+
+/// underway's own SQL (its migrations, sqlx's queries of src/queue.rs) does what its design
+/// file says; each result is several statements in one transaction that holds only where every
+/// one changed a row. A completion no longer fenced by the attempt is caught, and so is a result
+/// whose first statement matches nothing while the rest would apply.
+#[test]
+fn underways_sql_runs_as_its_authors_wrote_it() {
+    let Some(url) = common::pg_url("underway's profile") else { return };
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(UNDERWAY)).unwrap();
+    // The statements are underway's own: sqlx's column overrides and `$n` are in the file.
+    for written in ["c.id as \"id: TaskId\"", "c.current_attempt as \"attempt_number!\"", "set local search_path"] {
+        assert!(
+            text.contains(written)
+                || std::fs::read_to_string(
+                    Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("docs/examples/underway/migrations/20240921151751_0.sql")
+                )
+                .unwrap()
+                .contains(written),
+            "{written}"
+        );
+    }
+    let out = conform_json_on(&url, Path::new(UNDERWAY), "60");
+    let report = json(&out);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(report["verdict"], "agrees", "{report}");
+    let c = &report["concurrent"];
+    assert!(c["oracle"].is_null() && c["not_terminal"] == serde_json::json!([]), "{c}");
+    for situation in ["budgets_spent", "superseded_writes", "reaps"] {
+        assert!(report["exercised"][situation].as_u64().unwrap() > 0, "{situation}: {report}");
+    }
+    // Completion's second statement, the task's update, without `current_attempt = $4` (`$4 > 0`
+    // keeps the parameter): still fenced, by the first — a superseded worker's attempt row was
+    // failed by the claim that took the task back, so it matches nothing and the transaction
+    // holds neither. Without the first statement's `attempt_number = $4` as well, a superseded
+    // worker's completion applies.
+    let task_unfenced = |p: String| {
+        p.replacen(
+            "              and state = $5\n              and current_attempt = $4\n",
+            "              and state = $5\n              and $4 > 0\n",
+            1,
+        )
+    };
+    let half = underway_variant("underway-half.toml", task_unfenced);
+    assert!(std::fs::read_to_string(&half).unwrap().contains("and $4 > 0"));
+    let out = conform_json_on(&url, &half, "60");
+    assert_eq!(json(&out)["verdict"], "agrees", "{}", String::from_utf8_lossy(&out.stdout));
+    let unfenced = underway_variant("underway-unfenced.toml", |p| {
+        task_unfenced(p).replacen(
+            "              and attempt_number = $4\n              and state = $5\n",
+            "              and $4 > 0\n              and state = $5\n",
+            1,
+        )
+    });
+    assert_eq!(std::fs::read_to_string(&unfenced).unwrap().matches("and $4 > 0").count(), 2);
+    let out = conform_json_on(&url, &unfenced, "60");
+    let report = json(&out);
+    assert_eq!(report["verdict"], "diverged", "{report}");
+    if let Some(history) = report["concurrent"]["history"].as_str() {
+        let _ = std::fs::remove_file(history);
+    }
+    // The attempt's row looked for in another state: the first statement of every retry matches
+    // nothing, so the retry must not hold although its later statements would change the task.
+    let unmatched = underway_variant("underway-unmatched.toml", |p| {
+        p.replacen("[parameters.mark_retry.1]\n\"$2\" = \"outbox\"\n\"$3\" = \"failed\"\n\"$4\" = \"publication failed\"\n\"$5\" = \":token\"\n\"$6\" = \"in_progress\"", "[parameters.mark_retry.1]\n\"$2\" = \"outbox\"\n\"$3\" = \"failed\"\n\"$4\" = \"publication failed\"\n\"$5\" = \":token\"\n\"$6\" = \"succeeded\"", 1)
+    });
+    assert!(std::fs::read_to_string(&unmatched).unwrap().contains("\"$6\" = \"succeeded\""));
+    let out = conform_json_on(&url, &unmatched, "60");
+    let report = json(&out);
+    assert_eq!(report["verdict"], "diverged", "{report}");
+    let d = &report["divergence"];
+    assert_eq!(d["expected"], "applied → PENDING", "{d}");
+    assert!(d["got"].as_str().unwrap().starts_with("stale"), "{d}");
+    // The script shows the write's transaction, rolled back.
+    assert!(d["sql"].to_string().contains("ROLLBACK;"), "{d}");
+    if let Some(history) = report["concurrent"]["history"].as_str() {
+        let _ = std::fs::remove_file(history);
+    }
+    // A write the concurrent run's relays send, left out: a reason in the report, not exit 2.
+    let no_ambiguous = underway_variant("underway-no-ambiguous.toml", |p| {
+        let start = p.find("mark_ambiguous = [").unwrap();
+        let end = start + p[start..].find("\n]\n").unwrap() + 3;
+        let cut = format!("{}{}", &p[..start], &p[end..]);
+        let start = cut.find("[parameters.mark_ambiguous.1]").unwrap();
+        let end = cut.find("# record_failure, then mark_failed").unwrap();
+        format!("{}{}", &cut[..start], &cut[end..])
+    });
+    let out = conform_json_on(&url, &no_ambiguous, "20");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = json(&out);
+    assert!(report["concurrent"].is_null(), "{report}");
+    assert!(report["concurrent_not_run"].as_str().unwrap().contains("no mark_ambiguous statement"), "{report}");
+}
+
 /// Constants of `[parameters]` bound as the server types their parameters — a composite value
 /// with one of the run's values among its fields, an interval, a float, an array of several
 /// elements, NULL — checked by the table itself (a CHECK constraint the enqueue must meet).
