@@ -1885,14 +1885,22 @@ impl ProfileStore {
                 }
                 let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
                     values.iter().map(|b| b as &(dyn postgres::types::ToSql + Sync)).collect();
+                // A constraint, a value or a name the server refused at run time: named by its
+                // statement (handled as any refusal of the server's is).
+                let refused = |e: postgres::Error| match e.code().map(|c| &c.code()[..2]) {
+                    Some("22" | "23" | "42") => {
+                        StoreError::Postgres(format!("statements.{key}: {}", super::bind::one_line(&e)))
+                    }
+                    _ => StoreError::from(e),
+                };
                 let (rows, changed) = if self.stamp && !self.held {
                     // One transaction: the statement, then the stamp, so for two statements on
                     // one row the stamps order as the row's locks were taken.
                     let mut tx = client.transaction()?;
                     let (rows, changed) = if stmt.columns().is_empty() {
-                        (Vec::new(), tx.execute(&stmt, &refs)? as usize)
+                        (Vec::new(), tx.execute(&stmt, &refs).map_err(refused)? as usize)
                     } else {
-                        let rows = tx.query(&stmt, &refs)?;
+                        let rows = tx.query(&stmt, &refs).map_err(refused)?;
                         let n = rows.len();
                         (rows, n)
                     };
@@ -1900,9 +1908,9 @@ impl ProfileStore {
                     tx.commit()?;
                     (rows, changed)
                 } else if stmt.columns().is_empty() {
-                    (Vec::new(), client.execute(&stmt, &refs)? as usize)
+                    (Vec::new(), client.execute(&stmt, &refs).map_err(refused)? as usize)
                 } else {
-                    let rows = client.query(&stmt, &refs)?;
+                    let rows = client.query(&stmt, &refs).map_err(refused)?;
                     let n = rows.len();
                     (rows, n)
                 };
