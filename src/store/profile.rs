@@ -300,7 +300,7 @@ impl Profile {
         let mut untemplated = Vec::new();
         let templates = file.templates.clone();
         for (key, sql) in file.statements.each_mut() {
-            match params::expand_templates(&params::expand_sqlc(sql), &templates) {
+            match params::expand_templates(&params::expand_sqlc(sql), &templates, params::Place::Statement) {
                 Ok(expanded) => *sql = expanded,
                 Err(names) => untemplated.push(format!(
                     "{shown}: statements.{key} has River's template marker /* TEMPLATE: {} */ and [templates] gives no text for it ({} = \"\" for River's default schema)",
@@ -343,7 +343,7 @@ impl Profile {
         let schema_sql = read_schema(&shown, &file.schema, &dir.join(&file.schema)).and_then(|files| {
             let mut expanded = Vec::new();
             for (name, sql) in files {
-                let sql = params::expand_templates(&sql, &file.templates).map_err(|names| {
+                let sql = params::expand_templates(&sql, &file.templates, params::Place::Schema).map_err(|names| {
                     format!(
                         "{shown}: schema {name} has River's template marker /* TEMPLATE: {} */ and [templates] gives no text for it",
                         names.join(" */, /* TEMPLATE: ")

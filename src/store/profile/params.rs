@@ -70,7 +70,29 @@ pub fn expand_sqlc(sql: &str) -> String {
 /// gives the name (River's schema prefix: `schema = ""` for its default schema), everywhere —
 /// inside string literals too, as River's replacer does (`nextval('/* TEMPLATE: schema */…')`).
 /// The names with no text given are returned instead.
-pub fn expand_templates(sql: &str, given: &BTreeMap<String, String>) -> Result<String, Vec<String>> {
+pub fn expand_templates(sql: &str, given: &BTreeMap<String, String>, place: Place) -> Result<String, Vec<String>> {
+    let mut text = river_markers(sql, given)?;
+    // A template's text may hold templates (Graphile Worker's `queueClause` holds
+    // `${escapedWorkerSchema}`): replaced until nothing changes, a few rounds at most.
+    for _ in 0..8 {
+        let next = code_markers(&river_markers(&text, given)?, given, place);
+        if next == text {
+            return Ok(text);
+        }
+        text = next;
+    }
+    Err(vec![format!("{} (its text keeps naming templates)", given.keys().cloned().collect::<Vec<_>>().join(", "))])
+}
+
+/// Where a text with placeholders is: a statement, or the schema (DDL, a migration file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    Statement,
+    Schema,
+}
+
+/// River's `/* TEMPLATE: name */`: every one must be given.
+fn river_markers(sql: &str, given: &BTreeMap<String, String>) -> Result<String, Vec<String>> {
     const OPEN: &str = "/* TEMPLATE: ";
     let mut out = String::with_capacity(sql.len());
     let mut missing = Vec::new();
@@ -95,6 +117,44 @@ pub fn expand_templates(sql: &str, given: &BTreeMap<String, String>) -> Result<S
     } else {
         Err(missing)
     }
+}
+
+/// The placeholders a queue's code fills in: a JavaScript template literal's `${name}` and a
+/// migrator's `:NAME` (Graphile Worker's `:GRAPHILE_WORKER_SCHEMA`), each where `[templates]`
+/// gives the name; any other is left as written (`::text` is a cast). `:NAME` only in the schema:
+/// in a statement `:name` is a parameter.
+fn code_markers(sql: &str, given: &BTreeMap<String, String>, place: Place) -> String {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(sql.len());
+    let mut rest = sql;
+    while let Some(at) = rest.find(['$', ':']) {
+        let (head, tail) = rest.split_at(at);
+        out.push_str(head);
+        let (name, skip) = if let Some(inner) = tail.strip_prefix("${") {
+            match inner.find('}') {
+                Some(end) if inner[..end].chars().all(word) => (&inner[..end], end + 3),
+                _ => ("", 0),
+            }
+        } else if place == Place::Schema && tail.starts_with(':') && !out.ends_with(':') && !tail[1..].starts_with(':')
+        {
+            let end = tail[1..].find(|c: char| !word(c)).unwrap_or(tail.len() - 1);
+            (&tail[1..1 + end], end + 1)
+        } else {
+            ("", 0)
+        };
+        match given.get(name).filter(|_| !name.is_empty()) {
+            Some(text) => {
+                out.push_str(text);
+                rest = &tail[skip..];
+            }
+            None => {
+                out.push_str(&tail[..1]);
+                rest = &tail[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// What a queue's parameter is given: one of the run's values, or a constant.
@@ -287,11 +347,58 @@ mod tests {
     fn river_templates_are_replaced_everywhere() {
         let schema: BTreeMap<String, String> = [("schema".to_string(), String::new())].into();
         assert_eq!(
-            expand_templates("FROM /* TEMPLATE: schema */river_job, nextval('/* TEMPLATE: schema */s')", &schema),
+            expand_templates(
+                "FROM /* TEMPLATE: schema */river_job, nextval('/* TEMPLATE: schema */s')",
+                &schema,
+                Place::Statement
+            ),
             Ok("FROM river_job, nextval('s')".to_string())
         );
-        assert_eq!(expand_templates("/* TEMPLATE: x */a /* TEMPLATE: x */", &schema), Err(vec!["x".to_string()]));
-        assert_eq!(expand_templates("/* a comment */", &BTreeMap::new()), Ok("/* a comment */".to_string()));
+        assert_eq!(
+            expand_templates("/* TEMPLATE: x */a /* TEMPLATE: x */", &schema, Place::Schema),
+            Err(vec!["x".to_string()])
+        );
+        assert_eq!(
+            expand_templates("/* a comment */", &BTreeMap::new(), Place::Statement),
+            Ok("/* a comment */".to_string())
+        );
+    }
+
+    #[test]
+    fn code_placeholders_are_replaced_where_given_and_left_elsewhere() {
+        let given: BTreeMap<String, String> = [
+            ("escapedWorkerSchema".to_string(), "graphile_worker".to_string()),
+            ("GRAPHILE_WORKER_SCHEMA".to_string(), "graphile_worker".to_string()),
+            ("queueClause".to_string(), "and q in (select id from ${escapedWorkerSchema}.q)".to_string()),
+        ]
+        .into();
+        assert_eq!(
+            expand_templates(
+                "from ${escapedWorkerSchema}._private_jobs where x ${queueClause}",
+                &given,
+                Place::Statement
+            ),
+            Ok("from graphile_worker._private_jobs where x and q in (select id from graphile_worker.q)".to_string())
+        );
+        assert_eq!(
+            expand_templates(
+                "create table :GRAPHILE_WORKER_SCHEMA.jobs (a int); select :id, $1::text, 'a:b'",
+                &given,
+                Place::Schema
+            ),
+            Ok("create table graphile_worker.jobs (a int); select :id, $1::text, 'a:b'".to_string())
+        );
+        // In a statement `:NAME` is a parameter, whatever [templates] says.
+        assert_eq!(
+            expand_templates("select :GRAPHILE_WORKER_SCHEMA", &given, Place::Statement),
+            Ok("select :GRAPHILE_WORKER_SCHEMA".to_string())
+        );
+        // Not given, or not a placeholder: left as written.
+        for text in ["${other}", "x::GRAPHILE_WORKER_SCHEMA", "$${x}", "${a b}", "$1", ":", "$"] {
+            assert_eq!(expand_templates(text, &given, Place::Schema), Ok(text.to_string()), "{text}");
+        }
+        let looping: BTreeMap<String, String> = [("a".to_string(), "${a}!".to_string())].into();
+        assert!(expand_templates("${a}", &looping, Place::Statement).is_err());
     }
 
     #[test]
