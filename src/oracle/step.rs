@@ -696,32 +696,27 @@ impl Oracle {
                 audited(b, &before)?;
                 Ok(None)
             }
-            Event::Reap { now, .. } => {
+            Event::Reap { now, .. } | Event::Schedule { now, .. } => {
                 let before = rows_of(b, messages);
-                let mut reaped = b.auditor.reap(&mut b.outbox, Instant(*now));
-                let mut expected = messages.to_vec();
-                reaped.sort();
-                expected.sort();
-                if reaped != expected {
-                    let finding = Finding::Reaped { model: reaped, got: expected };
-                    return Err(diverge(conformance(Conformance::C5), finding, &before));
-                }
-                audited(b, &before)?;
-                Ok(None)
-            }
-            Event::Schedule { now, .. } => {
-                let before = rows_of(b, messages);
-                // A design without a scheduler has none to move anything.
-                let mut moved = if self.policy.scheduler {
-                    b.auditor.schedule(&mut b.outbox, Instant(*now), Instant(*now))
+                let at = Instant(*now);
+                let reap = matches!(event, Event::Reap { .. });
+                let mut moved = if reap {
+                    b.auditor.reap(&mut b.outbox, at)
+                } else if self.policy.scheduler {
+                    b.auditor.schedule(&mut b.outbox, at, at)
                 } else {
+                    // A design without a scheduler has none to move anything.
                     Vec::new()
                 };
                 let mut expected = messages.to_vec();
                 moved.sort();
                 expected.sort();
                 if moved != expected {
-                    let finding = Finding::Scheduled { model: moved, got: expected };
+                    let finding = if reap {
+                        Finding::Reaped { model: moved, got: expected }
+                    } else {
+                        Finding::Scheduled { model: moved, got: expected }
+                    };
                     return Err(diverge(conformance(Conformance::C5), finding, &before));
                 }
                 audited(b, &before)?;

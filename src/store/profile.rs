@@ -1430,8 +1430,7 @@ impl ProfileStore {
         // In the concurrent run another relay may change the row between the statement and
         // the reads that observe it; one transaction, the row locked first where the outcome
         // is read from the row before and after, keeps what is observed the statement's own.
-        let several = parts(sql).len() > 1;
-        let held = self.hold(observe != Observe::RowsAffected && observe != Observe::Returning || several, id)?;
+        let held = self.hold(observe != Observe::RowsAffected && observe != Observe::Returning, id)?;
         let observed = self.observe_write(key, sql, params, id, gone_as, observe);
         if held {
             let ended = self.end_hold(observed.is_ok());

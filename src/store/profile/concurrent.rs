@@ -311,16 +311,17 @@ impl Profile {
                                 done.store(true, Ordering::Relaxed);
                                 break;
                             }
+                            // A maintenance statement that moved rows, logged at its stamp.
+                            let log_moved = |stamp: i64, moved: Vec<MessageId>, event: &dyn Fn(Vec<String>) -> T| {
+                                if !moved.is_empty() {
+                                    let messages = moved.iter().map(|m| names(*m)).collect();
+                                    trace.lock().unwrap_or_else(|e| e.into_inner()).push((2 * stamp, event(messages)));
+                                }
+                            };
                             if r == 0 && store.can_reap() {
                                 let at = Instant(now());
                                 if let Ok(reaped) = store.reap(at, max_attempts) {
-                                    if !reaped.is_empty() {
-                                        let messages = reaped.iter().map(|m| names(*m)).collect();
-                                        trace
-                                            .lock()
-                                            .unwrap_or_else(|e| e.into_inner())
-                                            .push((2 * store.last_stamp, T::Reap { now: at.0, messages }));
-                                    }
+                                    log_moved(store.last_stamp, reaped, &|messages| T::Reap { now: at.0, messages });
                                 }
                             }
                             // The scheduler beside the relays (`maintenance.scheduler`): rows
@@ -328,13 +329,7 @@ impl Profile {
                             if r == 0 && policy.scheduler && store.can_schedule() {
                                 let at = Instant(now());
                                 if let Ok(moved) = store.schedule(at) {
-                                    if !moved.is_empty() {
-                                        let messages = moved.iter().map(|m| names(*m)).collect();
-                                        trace
-                                            .lock()
-                                            .unwrap_or_else(|e| e.into_inner())
-                                            .push((2 * store.last_stamp, T::Schedule { now: at.0, messages }));
-                                    }
+                                    log_moved(store.last_stamp, moved, &|messages| T::Schedule { now: at.0, messages });
                                 }
                             }
                             // The rescuer beside the relays: a read, then the move of the row it

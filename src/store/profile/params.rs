@@ -189,22 +189,12 @@ impl Parameters {
                         if let (toml::Value::Table(part), Ok(k)) = (v, n.parse::<u32>()) {
                             let mut own = BTreeMap::new();
                             for (pn, pv) in part {
-                                match given(pv) {
-                                    Ok(g) => {
-                                        own.insert(pn.clone(), g);
-                                    }
-                                    Err(e) => problems.push(format!("{shown}: parameters.{name}.{k}.{pn}: {e}")),
-                                }
+                                read_one(&mut own, pn, pv, &format!("{shown}: parameters.{name}.{k}.{pn}"), &mut problems);
                             }
                             parameters.by_statement.insert(format!("{name}.{k}"), own);
                             continue;
                         }
-                        match given(v) {
-                            Ok(g) => {
-                                one.insert(n.clone(), g);
-                            }
-                            Err(e) => problems.push(format!("{shown}: parameters.{name}.{n}: {e}")),
-                        }
+                        read_one(&mut one, n, v, &format!("{shown}: parameters.{name}.{n}"), &mut problems);
                     }
                     parameters.by_statement.insert(name.clone(), one);
                 }
@@ -212,12 +202,7 @@ impl Parameters {
                     "{shown}: parameters.{name}: a table of parameters for one statement, and {name} is not a statement (one of {})",
                     statements.join(", ")
                 )),
-                v => match given(v) {
-                    Ok(g) => {
-                        parameters.every.insert(name.clone(), g);
-                    }
-                    Err(e) => problems.push(format!("{shown}: parameters.{name}: {e}")),
-                },
+                v => read_one(&mut parameters.every, name, v, &format!("{shown}: parameters.{name}"), &mut problems),
             }
         }
         (parameters, problems)
@@ -241,6 +226,16 @@ impl Parameters {
             .keys()
             .map(|n| (None, n.as_str()))
             .chain(self.by_statement.iter().flat_map(|(k, t)| t.keys().map(move |n| (Some(k.as_str()), n.as_str()))))
+    }
+}
+
+/// One name of `[parameters]` read into `into`, or its problem (`at` names it) kept.
+fn read_one(into: &mut BTreeMap<String, Given>, name: &str, value: &toml::Value, at: &str, problems: &mut Vec<String>) {
+    match given(value) {
+        Ok(g) => {
+            into.insert(name.to_string(), g);
+        }
+        Err(e) => problems.push(format!("{at}: {e}")),
     }
 }
 
