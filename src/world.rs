@@ -179,6 +179,15 @@ impl WorldConfig {
         (0..self.relays.len()).find_map(|i| self.policy(i).rescue)
     }
 
+    /// Whether the fleet's rescuer waits until a lease's expiry has passed
+    /// (`maintenance.after_expiry`).
+    pub fn rescues_after_expiry(&self) -> bool {
+        (0..self.relays.len())
+            .map(|i| self.policy(i))
+            .find(|p| p.rescue.is_some())
+            .is_some_and(|p| p.rescue_after_expiry)
+    }
+
     /// Some design of the fleet runs the scheduler (`maintenance.scheduler`).
     pub fn has_scheduler(&self) -> bool {
         (0..self.relays.len()).any(|i| self.policy(i).scheduler)
@@ -735,11 +744,8 @@ impl World {
         }
         match config.rescue() {
             Some(_) if self.rescuer.is_some() => actions.push(Action::RescueWrite),
-            Some(fence) if self.rescuable().is_some() => actions.push(if fence == crate::core::ReleaseFence::Expired {
-                Action::Rescue
-            } else {
-                Action::RescueRead
-            }),
+            Some(fence) if self.rescuable(config).is_some() => actions
+                .push(if fence == crate::core::ReleaseFence::Expired { Action::Rescue } else { Action::RescueRead }),
             _ => {}
         }
         // Enabled only when it has work, as the reaper: on the database's clock, and on each node
@@ -814,11 +820,11 @@ impl World {
                 report.event(|| Event::Reaped { now: self.now, messages });
             }
             Action::Rescue => {
-                let lease = self.rescuable().expect("a rescue with an expired lease");
+                let lease = self.rescuable(config).expect("a rescue with an expired lease");
                 self.rescue(config, lease, crate::core::ReleaseFence::Expired, &mut report);
             }
             Action::RescueRead => {
-                let lease = self.rescuable().expect("a rescuer read with an expired lease");
+                let lease = self.rescuable(config).expect("a rescuer read with an expired lease");
                 self.rescuer = Some(lease);
                 report.event(|| Event::RescueRead { now: self.now, lease });
             }
@@ -867,8 +873,8 @@ impl World {
 
     /// The first row (by id) whose lease has expired, as the rescuer reads it: its lease as it
     /// stands (the latest claim's).
-    fn rescuable(&self) -> Option<Lease> {
-        let row = self.outbox.rescuable(self.now)?;
+    fn rescuable(&self, config: &WorldConfig) -> Option<Lease> {
+        let row = self.outbox.rescuable_after(self.now, config.rescues_after_expiry())?;
         Some(Lease::of_row(row, self.auditor.ghost(row.message_id).map_or(0, |g| g.claims)))
     }
 

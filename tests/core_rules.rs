@@ -1097,6 +1097,7 @@ fn a_policys_switches_are_its_fields_under_their_keys_in_the_files_words() {
         "ambiguous_shape",
         "token_kind",
         "claim_order",
+        "claim_ties_any",
         "retry_clock",
         "retry_in_lease",
         "completion",
@@ -1111,6 +1112,8 @@ fn a_policys_switches_are_its_fields_under_their_keys_in_the_files_words() {
         "rescue",
         "rescue_to",
         "rescue_budget",
+        "rescue_after_expiry",
+        "rescue_restamps",
         "failure_deletes",
         "retry_checks_budget",
         "budget_in_write",
@@ -1953,4 +1956,97 @@ fn a_scheduler_makes_due_retries_claimable_and_the_claim_waits_for_it() {
         .replace("\"sched\"", "\"sched-clockless\"");
     let e = outbox_check::design::from_text(&clockless, "sched-clockless.toml").unwrap_err();
     assert!(e.contains("maintenance.scheduler = true makes rows claimable"), "{e}");
+}
+
+/// Graphile Worker's resetLockedAt: one statement moves every expired lease — the rescuer's
+/// step, row after row, each where the rescuer sends it; `maintenance.after_expiry` waits until
+/// the expiry has passed; `maintenance.restamps` makes the rescue's time the row's due time.
+#[test]
+fn a_sweeping_rescuer_moves_every_expired_lease_as_single_steps_would() {
+    let reference = Design::Variant(Variant::Reference).policy();
+    let rescuer = Policy { rescue: Some(ReleaseFence::Expired), claim_expired_leases: false, ..reference };
+    let mut outbox = table(3);
+    // m0 and m1 claimed at 100 (leases to 110); m2 stays pending.
+    let held: Vec<Lease> = outbox.claim(&rescuer, &claim(0, 2, 100)).unwrap();
+    assert_eq!(held.iter().map(|l| l.message_id).collect::<Vec<_>>(), [MessageId(0), MessageId(1)]);
+    // At 110 an inclusive rescuer takes both, one after the other, as two single steps would;
+    // a strict one takes neither until 111.
+    let mut single = outbox.clone();
+    let strict = Policy { rescue_after_expiry: true, ..rescuer };
+    assert_eq!(outbox.clone().rescue_all(&strict, Instant(110), MAX), Vec::<MessageId>::new());
+    assert!(outbox.rescuable_after(Instant(110), true).is_none());
+    assert_eq!(outbox.rescuable_after(Instant(111), true).map(|r| r.message_id), Some(MessageId(0)));
+    assert_eq!(outbox.clone().rescue_all(&strict, Instant(111), MAX), [MessageId(0), MessageId(1)]);
+    let moved = outbox.rescue_all(&rescuer, Instant(110), MAX);
+    assert_eq!(moved, [MessageId(0), MessageId(1)]);
+    for _ in 0..2 {
+        let row = *single.rescuable(Instant(110)).unwrap();
+        let lease = Lease::of_row(&row, 0);
+        let req = rescuer.rescue_request(lease, ReleaseFence::Expired, row.attempts, MAX, Instant(110));
+        single.release(&req).unwrap();
+    }
+    assert_eq!(outbox.rows(), single.rows(), "a sweep is the single steps in a row");
+    assert_eq!(outbox.row(MessageId(1)).unwrap().status, Status::Pending);
+    assert_eq!(outbox.row(MessageId(1)).unwrap().next_attempt_at, None);
+    assert_eq!(outbox.rescue_all(&rescuer, Instant(6_000), MAX), Vec::<MessageId>::new(), "nothing left");
+    // Restamped: the row is due at the rescue, behind m2, which waited since its enqueue.
+    let mut restamped = table(3);
+    let stamp = Policy { rescue_restamps: true, ..rescuer };
+    restamped.claim(&stamp, &claim(0, 1, 100)).unwrap();
+    assert_eq!(restamped.rescue_all(&stamp, Instant(200), MAX), [MessageId(0)]);
+    assert_eq!(restamped.row(MessageId(0)).unwrap().next_attempt_at, Some(Instant(200)));
+    let next: Vec<MessageId> =
+        restamped.claim(&stamp, &claim(1, 3, 200)).unwrap().iter().map(|l| l.message_id).collect();
+    assert_eq!(next, [MessageId(1), MessageId(2), MessageId(0)]);
+}
+
+/// `claim.ties = "any"`: a queue may take any of the rows due at the same instant, and the
+/// model follows its choice — but only among ties, and never more or fewer rows.
+#[test]
+fn a_claim_follows_the_queues_choice_among_rows_due_together() {
+    let reference = Design::Variant(Variant::Reference).policy();
+    let any = Policy { claim_ties_any: true, ..reference };
+    // m0 … m2 enqueued at 0, 1, 2; m3, m4 at 2 as well.
+    let mut outbox = table(3);
+    for m in 3..5 {
+        let req = EnqueueRequest {
+            tenant_id: TenantId(0),
+            aggregate_id: AggregateId(m),
+            expected_version: 0,
+            message_id: MessageId(m),
+            now: Instant(2),
+        };
+        outbox.enqueue(&req).unwrap();
+    }
+    let ids = |leases: Vec<Lease>| leases.iter().map(|l| l.message_id).collect::<Vec<_>>();
+    let take = |policy: &Policy, batch: u32, ids_: &[u32]| {
+        let mut copy = outbox.clone();
+        let chosen: Vec<MessageId> = ids_.iter().map(|m| MessageId(*m)).collect();
+        ids(copy.claim_among_ties(policy, &claim(0, batch, 10), &chosen).unwrap())
+    };
+    let m = |v: &[u32]| v.iter().map(|m| MessageId(*m)).collect::<Vec<_>>();
+    // Batch 3 takes m0, m1 and one of the rows due at 2: m4 is as good as m2.
+    assert_eq!(take(&any, 3, &[0, 1, 4]), m(&[0, 1, 4]));
+    assert_eq!(take(&any, 3, &[4, 0, 1]), m(&[4, 0, 1]), "in the order the queue returned them");
+    // Not among the ties, too few, a row twice: the claim's own pick.
+    assert_eq!(take(&any, 3, &[0, 2, 3]), m(&[0, 1, 2]));
+    assert_eq!(take(&any, 3, &[0, 1]), m(&[0, 1, 2]));
+    assert_eq!(take(&any, 3, &[0, 4, 4]), m(&[0, 1, 2]));
+    // By id (the default), the queue's choice is never followed.
+    assert_eq!(take(&reference, 3, &[0, 1, 4]), m(&[0, 1, 2]));
+}
+
+/// A backoff in the queue's own units (`[time] delays = "absolute"`): each delay divided by the
+/// unit and rounded up, never below 1.
+#[test]
+fn a_backoff_in_other_units_rounds_each_delay_up() {
+    let graphile = Backoff {
+        growth: Growth::Exponential { factor_milli: 2718 },
+        unit: 144_000,
+        ..Backoff::between(Duration(2718), Duration(22_026_466))
+    };
+    let delays: Vec<u64> = [1, 4, 5, 10, 11].iter().map(|a| graphile.delay(*a).0).collect();
+    // e s … e⁴ s are within the first 144 s; e⁵ s (148 s) in the second; the cap in the 153rd.
+    assert_eq!(delays, [1, 1, 2, 153, 153]);
+    assert_eq!(Backoff { unit: 1, ..graphile }.delay(1), Duration(2718));
 }

@@ -141,6 +141,9 @@ pub struct ClaimSection {
     /// `due` (retry time or creation, then id) or `created` (creation, tenant, id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub order: Option<ClaimOrder>,
+    /// `by-id` or `any`: the order of rows due at the same instant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ties: Option<Ties>,
     /// What the claim sets besides status and expiry: `owner-and-token`, `owner-only`, `unfenced`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sets: Option<ClaimFence>,
@@ -311,6 +314,20 @@ pub struct MaintenanceSection {
     /// A row given a retry time waits for the scheduler's step (River's `JobSchedule`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler: Option<bool>,
+    /// The rescuer takes a lease only once its expiry has passed (Graphile Worker's `<`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_expiry: Option<bool>,
+    /// A row rescued back to pending is due at the rescue's time (Graphile Worker's `run_at`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restamps: Option<bool>,
+}
+
+/// `claim.ties`: the order of rows due at the same instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ties {
+    ById,
+    Any,
 }
 
 /// `[relay]`: what the relay process does.
@@ -392,6 +409,9 @@ impl DesignFile {
             set(&mut p.claim_terminal, c.takes_terminal_rows);
             set(&mut p.budget, c.budget);
             set(&mut p.claim_order, c.order);
+            if let Some(ties) = c.ties {
+                p.claim_ties_any = ties == Ties::Any;
+            }
             set(&mut p.claim_fence, c.sets);
             set(&mut p.token_kind, c.token);
             set(&mut p.lease, c.lease);
@@ -499,7 +519,12 @@ impl DesignFile {
                 let rescue = p.rescue.as_mut().ok_or("maintenance.fence goes with job = \"rescue-expired\"")?;
                 *rescue = fence;
             }
-            for (key, given) in [("target", m.target.is_some()), ("budget", m.budget.is_some())] {
+            for (key, given) in [
+                ("target", m.target.is_some()),
+                ("budget", m.budget.is_some()),
+                ("after_expiry", m.after_expiry.is_some()),
+                ("restamps", m.restamps.is_some()),
+            ] {
                 if given && p.rescue.is_none() {
                     return Err(format!("maintenance.{key} goes with job = \"rescue-expired\""));
                 }
@@ -507,6 +532,8 @@ impl DesignFile {
             set(&mut p.rescue_to, m.target);
             set(&mut p.rescue_budget, m.budget);
             set(&mut p.scheduler, m.scheduler);
+            set(&mut p.rescue_after_expiry, m.after_expiry);
+            set(&mut p.rescue_restamps, m.restamps);
         }
         if p.scheduler && (!p.retry_clock || p.retry_in_lease) {
             return Err("maintenance.scheduler = true makes rows claimable whose retry time in next_attempt_at has passed: it needs retry.clock = true and retry.in_lease_column = false".into());
@@ -599,6 +626,9 @@ impl DesignFile {
                         | "claim.lease"
                         | "claim.renewal"
                         | "maintenance.scheduler"
+                        | "maintenance.after_expiry"
+                        | "claim.ties"
+                        | "maintenance.restamps"
                         | "relay.write_clock"
                         | "retry.timer"
                         | "relay.on_failure"
@@ -679,6 +709,7 @@ impl DesignFile {
                 takes_terminal_rows: Some(p.claim_terminal),
                 budget: Some(p.budget),
                 order: Some(p.claim_order),
+                ties: Some(if p.claim_ties_any { Ties::Any } else { Ties::ById }),
                 sets: Some(p.claim_fence),
                 token: Some(p.token_kind),
                 lease: Some(p.lease),
@@ -723,6 +754,8 @@ impl DesignFile {
                 target: p.rescue.map(|_| p.rescue_to),
                 budget: p.rescue.map(|_| p.rescue_budget),
                 scheduler: Some(p.scheduler),
+                after_expiry: p.rescue.map(|_| p.rescue_after_expiry),
+                restamps: p.rescue.map(|_| p.rescue_restamps),
             }),
             relay: Some(RelaySection {
                 clock: Some(p.relay.clock),
@@ -784,7 +817,7 @@ pub const SECTION_DOCS: [(&str, &str); 9] = [
 ];
 
 /// Every key of a design file, dotted, with its meaning and allowed values.
-pub const KEY_DOCS: [(&str, &str); 55] = [
+pub const KEY_DOCS: [(&str, &str); 58] = [
     ("name", "The design's name, as fleets and reports name it (letters, digits, - and _)."),
     ("description", "One line saying what the design is."),
     ("based_on", "A built-in design to start from; the file then says only what differs."),
@@ -793,6 +826,7 @@ pub const KEY_DOCS: [(&str, &str); 55] = [
     ("claim.takes_expired_leases", "true: a claim takes back IN_FLIGHT rows whose lease has expired; false: it never takes an in-flight row, only the maintenance job ends such a lease (River, Graphile Worker, Oban). Optional, default true."),
     ("claim.takes_terminal_rows", "true: a claim also takes PUBLISHED, FAILED and EXHAUSTED rows."),
     ("claim.budget", "\"strict\" (attempts < max), \"one-over\" (attempts <= max) or \"absent\" (no budget predicate)."),
+    ("claim.ties", "\"by-id\" (rows due at the same instant are taken by id, as the order's last key) or \"any\" (the queue orders by its due time alone and leaves ties to the database: Graphile Worker's `order by priority, run_at`). With \"any\", conform follows the queue's choice among tied rows; the model checker takes them by id. Optional, default \"by-id\"."),
     ("claim.order", "\"due\" (retry time, else creation, then id), \"created\" (creation, tenant, id) or \"last-claimed\" (as due, where a claim makes its own time the row's due time: underway's `run_at = now()`, so a task taken back after its lease expired sorts by its last claim)."),
     ("claim.sets", "\"owner-and-token\" (owner and a fresh token), \"owner-only\" (the token stays), \"token-only\" (a fresh token, no owner: underway's `current_attempt`) or \"unfenced\" (status and expiry only)."),
     ("claim.token", "\"counter\" (token + 1) or \"random\" (a fresh value, compared for equality only)."),
@@ -823,6 +857,8 @@ pub const KEY_DOCS: [(&str, &str); 55] = [
     ("maintenance.fence", "The rescuer's fence: \"expired\" (finds and moves a row in one statement), \"token\" (moves the row it read if the token is still the one it read) or \"id\" (moves the row it read by id, whatever holds it now)."),
     ("maintenance.target", "Where the rescuer moves a row: \"pending\" (claimable at once: Oban's Lifeline), \"retry\" (PENDING with a retry time, the backoff of its attempts: River's rescuer) or \"failed\" (Solid Queue's pruner). Optional, default \"pending\"."),
     ("maintenance.budget", "Whether the rescuer checks the budget: \"exhausts\" (a row whose budget is spent goes to EXHAUSTED, FAILED without it: River) or \"ignored\" (back to the target whatever its attempts: oban#137). Optional, default \"exhausts\"."),
+    ("maintenance.after_expiry", "true: the rescuer takes a lease only once its expiry has passed, not at the instant it expires (Graphile Worker's `locked_at < now() - interval '4 hours'`). Optional, default false."),
+    ("maintenance.restamps", "true: a row the rescuer moves back to pending is due at the rescue's time, behind the rows already waiting (Graphile Worker's `run_at = greatest(run_at, now())`), where the claim orders by due time. Optional, default false."),
     ("maintenance.scheduler", "true: a row given a retry time (a retry or AMBIGUOUS write, or the rescuer's \"retry\" target) waits for the scheduler, a maintenance step of its own that makes every row whose retry time has passed claimable again, in one statement (River's JobSchedule and Oban's stage_jobs: `retryable` → `available`); the claim takes only rows without a retry time. Needs retry.clock = true. Optional, default false."),
     ("relay.clock", "\"database\" (one clock for all) or \"relay\" (each relay's own, bound as a parameter; may be skewed)."),
     ("relay.write_clock", "Whose clock the terminal and failure writes read, where it is not relay.clock's: \"database\" or \"relay\" (a retry's due time from the relay's clock, compared by the claims with the database's: NServiceBus.SqlServer before 4.3, issue 463). Optional, default relay.clock's."),

@@ -433,6 +433,41 @@ impl Outbox {
         Ok(picked.into_iter().map(|i| self.lease_row(policy, req, i)).collect())
     }
 
+    /// A claim that may take `ids` where the design leaves ties to the database
+    /// (`claim.ties = "any"`): `ids` are taken where they are as many as the claim takes and
+    /// claimable, and due at the instants the claim's own pick is (another choice among rows due
+    /// at the same instant); otherwise the claim takes its own pick. A design that breaks ties by
+    /// id always takes its own.
+    pub fn claim_among_ties(
+        &mut self,
+        policy: &Policy,
+        req: &ClaimRequest,
+        ids: &[MessageId],
+    ) -> Result<Vec<Lease>, CoreError> {
+        Self::validate_claim(req)?;
+        let own = self.pick(policy, req, 0..self.rows.len());
+        if policy.claim_ties_any && ids.len() == own.len() {
+            let every = self.pick(policy, &ClaimRequest { batch: u32::MAX, ..*req }, 0..self.rows.len());
+            let due = |i: usize| {
+                let (at, tenant, _) = Self::order_key(policy.claim_order, &self.rows[i]);
+                (at, tenant)
+            };
+            let chosen: Option<Vec<usize>> =
+                ids.iter().map(|id| self.index(*id).filter(|i| every.contains(i))).collect();
+            if let Some(chosen) = chosen {
+                let (mut theirs, mut ours): (Vec<_>, Vec<_>) =
+                    (chosen.iter().map(|&i| due(i)).collect(), own.iter().map(|&i| due(i)).collect());
+                theirs.sort();
+                ours.sort();
+                let distinct = chosen.iter().enumerate().all(|(k, i)| !chosen[..k].contains(i));
+                if distinct && theirs == ours {
+                    return Ok(chosen.into_iter().map(|i| self.lease_row(policy, req, i)).collect());
+                }
+            }
+        }
+        Ok(own.into_iter().map(|i| self.lease_row(policy, req, i)).collect())
+    }
+
     /// The rows a claim would take, in its order, without taking them, looking only at the
     /// rows of `candidates` (which must hold every row the claim could take; a caller that
     /// keeps the table's non-terminal rows need not scan the rest).
@@ -763,7 +798,43 @@ impl Outbox {
 
     /// The rescuer's read: the first row, by id, whose lease has expired at `now`.
     pub fn rescuable(&self, now: Instant) -> Option<&Row> {
-        self.rows.iter().find(|row| row.status == Status::InFlight && row.lease_expires_at.is_some_and(|at| at <= now))
+        self.rescuable_after(now, false)
+    }
+
+    /// The rescuer's read: the first row, by id, whose lease has expired at `now` — with `after`,
+    /// whose expiry is before `now` (`maintenance.after_expiry`: not at the instant it expires).
+    pub fn rescuable_after(&self, now: Instant, after: bool) -> Option<&Row> {
+        self.rows.iter().find(|row| {
+            row.status == Status::InFlight && row.lease_expires_at.is_some_and(|at| at < now || (!after && at == now))
+        })
+    }
+
+    /// A rescuer that moves every expired lease in one statement (Graphile Worker's
+    /// `resetLockedAt`): the design's rescuer step, one row after another by id, until no lease
+    /// has expired at `now`. Each row goes where [`Policy::rescue_request`] sends it. Returns the
+    /// rows moved. The same as that many single rescuer steps in a row, so a sweep never reaches a
+    /// table the model's one-row rescuer could not.
+    pub fn rescue_all(&mut self, policy: &Policy, now: Instant, max_attempts: u32) -> Vec<MessageId> {
+        let Some(fence) = policy.rescue else { return Vec::new() };
+        let mut moved = Vec::new();
+        while let Some(row) = self.rescuable_after(now, policy.rescue_after_expiry) {
+            let lease = Lease {
+                message_id: row.message_id,
+                tenant_id: row.tenant_id,
+                owner: row.lease_owner.unwrap_or(RelayId(u16::MAX)),
+                token: row.lease_token,
+                attempts: row.attempts,
+                claim_seq: 0,
+            };
+            let req = policy.rescue_request(lease, fence, lease.attempts, max_attempts, now);
+            match self.release(&req) {
+                Ok(WriteResult::Applied { .. }) => moved.push(lease.message_id),
+                // An expired lease the fence refuses (a design whose rescuer fences on a token
+                // it did not read): nothing more this sweep moves.
+                _ => break,
+            }
+        }
+        moved
     }
 
     /// The reaper's predicate: IN_FLIGHT, lease expired, budget spent.

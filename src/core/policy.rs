@@ -314,6 +314,10 @@ pub struct Policy {
     pub ambiguous_shape: AmbiguousShape,
     pub token_kind: TokenKind,
     pub claim_order: ClaimOrder,
+    /// Rows due at the same instant may be taken in any order (`claim.ties = "any"`): the
+    /// queue's ORDER BY stops at its due time (Graphile Worker's `run_at`).
+    #[serde(default)]
+    pub claim_ties_any: bool,
     /// Claim honours `next_attempt_at`, and AMBIGUOUS / retry writes set it.
     pub retry_clock: bool,
     /// The design has an EXHAUSTED status: a failure write past the budget moves there.
@@ -392,6 +396,14 @@ pub struct Policy {
     /// `retryable` → `available`); the claim takes only rows it made claimable or never delayed.
     #[serde(default)]
     pub scheduler: bool,
+    /// The rescuer takes a lease only once its expiry has passed, not at the instant it expires
+    /// (Graphile Worker's `locked_at < now() - interval '4 hours'`).
+    #[serde(default)]
+    pub rescue_after_expiry: bool,
+    /// A row the rescuer moves back to PENDING is due at the rescue's time, behind the rows
+    /// already waiting (Graphile Worker's `run_at = greatest(run_at, now())`).
+    #[serde(default)]
+    pub rescue_restamps: bool,
     pub backoff: Backoff,
     pub relay: RelayPolicy,
 }
@@ -419,6 +431,15 @@ pub struct Backoff {
     /// How the delay grows with the attempts (default: doubling).
     #[serde(default)]
     pub growth: Growth,
+    /// How many of the base's and cap's milliseconds one millisecond of the model is: 1, except
+    /// where a SQL profile's queue computes its delays in its own units (`[time] delays =
+    /// "absolute"`: Graphile Worker's `exp(attempts)` seconds) and the run's time is scaled.
+    #[serde(skip, default = "one")]
+    pub unit: u64,
+}
+
+const fn one() -> u64 {
+    1
 }
 
 /// How a backoff's delay grows with the attempt count `n`.
@@ -441,11 +462,12 @@ impl Default for Growth {
 impl Backoff {
     /// Doubling from `base` up to `cap` (a fixed delay where the two are equal).
     pub const fn between(base: Duration, cap: Duration) -> Backoff {
-        Backoff { base, cap, growth: Growth::Exponential { factor_milli: 2000 } }
+        Backoff { base, cap, growth: Growth::Exponential { factor_milli: 2000 }, unit: 1 }
     }
 
-    /// `min(grown, cap)`, where grown is `base · 2^(attempts−1)` by default (see [`Growth`]);
-    /// never less than 1 ms so a retry time is strictly later than now.
+    /// `min(grown, cap)`, where grown is `base · 2^(attempts−1)` by default (see [`Growth`]),
+    /// in units of `unit` rounded up (the first of the model's milliseconds at which the delay
+    /// has passed); never less than 1 ms so a retry time is strictly later than now.
     pub fn delay(self, attempts: u32) -> Duration {
         let steps = attempts.saturating_sub(1);
         let (base, cap) = (u128::from(self.base.0), u128::from(self.cap.0));
@@ -465,7 +487,7 @@ impl Backoff {
                 base.saturating_mul(u128::from(attempts.max(1)).saturating_pow(exponent.min(64)))
             }
         };
-        let delay = u64::try_from(grown.min(cap)).unwrap_or(u64::MAX);
+        let delay = u64::try_from(grown.min(cap)).unwrap_or(u64::MAX).div_ceil(self.unit.max(1));
         Duration(delay.max(1))
     }
 
@@ -625,9 +647,14 @@ impl Policy {
     }
 
     /// The retry time the rescuer gives a row it moves back to PENDING at `now`: the backoff of
-    /// its `attempts` where its target is a retry, none otherwise.
+    /// its `attempts` where its target is a retry, `now` where the rescue restamps the row's due
+    /// time (`maintenance.restamps`), none otherwise.
     pub fn rescue_retry_at(&self, attempts: u32, now: super::time::Instant) -> Option<super::time::Instant> {
-        (self.rescue_to == RescueTarget::Retry).then(|| now.plus(self.backoff.delay(attempts)))
+        match self.rescue_to {
+            RescueTarget::Retry => Some(now.plus(self.backoff.delay(attempts))),
+            RescueTarget::Pending if self.rescue_restamps => Some(now),
+            _ => None,
+        }
     }
 
     /// The rescuer's release of `lease` at `now`, the row having `attempts`: fenced by `fence`,
@@ -658,6 +685,7 @@ impl Policy {
             ambiguous_shape: AmbiguousShape::KeepsOwner,
             token_kind: TokenKind::Counter,
             claim_order: ClaimOrder::Due,
+            claim_ties_any: false,
             retry_clock: false,
             exhausted_status: false,
             claim_by_tenant: false,
@@ -680,6 +708,8 @@ impl Policy {
             release_by_owner: false,
             renewal: Renewal::None,
             scheduler: false,
+            rescue_after_expiry: false,
+            rescue_restamps: false,
             backoff: Backoff::between(super::time::Duration(1), super::time::Duration(1)),
             relay: RelayPolicy {
                 idempotency_key: IdempotencyKeyPolicy::MessageId,
@@ -714,6 +744,7 @@ impl Policy {
             ("ambiguous_shape", s(&self.ambiguous_shape)),
             ("token_kind", s(&self.token_kind)),
             ("claim_order", s(&self.claim_order)),
+            ("claim_ties_any", s(&self.claim_ties_any)),
             ("retry_clock", s(&self.retry_clock)),
             ("retry_in_lease", s(&self.retry_in_lease)),
             ("completion", s(&self.completion)),
@@ -728,6 +759,8 @@ impl Policy {
             ("rescue", self.rescue.map_or("none".to_string(), |f| format!("fenced by {}", f.name()))),
             ("rescue_to", s(&self.rescue_to)),
             ("rescue_budget", s(&self.rescue_budget)),
+            ("rescue_after_expiry", s(&self.rescue_after_expiry)),
+            ("rescue_restamps", s(&self.rescue_restamps)),
             ("failure_deletes", s(&self.failure_deletes)),
             ("retry_checks_budget", s(&self.retry_checks_budget)),
             ("budget_in_write", s(&self.budget_in_write)),

@@ -513,7 +513,11 @@ impl World {
         old.retain(|t| i128::from(*t) <= horizon);
         old.sort_unstable();
         old.dedup();
-        let base = old.len() as u64;
+        // A rescuer that waits until an expiry has passed (`maintenance.after_expiry`) compares
+        // `expiry < clock`: an expiry at the horizon is not past yet, and one past for good must
+        // stay below every clock, so the instants after the horizon start one rank higher.
+        let strict = config.rescues_after_expiry();
+        let base = old.len() as u64 + u64::from(strict);
         let map = |t: u64| {
             if i128::from(t) <= horizon {
                 rank_in(&old, t) as u64
@@ -533,8 +537,10 @@ impl World {
             row.lease_expires_at = row.lease_expires_at.map(|t| {
                 Instant(if t == Instant::NEVER {
                     t.0
-                } else if in_flight && i128::from(t.0) <= horizon {
+                } else if in_flight && (i128::from(t.0) < horizon || (!strict && i128::from(t.0) == horizon)) {
                     0
+                } else if in_flight && i128::from(t.0) == horizon {
+                    base
                 } else {
                     map(t.0)
                 })
