@@ -454,7 +454,11 @@ pub fn execute(
                 {
                     exercised.claims_beside_another_tenant += 1;
                 }
-                let (a, b) = (model.claim(&req), store.claim(&req));
+                let b = store.claim(&req);
+                let a = match &b {
+                    Ok(taken) => model.claim_among_ties(&req, &taken.iter().map(|l| l.message_id).collect::<Vec<_>>()),
+                    Err(_) => model.claim(&req),
+                };
                 if !same_claim(&a, &b, &*store) {
                     return Err(diverge(step, show(&a), show(&b), store));
                 }
@@ -471,6 +475,17 @@ pub fn execute(
                     Some(policy) => policy.failure_write(kind(k, code), lease.attempts, bounds.max_attempts),
                     None => kind(k, code),
                 };
+                // The exhaustion write goes only where a relay of the design sends it: for a
+                // failure that spends the budget, or a claim past it. Elsewhere no relay sends
+                // it, and a queue whose one failure write decides from the attempts (Graphile
+                // Worker's) could not be told from one that ignores them.
+                if let (WriteKind::Exhausted { .. }, Some(policy)) = (kind, model.core_policy()) {
+                    let spent = policy.failure_spends_budget(lease.attempts, bounds.max_attempts)
+                        || policy.claim_past_budget_write(lease.attempts, bounds.max_attempts).is_some();
+                    if !spent {
+                        continue;
+                    }
+                }
                 // A write the store's table has no state for is not sent (outbox_events has no
                 // FAILED or EXHAUSTED; its design never writes them).
                 if !store.can_write(&kind) {
@@ -518,6 +533,16 @@ pub fn execute(
                 exercised.reaps += u64::from(a.is_ok_and(|moved| !moved.is_empty()));
             }
             Op::RescueRead | Op::Rescue { .. } if !(model.can_rescue() && store.can_rescue()) => continue,
+            // A rescuer that moves every expired lease in one statement: the design's rescuer
+            // moving them one after another (the core's `rescue_all`); the tables say the rest.
+            Op::RescueRead if store.sweeps() => continue,
+            Op::Rescue { .. } if store.sweeps() => {
+                let (a, b) = (model.rescue_all(now, bounds.max_attempts), store.rescue_all(now, bounds.max_attempts));
+                if let Err(e) = b {
+                    return Err(diverge(step, show(&a), e.to_string(), store));
+                }
+                exercised.rescues += a.map_or(0, |moved| moved.len() as u64);
+            }
             Op::RescueRead => {
                 let (a, b) = (model.rescue_read(now), store.rescue_read(now));
                 if !same_read(&a, &b, &*store) {
@@ -706,6 +731,14 @@ impl Report {
     }
 }
 
+/// The model's backoff in the store's units (a queue that computes its delays in its own, at
+/// the run's scale), and the cap the run's retries reach in them.
+fn same_units(model: &mut MemoryStore, store: &dyn Store, bounds: Bounds) -> Bounds {
+    let unit = store.backoff_unit();
+    model.policy.backoff.unit = unit;
+    Bounds { backoff_cap_ms: bounds.backoff_cap_ms.div_ceil(unit.max(1)).max(1), ..bounds }
+}
+
 /// Runs `cases` random sequences: each on a fresh model with `model_policy` and a fresh store
 /// from `open`. `tick` is called after each case.
 pub fn conform(
@@ -748,6 +781,7 @@ pub fn conform(
         let mut model = MemoryStore::new(model_policy);
         let bounds = Bounds { max_attempts: budget(store.as_ref(), drawn), ..bounds };
         store.set_run(bounds.max_attempts, Duration(bounds.lease_ms));
+        let bounds = same_units(&mut model, store.as_ref(), bounds);
         let outcome = execute(&ops, bounds, &mut model, store.as_mut(), &mut exercised.borrow_mut());
         tick();
         if let Some(problem) = store.problem() {
@@ -777,6 +811,7 @@ pub fn conform(
             let mut model = MemoryStore::new(model_policy);
             let bounds = Bounds { max_attempts: budget(store.as_ref(), drawn), ..bounds };
             store.set_run(bounds.max_attempts, Duration(bounds.lease_ms));
+            let bounds = same_units(&mut model, store.as_ref(), bounds);
             execute(&minimal, bounds, &mut model, store.as_mut(), &mut Exercised::default())
                 .err()
                 .map(|d| *d)
@@ -895,6 +930,7 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
         _ => None,
     }) {
         store.set_run(request.max_attempts, request.lease);
+        model.policy.backoff.unit = store.backoff_unit();
     }
     let result = |operations, divergence| ScheduleResult {
         source: schedule.source.clone(),
@@ -939,7 +975,13 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
             }
             Event::Claimed { request, db, leases, .. } if *db != DbFate::LostBefore => {
                 let before = model.rows().unwrap_or_default();
-                let (a, b) = (model.claim(request), store.claim(request));
+                let b = store.claim(request);
+                let a = match &b {
+                    Ok(taken) => {
+                        model.claim_among_ties(request, &taken.iter().map(|l| l.message_id).collect::<Vec<_>>())
+                    }
+                    Err(_) => model.claim(request),
+                };
                 if !same_claim(&a, &b, &*store) {
                     let d = diverged(
                         claim_finding(&model_policy, &before, request, &a, &b),
@@ -1020,6 +1062,23 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
             }
             Event::RescueRead { .. } | Event::Rescued { .. } if !(store.can_rescue() && model.can_rescue()) => {
                 return stopped(operations, i + 1, "your profile has no rescue_read and rescue statements".into());
+            }
+            // A rescuer that moves every expired lease in one statement reads nothing first, and
+            // moves what the design's rescuer would move one after another.
+            Event::RescueRead { .. } if store.sweeps() => continue,
+            Event::Rescued { request, .. } if store.sweeps() => {
+                let max = model_policy_max(schedule);
+                let (a, b) = (model.rescue_all(request.now, max), store.rescue_all(request.now, max));
+                if let Err(e) = &b {
+                    let d = diverged(
+                        "your rescuer fails where the design's moves".into(),
+                        show(&a),
+                        e.to_string(),
+                        &interleaving,
+                        store,
+                    );
+                    return result(operations, Some(d));
+                }
             }
             Event::RescueRead { now, .. } => {
                 let (a, b) = (model.rescue_read(*now), store.rescue_read(*now));

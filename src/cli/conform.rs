@@ -210,6 +210,22 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
                         "your profile has no {} statement, which the relays send when the broker fails or times out",
                         missing.join(" or ")
                     ));
+                } else if profile.file.statements.rescue_all.is_some() {
+                    // A history names every row a step moved; a sweep's statement does not say.
+                    report.concurrent_not_run = Some(
+                        "your rescuer (rescue_all) moves every expired lease in one statement without naming the rows it moved, so a history cannot record its moves".into(),
+                    );
+                } else if profile
+                    .file
+                    .time
+                    .as_ref()
+                    .is_some_and(|t| t.delays == outbox_check::store::profile::Delays::Absolute)
+                {
+                    // The concurrent run's relays retry after 20 to 200 ms, which its history's
+                    // header states; a queue computing its own delays would not wait those.
+                    report.concurrent_not_run = Some(
+                        "your queue computes its own retry delays ([time] delays = \"absolute\"), and the concurrent run's history states the short delays its relays wait".into(),
+                    );
                 } else if args.against.policy().scheduler && profile.file.statements.schedule.is_none() {
                     // Retried rows would wait for good for a scheduler the profile leaves out:
                     // no relay's fault, and nothing to judge.

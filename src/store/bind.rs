@@ -96,6 +96,22 @@ pub trait Store {
     fn can_rescue(&self) -> bool {
         false
     }
+    /// The model's claim beside a store's that took `ids`: where the design leaves ties to the
+    /// database (`claim.ties = "any"`), the same choice among rows due at the same instant
+    /// ([`Outbox::claim_among_ties`]); anywhere else, the claim itself.
+    fn claim_among_ties(&mut self, req: &ClaimRequest, _ids: &[MessageId]) -> Result<Vec<Lease>, StoreError> {
+        self.claim(req)
+    }
+    /// The rescuer that moves every expired lease in one statement (a profile's `rescue_all`):
+    /// returns the rows it moved, by id, where it says (a statement without RETURNING: none).
+    fn rescue_all(&mut self, _now: Instant, _max_attempts: u32) -> Result<Vec<MessageId>, StoreError> {
+        Err(StoreError::Setup("this store has no rescuer".into()))
+    }
+    /// Whether the store's rescuer moves every expired lease at once ([`Store::rescue_all`])
+    /// rather than reading one and moving it.
+    fn sweeps(&self) -> bool {
+        false
+    }
     /// The scheduler (`maintenance.scheduler`): every row whose retry time passed at `now`
     /// becomes claimable; returns those it moved, by id.
     fn schedule(&mut self, _now: Instant) -> Result<Vec<MessageId>, StoreError> {
@@ -112,6 +128,12 @@ pub trait Store {
     /// The run's budget and lease, before its first operation: a profile's enqueue may take
     /// them (`:max_attempts`, `:lease_ms`), and its `[time]` maps the lease onto the queue's.
     fn set_run(&mut self, _max_attempts: u32, _lease: crate::core::Duration) {}
+    /// After [`Store::set_run`]: how many of the design's backoff milliseconds one millisecond
+    /// of the run is, where the queue computes its retry delays in its own units (a profile's
+    /// `[time] delays = "absolute"`); the model's backoff is read the same way.
+    fn backoff_unit(&self) -> u64 {
+        1
+    }
     /// The most rows a claim takes, where its statement says so itself (`LIMIT 1` written in,
     /// no `:batch`): the run's claims ask for no more.
     fn fixed_batch(&self) -> Option<u32> {
@@ -179,7 +201,10 @@ impl Store for MemoryStore {
         Ok(self.outbox.rows().iter().filter(|r| !r.deleted).copied().collect())
     }
     fn rescue_read(&mut self, now: Instant) -> Result<Option<(MessageId, LeaseToken)>, StoreError> {
-        Ok(self.outbox.rescuable(now).map(|row| (row.message_id, row.lease_token)))
+        Ok(self
+            .outbox
+            .rescuable_after(now, self.policy.rescue_after_expiry)
+            .map(|row| (row.message_id, row.lease_token)))
     }
     fn rescue(&mut self, req: &crate::core::ReleaseRequest, _max_attempts: u32) -> Result<WriteResult, StoreError> {
         // The request's `to` already says where a spent budget goes.
@@ -187,6 +212,12 @@ impl Store for MemoryStore {
     }
     fn can_rescue(&self) -> bool {
         self.policy.rescue.is_some()
+    }
+    fn rescue_all(&mut self, now: Instant, max_attempts: u32) -> Result<Vec<MessageId>, StoreError> {
+        Ok(self.outbox.rescue_all(&self.policy, now, max_attempts))
+    }
+    fn claim_among_ties(&mut self, req: &ClaimRequest, ids: &[MessageId]) -> Result<Vec<Lease>, StoreError> {
+        Ok(self.outbox.claim_among_ties(&self.policy, req, ids)?)
     }
     fn core_policy(&self) -> Option<Policy> {
         Some(self.policy)

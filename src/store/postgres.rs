@@ -416,6 +416,13 @@ impl Scratch {
                  AS $clock$ SELECT coalesce(nullif(current_setting('outbox_check.now', true), ''), '{CLOCK_BASE}')::timestamptz $clock$;"
             ));
         }
+        // random() draws from the run's own stream: a sequence of the harness's, mixed by a
+        // multiplicative hash (Knuth's 2654435761) into [0, 1). One run, one stream.
+        sql.push_str(&format!(
+            "CREATE SEQUENCE IF NOT EXISTS {schema}.outbox_check_random_draws;
+             CREATE OR REPLACE FUNCTION {schema}.random() RETURNS double precision LANGUAGE sql VOLATILE \
+             AS $draw$ SELECT ((nextval('{schema}.outbox_check_random_draws') * 2654435761) % 4294967296)::double precision / 4294967296 $draw$;"
+        ));
         self.client.batch_execute(&sql)?;
         Ok(())
     }

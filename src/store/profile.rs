@@ -72,6 +72,21 @@ pub struct TimeFile {
     /// 100 ms is the queue's hour) and `:lease_ms`, `:horizon` and the clock reach it.
     #[serde(alias = "rescue_after")]
     pub lease: Millis,
+    /// Whose units the retry delays are in: `"scaled"` (the default: the statements are given
+    /// the design's delay, `:retry_at`, at the run's scale) or `"absolute"` (the queue computes
+    /// its own, `exp(attempts) * interval '1 second'`: the design file's backoff is read in the
+    /// queue's milliseconds, and the model waits each delay rounded up to its next millisecond).
+    #[serde(default)]
+    pub delays: Delays,
+}
+
+/// `[time] delays`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Delays {
+    #[default]
+    Scaled,
+    Absolute,
 }
 
 /// A duration as a person writes it: a whole number and a unit (`ms`, `s`, `m`, `h`, `d`).
@@ -171,6 +186,10 @@ pub struct Statements {
     /// decides between retrying and discarding (River's JobRescuer): run instead of `rescue`
     /// when the design moves the row to EXHAUSTED or FAILED.
     pub rescue_exhausted: Option<String>,
+    /// A rescuer that finds and moves every expired lease in one statement, with no read before
+    /// it (Graphile Worker's `resetLockedAt`): `:now`, `:horizon`, `:lease_ms`, `:max_attempts`.
+    /// Held against the design's rescuer moving every expired lease, one after another.
+    pub rescue_all: Option<String>,
     /// The scheduler (designs with `maintenance.scheduler`): makes every row whose retry time
     /// passed at `:now` claimable again; returns the ids it moved (`message_id`).
     pub schedule: Option<String>,
@@ -182,7 +201,7 @@ pub struct Statements {
 
 impl Statements {
     /// Every statement by its key, `None` where an optional one is not given.
-    pub fn each(&self) -> [(&'static str, Option<&String>); 13] {
+    pub fn each(&self) -> [(&'static str, Option<&String>); 14] {
         [
             ("enqueue", Some(&self.enqueue)),
             ("claim", Some(&self.claim)),
@@ -195,6 +214,7 @@ impl Statements {
             ("rescue_read", self.rescue_read.as_ref()),
             ("rescue", self.rescue.as_ref()),
             ("rescue_exhausted", self.rescue_exhausted.as_ref()),
+            ("rescue_all", self.rescue_all.as_ref()),
             ("schedule", self.schedule.as_ref()),
             ("rows", Some(&self.rows)),
         ]
@@ -217,6 +237,7 @@ impl Statements {
             ("rescue_read", &mut self.rescue_read),
             ("rescue", &mut self.rescue),
             ("rescue_exhausted", &mut self.rescue_exhausted),
+            ("rescue_all", &mut self.rescue_all),
             ("schedule", &mut self.schedule),
         ] {
             all.extend(optional.as_mut().map(|sql| (key, sql)));
@@ -330,6 +351,13 @@ impl Profile {
             problems.push(format!(
                 "{shown}: observe.{key}: not a statement whose result is observed (one of {})",
                 OBSERVED.join(", ")
+            ));
+        }
+        if file.statements.rescue_all.is_some()
+            && (file.statements.rescue_read.is_some() || file.statements.rescue.is_some())
+        {
+            problems.push(format!(
+                "{shown}: statements.rescue_all: a rescuer is either one statement moving every expired lease (rescue_all) or a read and a move (rescue_read and rescue), not both"
             ));
         }
         let dir = path.parent().unwrap_or(Path::new("."));
@@ -667,7 +695,7 @@ fn clock_in_schema(
     }
     Ok(problems
         .into_iter()
-        .map(|p| format!("{p}: a run must be deterministic, and the run's clock stands in only for now(), clock_timestamp(), statement_timestamp() and transaction_timestamp() (docs/sql-profile.md, \"Time\")"))
+        .map(|p| format!("{p}: a run must be deterministic, and the run's clock stands in only for now(), clock_timestamp(), statement_timestamp() and transaction_timestamp(), its random numbers only for random() (docs/sql-profile.md, \"Time\")"))
         .collect())
 }
 
@@ -798,7 +826,7 @@ fn column_name(raw: &str) -> String {
 }
 
 /// The named parameters each statement may use.
-pub const PARAMETERS: [(&str, &[&str]); 13] = [
+pub const PARAMETERS: [(&str, &[&str]); 14] = [
     ("enqueue", &["id", "tenant", "aggregate", "version", "now", "run_at", "max_attempts", "lease_ms", "lease_s"]),
     ("claim", &["now", "owner", "tenant", "batch", "lease_ms", "lease_s", "lease_until", "max_attempts", "token"]),
     ("mark_published", WRITE_PARAMETERS),
@@ -810,6 +838,7 @@ pub const PARAMETERS: [(&str, &[&str]); 13] = [
     ("rescue_read", &["now", "lease_ms", "horizon"]),
     ("rescue", RESCUE_PARAMETERS),
     ("rescue_exhausted", RESCUE_PARAMETERS),
+    ("rescue_all", &["now", "max_attempts", "lease_ms", "horizon"]),
     ("schedule", &["now", "lease_ms"]),
     // The time of the last statement: a status derived from the clock (`vt > :now`).
     ("rows", &["now"]),
@@ -1307,7 +1336,9 @@ fn pg_cell(row: &postgres::Row, i: usize, scale: u64) -> Result<V, StoreError> {
     let column = &row.columns()[i];
     let get_err = |e: postgres::Error| StoreError::Postgres(e.to_string());
     // The model's milliseconds from the queue's microseconds (before 2000-01-01: 0).
-    let model = |micros: i64| (micros.max(0) as u64 / 1000) / scale.max(1);
+    // Rounded up: a time between two of the run's (a delay the queue computed in its own
+    // units) is first reached at the later one.
+    let model = |micros: i64| (micros.max(0) as u64).div_ceil(1000 * scale.max(1));
     Ok(match *column.type_() {
         Type::INT2 => row.try_get::<_, Option<i16>>(i).map_err(get_err)?.map_or(V::Null, |v| V::Int(v.into())),
         Type::INT4 => row.try_get::<_, Option<i32>>(i).map_err(get_err)?.map_or(V::Null, |v| V::Int(v.into())),
@@ -1377,6 +1408,7 @@ impl ProfileStore {
             Some(t) => (t.lease.0 / lease.0.max(1)).max(1),
             None => 1,
         };
+        self.policy.backoff.unit = self.backoff_unit();
         self.clock = None;
     }
 
@@ -1967,6 +1999,8 @@ pub fn reads_the_clock(sql: &str) -> Option<&'static str> {
             ("clock_timestamp", "the database's clock (clock_timestamp())"),
             ("statement_timestamp", "the database's clock (statement_timestamp())"),
             ("transaction_timestamp", "the database's clock (transaction_timestamp())"),
+            ("random()", "a random number (random())"),
+            ("randomblob", "a random number (randomblob())"),
         ]
         .into_iter()
         .find(|(w, _)| lower.contains(w))
@@ -1976,7 +2010,8 @@ pub fn reads_the_clock(sql: &str) -> Option<&'static str> {
 
 /// What in a statement reads the database's clock where no function can stand in for it — the
 /// SQL syntax `CURRENT_TIMESTAMP`, `LOCALTIMESTAMP`, `CURRENT_DATE`, `CURRENT_TIME`, `'now'`, a
-/// clock named in `pg_catalog` — or draws a random number.
+/// clock named in `pg_catalog` — or draws a random number the run does not draw itself
+/// (`gen_random_uuid()`; `random()` is the run's own stream on PostgreSQL).
 pub fn clock_syntax(sql: &str) -> Option<&'static str> {
     let lower = sql.to_ascii_lowercase();
     let words = |w: &str| {
@@ -1997,8 +2032,7 @@ pub fn clock_syntax(sql: &str) -> Option<&'static str> {
         ("pg_catalog.clock_timestamp", "the database's clock (pg_catalog.clock_timestamp())"),
         ("pg_catalog.statement_timestamp", "the database's clock (pg_catalog.statement_timestamp())"),
         ("pg_catalog.transaction_timestamp", "the database's clock (pg_catalog.transaction_timestamp())"),
-        ("random()", "a random number (random())"),
-        ("randomblob", "a random number (randomblob())"),
+        ("pg_catalog.random", "a random number (pg_catalog.random())"),
         ("gen_random_uuid", "a random number (gen_random_uuid())"),
     ]
     .into_iter()
@@ -2263,7 +2297,7 @@ impl Store for ProfileStore {
             // scale; a timestamp was read in the model's already.
             let scale = self.scale.max(1) as i64;
             let at = |c: &str| match values.get(c) {
-                Some(V::Int(ms)) => Ok(Some(Instant((ms / scale).max(0) as u64))),
+                Some(V::Int(ms)) => Ok(Some(Instant(((*ms).max(0) as u64).div_ceil(scale as u64)))),
                 other => as_int("rows", c, other).map(|v| v.map(|v| Instant(v.max(0) as u64))),
             };
             let status = match values.get("status") {
@@ -2334,7 +2368,31 @@ impl Store for ProfileStore {
     }
 
     fn can_rescue(&self) -> bool {
-        self.profile.file.statements.rescue_read.is_some() && self.profile.file.statements.rescue.is_some()
+        let statements = &self.profile.file.statements;
+        statements.rescue_all.is_some() || (statements.rescue_read.is_some() && statements.rescue.is_some())
+    }
+
+    fn backoff_unit(&self) -> u64 {
+        match &self.profile.file.time {
+            Some(t) if t.delays == Delays::Absolute => self.scale,
+            _ => 1,
+        }
+    }
+
+    fn sweeps(&self) -> bool {
+        self.profile.file.statements.rescue_all.is_some()
+    }
+
+    fn rescue_all(&mut self, now: Instant, max_attempts: u32) -> Result<Vec<MessageId>, StoreError> {
+        let Some(sql) = self.profile.file.statements.rescue_all.clone() else { return Ok(Vec::new()) };
+        let params: Params = vec![
+            ("now", time(now)),
+            ("max_attempts", int(max_attempts)),
+            ("lease_ms", span(self.lease)),
+            ("horizon", V::Horizon(self.horizon(now).0)),
+        ];
+        let (rows, _) = self.run("rescue_all", &sql, &params)?;
+        moved_ids(self, "rescue_all", &rows)
     }
 
     fn rescue_read(&mut self, now: Instant) -> Result<Option<(MessageId, LeaseToken)>, StoreError> {

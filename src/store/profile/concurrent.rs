@@ -334,7 +334,9 @@ impl Profile {
                             }
                             // The rescuer beside the relays: a read, then the move of the row it
                             // read, each its own statement — another relay may claim between.
-                            if let (0, Some(fence)) = (r, policy.rescue.filter(|_| store.can_rescue())) {
+                            if let (0, Some(fence)) =
+                                (r, policy.rescue.filter(|_| store.can_rescue() && !store.sweeps()))
+                            {
                                 let at = Instant(now());
                                 if let Ok(Some((message, token))) = store.rescue_read(at) {
                                     // Where it goes and its retry time, as the design's rescuer

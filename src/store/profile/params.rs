@@ -130,13 +130,19 @@ fn code_markers(sql: &str, given: &BTreeMap<String, String>, place: Place) -> St
     while let Some(at) = rest.find(['$', ':']) {
         let (head, tail) = rest.split_at(at);
         out.push_str(head);
+        // A cast's `::` is one token: `):::NAME` is a cast to a type in the schema :NAME
+        // stands for (Graphile Worker's `:::GRAPHILE_WORKER_SCHEMA.job_spec`).
+        if let Some(after) = tail.strip_prefix("::") {
+            out.push_str("::");
+            rest = after;
+            continue;
+        }
         let (name, skip) = if let Some(inner) = tail.strip_prefix("${") {
             match inner.find('}') {
                 Some(end) if inner[..end].chars().all(word) => (&inner[..end], end + 3),
                 _ => ("", 0),
             }
-        } else if place == Place::Schema && tail.starts_with(':') && !out.ends_with(':') && !tail[1..].starts_with(':')
-        {
+        } else if place == Place::Schema && tail.starts_with(':') {
             let end = tail[1..].find(|c: char| !word(c)).unwrap_or(tail.len() - 1);
             (&tail[1..1 + end], end + 1)
         } else {
@@ -166,6 +172,17 @@ pub enum Given {
     /// A TOML array: a composite value's fields in order (underway's `retry_policy`), or an
     /// array's elements; each a constant or one of the run's values.
     List(Vec<Given>),
+    /// `{ json = … }`: a JSON document built around the run's values (Graphile Worker's failure
+    /// write takes `[{"jobId": …, "message": …}]`), bound as its text.
+    Json(Vec<JsonPart>),
+}
+
+/// A JSON document read from TOML, in document order: its punctuation and constants as text,
+/// and the run's values to put where `":name"` stood.
+#[derive(Clone, Debug, PartialEq)]
+pub enum JsonPart {
+    Text(String),
+    Ours(String),
 }
 
 /// `[parameters]` read: names for every statement, and names for one statement.
@@ -253,6 +270,11 @@ fn given(value: &toml::Value) -> Result<Given, String> {
         toml::Value::Float(f) => Given::Constant(V::Float(*f)),
         toml::Value::Boolean(b) => Given::Constant(V::Bool(*b)),
         toml::Value::Datetime(d) => Given::Constant(V::At(micros_since_2000(d)?)),
+        toml::Value::Table(t) if t.len() == 1 && t.contains_key("json") => {
+            let mut parts = Vec::new();
+            json_parts(&t["json"], &mut parts)?;
+            Given::Json(parts)
+        }
         toml::Value::Array(items) => Given::List(
             items
                 .iter()
@@ -266,11 +288,65 @@ fn given(value: &toml::Value) -> Result<Given, String> {
         ),
         other => {
             return Err(format!(
-                "{} is not a parameter's value: \":name\" for the run's value of :name, \":null\", or a constant (text, a number, a boolean, a date-time, an array of them)",
+                "{} is not a parameter's value: \":name\" for the run's value of :name, \":null\", a constant (text, a number, a boolean, a date-time, an array of them), or {{ json = … }}",
                 other.type_str()
             ))
         }
     })
+}
+
+/// A `{ json = … }` value's parts: a string `":name"` is the run's value (`":null"` JSON's
+/// null, `"::x"` the string `:x`); everything else is written as JSON writes it.
+fn json_parts(value: &toml::Value, parts: &mut Vec<JsonPart>) -> Result<(), String> {
+    let text = |parts: &mut Vec<JsonPart>, t: String| match parts.last_mut() {
+        Some(JsonPart::Text(last)) => last.push_str(&t),
+        _ => parts.push(JsonPart::Text(t)),
+    };
+    match value {
+        toml::Value::String(s) if s == ":null" => text(parts, "null".into()),
+        toml::Value::String(s) if s.starts_with("::") => text(parts, serde_json::Value::from(&s[1..]).to_string()),
+        toml::Value::String(s) if s.starts_with(':') => parts.push(JsonPart::Ours(s[1..].to_string())),
+        toml::Value::String(s) => text(parts, serde_json::Value::from(s.as_str()).to_string()),
+        toml::Value::Integer(i) => text(parts, i.to_string()),
+        toml::Value::Float(f) => {
+            text(parts, serde_json::Number::from_f64(*f).ok_or("a JSON number is finite")?.to_string())
+        }
+        toml::Value::Boolean(b) => text(parts, b.to_string()),
+        toml::Value::Datetime(d) => text(parts, serde_json::Value::from(d.to_string()).to_string()),
+        toml::Value::Array(items) => {
+            text(parts, "[".into());
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    text(parts, ",".into());
+                }
+                json_parts(item, parts)?;
+            }
+            text(parts, "]".into());
+        }
+        toml::Value::Table(fields) => {
+            text(parts, "{".into());
+            for (i, (k, v)) in fields.iter().enumerate() {
+                text(parts, format!("{}{}:", if i > 0 { "," } else { "" }, serde_json::Value::from(k.as_str())));
+                json_parts(v, parts)?;
+            }
+            text(parts, "}".into());
+        }
+    }
+    Ok(())
+}
+
+/// One of the run's values as JSON: a number, a string, null, an array; a time or a duration as
+/// its number of the model's milliseconds.
+fn json_of(v: &V) -> String {
+    match v {
+        V::Null => "null".into(),
+        V::Int(i) | V::At(i) => i.to_string(),
+        V::Time(ms) | V::Span(ms) | V::Horizon(ms) | V::Seconds(ms) => ms.to_string(),
+        V::Float(f) => serde_json::Number::from_f64(*f).map_or("null".into(), |n| n.to_string()),
+        V::Bool(b) => b.to_string(),
+        V::Text(t) | V::Other(t) => serde_json::Value::from(t.as_str()).to_string(),
+        V::List(items) => format!("[{}]", items.iter().map(json_of).collect::<Vec<_>>().join(",")),
+    }
 }
 
 impl Given {
@@ -280,6 +356,13 @@ impl Given {
             Given::Ours(name) => vec![name.as_str()],
             Given::Constant(_) => Vec::new(),
             Given::List(items) => items.iter().flat_map(Given::ours).collect(),
+            Given::Json(parts) => parts
+                .iter()
+                .filter_map(|p| match p {
+                    JsonPart::Ours(name) => Some(name.as_str()),
+                    JsonPart::Text(_) => None,
+                })
+                .collect(),
         }
     }
 
@@ -289,6 +372,16 @@ impl Given {
             Given::Ours(name) => ours(name),
             Given::Constant(v) => Some(v.clone()),
             Given::List(items) => items.iter().map(|i| i.value(ours)).collect::<Option<Vec<V>>>().map(V::List),
+            Given::Json(parts) => {
+                let mut out = String::new();
+                for part in parts {
+                    match part {
+                        JsonPart::Text(t) => out.push_str(t),
+                        JsonPart::Ours(name) => out.push_str(&json_of(&ours(name)?)),
+                    }
+                }
+                Some(V::Text(out))
+            }
         }
     }
 }
@@ -389,6 +482,11 @@ mod tests {
             Ok("select :GRAPHILE_WORKER_SCHEMA".to_string())
         );
         // Not given, or not a placeholder: left as written.
+        assert_eq!(
+            expand_templates("array[(1)]:::GRAPHILE_WORKER_SCHEMA.job_spec[]", &given, Place::Schema),
+            Ok("array[(1)]::graphile_worker.job_spec[]".to_string()),
+            "a cast to a type of the schema, as Graphile's migrator replaces it"
+        );
         for text in ["${other}", "x::GRAPHILE_WORKER_SCHEMA", "$${x}", "${a b}", "$1", ":", "$"] {
             assert_eq!(expand_templates(text, &given, Place::Schema), Ok(text.to_string()), "{text}");
         }
@@ -414,6 +512,27 @@ mod tests {
         let ours = |name: &str| (name == "max_attempts").then_some(V::Int(3));
         assert_eq!(list.value(&ours), Some(V::List(vec![V::Int(3), V::Int(1000)])));
         assert_eq!(Given::Ours("batch".into()).value(&ours), None);
+    }
+
+    #[test]
+    fn a_json_parameter_is_built_around_the_runs_values() {
+        let read = |text: &str| given(&toml::from_str::<toml::Table>(&format!("v = {text}")).unwrap()["v"]);
+        let doc =
+            read(r#"{ json = [{ jobId = ":id", message = "it's \"failed\"", n = 2, x = ":null", y = "::id" }] }"#)
+                .unwrap();
+        assert_eq!(doc.ours(), vec!["id"]);
+        let ours = |name: &str| (name == "id").then_some(V::Int(7));
+        let Some(V::Text(text)) = doc.value(&ours) else { panic!("a JSON parameter is text") };
+        let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            parsed,
+            serde_json::json!([{"jobId": 7, "message": "it's \"failed\"", "n": 2, "x": null, "y": ":id"}])
+        );
+        let text_id = |name: &str| (name == "id").then(|| V::Text("a\"b".into()));
+        let Some(V::Text(text)) = doc.value(&text_id) else { panic!() };
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap()[0]["jobId"], "a\"b");
+        assert_eq!(doc.value(&|_| None), None);
+        assert!(read("{ json = 1, other = 2 }").is_err());
     }
 
     #[test]
