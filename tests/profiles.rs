@@ -979,17 +979,23 @@ const UNDERWAY: &str = "docs/examples/underway/underway.profile.toml";
 
 /// A copy of underway's profile, changed by `profile`, beside a copy of its migrations.
 fn underway_variant(name: &str, profile: impl Fn(String) -> String) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples/underway");
+    example_variant("underway", "underway.profile.toml", "../underway.toml", name, profile)
+}
+
+/// A copy of the profile `file` of example `example` (docs/examples/EXAMPLE), changed by
+/// `profile`, beside a copy of its migrations; its design, `design`, by its whole path.
+fn example_variant(example: &str, file: &str, design: &str, name: &str, profile: impl Fn(String) -> String) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples").join(example);
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("profiles").join(name.trim_end_matches(".toml"));
     std::fs::create_dir_all(dir.join("migrations")).unwrap();
     for f in std::fs::read_dir(root.join("migrations")).unwrap() {
         let f = f.unwrap();
         std::fs::copy(f.path(), dir.join("migrations").join(f.file_name())).unwrap();
     }
-    let design = root.join("../underway.toml");
-    let text = std::fs::read_to_string(root.join("underway.profile.toml"))
+    let whole = root.join(design);
+    let text = std::fs::read_to_string(root.join(file))
         .unwrap()
-        .replace("design = \"../underway.toml\"", &format!("design = {:?}", design.to_str().unwrap()));
+        .replace(&format!("design = {design:?}"), &format!("design = {:?}", whole.to_str().unwrap()));
     let path = dir.join(name);
     std::fs::write(&path, profile(text)).unwrap();
     path
@@ -1086,6 +1092,70 @@ fn underways_sql_runs_as_its_authors_wrote_it() {
     let report = json(&out);
     assert!(report["concurrent"].is_null(), "{report}");
     assert!(report["concurrent_not_run"].as_str().unwrap().contains("no mark_ambiguous statement"), "{report}");
+}
+
+const GRAPHILE: &str = "docs/examples/graphile-worker/graphile-worker.profile.toml";
+
+/// Graphile Worker's own SQL (its migrations, the query texts of src/sql/*.ts with the
+/// TypeScript template filled in) does what its design file says: a failure write whose JSON
+/// parameter is built around the run's values, a delay Graphile computes in seconds, a rescuer
+/// that unlocks every lock older than 4 hours in one statement. Its SQL replays the design's
+/// own S1 and S4: a job unlocked and taken again is deleted by the first attempt's completion.
+/// Each of three edits to Graphile's statements is caught.
+#[test]
+fn graphile_workers_sql_runs_as_its_authors_wrote_it() {
+    let Some(url) = common::pg_url("Graphile Worker's profile") else { return };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join(GRAPHILE)).unwrap();
+    for written in
+        ["from ${escapedWorkerSchema}._private_jobs as jobs", "from json_array_elements($2::json) as els(el)"]
+    {
+        assert!(text.contains(written), "{written}");
+    }
+    let migration = std::fs::read_to_string(root.join("docs/examples/graphile-worker/migrations/000016.sql")).unwrap();
+    assert!(migration.contains(":::GRAPHILE_WORKER_SCHEMA.job_spec"), "the migrations are Graphile's, unedited");
+    let out = conform_json_on(&url, Path::new(GRAPHILE), "60");
+    let report = json(&out);
+    assert_eq!(report["verdict"], "violated", "{report}");
+    assert!(report["divergence"].is_null(), "{report}");
+    for situation in ["budgets_spent", "rescues", "superseded_writes"] {
+        assert!(report["exercised"][situation].as_u64().unwrap() > 0, "{situation}: {report}");
+    }
+    let broken: Vec<&str> = report["schedules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["design_breaks"] == true && s["divergence"].is_null())
+        .map(|s| s["property"].as_str().unwrap())
+        .collect();
+    for property in ["S1", "S2", "S4"] {
+        assert!(broken.contains(&property), "{property} replayed on Graphile's SQL: {broken:?}");
+    }
+    assert!(report["concurrent_not_run"].as_str().unwrap().contains("rescue_all"), "{report}");
+    // Each edit diverges: the unlock at the instant a lock turns 4 hours old (`<=`), the failure
+    // write without `locked_by = $1`, and an unlock that leaves `run_at` as it was.
+    let edits: [(&str, &str, &str); 3] = [
+        (
+            "graphile-at-expiry.toml",
+            "where locked_at < ${now} - interval '4 hours'\n)",
+            "where locked_at <= ${now} - interval '4 hours'\n)",
+        ),
+        (
+            "graphile-unfenced.toml",
+            "where id = (el->>'jobId')::bigint and locked_by = $1::text;",
+            "where id = (el->>'jobId')::bigint and (locked_by = $1::text or true);",
+        ),
+        ("graphile-no-restamp.toml", "run_at = greatest(run_at, ${now})", "run_at = run_at"),
+    ];
+    for (name, from, to) in edits {
+        let variant =
+            example_variant("graphile-worker", "graphile-worker.profile.toml", "../graphile-worker.toml", name, |p| {
+                assert!(p.contains(from), "{from}");
+                p.replace(from, to)
+            });
+        let out = conform_json_on(&url, &variant, "60");
+        assert_eq!(json(&out)["verdict"], "diverged", "{name}: {}", String::from_utf8_lossy(&out.stdout));
+    }
 }
 
 /// Constants of `[parameters]` bound as the server types their parameters — a composite value
