@@ -34,7 +34,11 @@ pub enum Op {
     /// or superseded; `misrouted`, with the other tenant's id in place of the lease's.
     Write {
         pick: usize,
+        /// The write, by its statement's name (`mark_retry`) in JSON.
+        #[serde(serialize_with = "write_name")]
         kind: u8,
+        /// Its failure code, by name (`timeout`) in JSON.
+        #[serde(serialize_with = "code_name")]
         code: u8,
         misrouted: bool,
     },
@@ -281,6 +285,17 @@ fn same_write(a: &WriteResult, b: &WriteResult, store: &dyn Store) -> bool {
         }
         (WriteResult::Stale { .. }, WriteResult::Stale { .. }) => true,
         _ => false,
+    }
+}
+
+fn write_name<S: serde::Serializer>(k: &u8, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(kind(*k, 0).name())
+}
+
+fn code_name<S: serde::Serializer>(c: &u8, s: S) -> Result<S::Ok, S::Error> {
+    match kind(1, *c) {
+        WriteKind::Ambiguous { code } => s.serialize_str(code.as_str()),
+        _ => unreachable!("kind 1 is the AMBIGUOUS write, which carries a code"),
     }
 }
 
