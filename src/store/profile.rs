@@ -1710,6 +1710,19 @@ impl ProfileStore {
             });
             if !used {
                 problems.push(match statement {
+                    // `[parameters.mark_retry.5]` for a write of fewer statements.
+                    Some(k) if !each.iter().any(|(key, base, _)| key == k || *base == k) => {
+                        let count = |write: &str| each.iter().filter(|(_, base, _)| *base == write).count();
+                        match k.rsplit_once('.') {
+                            Some((write, n)) if count(write) > 0 => format!(
+                                "parameters.{k}.{}: statements.{write} is {} statement{}, and there is no statement {n}",
+                                toml_key(name),
+                                count(write),
+                                if count(write) == 1 { "" } else { "s" }
+                            ),
+                            _ => format!("parameters.{k}.{}: your profile has no statements.{k}", toml_key(name)),
+                        }
+                    }
                     Some(k) => format!(
                         "parameters.{k}.{}: statements.{k} has no parameter {}",
                         toml_key(name),
