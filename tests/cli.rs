@@ -3,7 +3,11 @@
 use std::process::{Command, Output};
 
 fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(args).output().expect("the binary runs")
+    Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -221,6 +225,7 @@ fn conform_agrees_on_sqlite_reports_legacy_divergence_and_refuses_bad_servers_in
     assert!(report.contains("DIVERGED") && report.contains("SELECT message_id FROM messaging_outbox"), "{report}");
 
     let no_url = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
         .args(["conform", "--store", "postgres"])
         .env_remove("OUTBOX_CHECK_PG_URL")
         .output()
@@ -455,6 +460,7 @@ fn an_unwritable_report_file_is_exit_2_before_the_work() {
 fn the_models_time_scale_is_an_option_and_reproduces() {
     let dir = std::env::temp_dir().join(format!("outbox-check-timescale-{}", std::process::id()));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
         .args([
             "check",
             "--variant",
@@ -482,6 +488,7 @@ fn the_models_time_scale_is_an_option_and_reproduces() {
     assert_eq!(json["config"]["lease"], 3);
     let _ = std::fs::remove_dir_all(&dir);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
         .args(["check", "--variant", "reference", "--backoff-base", "4", "--backoff-cap", "2"])
         .output()
         .unwrap();

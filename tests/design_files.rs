@@ -6,7 +6,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(args).output().expect("the binary runs")
+    Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
 }
 
 fn scratch(name: &str, text: &str) -> PathBuf {

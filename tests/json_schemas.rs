@@ -13,7 +13,12 @@ fn validate(schema_name: &str, args: &[&str]) {
     )
     .unwrap();
     let validator = jsonschema::validator_for(&schema).expect("a valid schema");
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(args).current_dir(root).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
+        .args(args)
+        .current_dir(root)
+        .output()
+        .unwrap();
     assert!(matches!(out.status.code(), Some(0 | 1)), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     let value: serde_json::Value =
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: not JSON: {e}"));

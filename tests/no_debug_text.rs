@@ -56,7 +56,12 @@ fn no_report_or_message_carries_debug_text() {
         &["variants"],
     ];
     for args in commands {
-        let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(*args).current_dir(root).output().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+            .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
+            .args(*args)
+            .current_dir(root)
+            .output()
+            .unwrap();
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         found.extend(debug_in(&args.join(" "), &text));
     }
@@ -65,6 +70,7 @@ fn no_report_or_message_carries_debug_text() {
         let path = entry.unwrap().path();
         let page = std::env::temp_dir().join(format!("outbox-check-nodebug-{}.html", std::process::id()));
         let out = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+            .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
             .args(["trace", "--all", "--quiet", "--html"])
             .arg(&page)
             .arg(&path)

@@ -483,6 +483,7 @@ fn four_relays_with_a_flaky_broker_and_killed_backends_lose_nothing_and_never_wr
     std::fs::write(&file, to_jsonl(&header, &events)).unwrap();
     let checking = std::time::Instant::now();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
         .arg("trace")
         .arg(&file)
         .stdout(std::process::Stdio::piped())

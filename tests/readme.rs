@@ -79,11 +79,20 @@ fn every_readme_command_works_and_leaves_git_status_as_it_was() {
             ["outbox-check", rest @ ..] => rest.to_vec(),
             _ => panic!("a README command that is neither outbox-check nor cargo: {command}"),
         };
+        // A file the docs put under /tmp goes under the tests' own scratch folder: the run
+        // leaves nothing behind outside target/.
+        let scratch = |a: &str| match a.strip_prefix("/tmp/") {
+            Some(rest) => format!("{}/{rest}", env!("CARGO_TARGET_TMPDIR")),
+            None => a.to_string(),
+        };
+        let args: Vec<String> = args.iter().map(|a| scratch(a)).collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         if args.contains(&"postgres") && pg.is_none() && env.is_empty() {
             common::not_run(&format!("`{command}` needs OUTBOX_CHECK_PG_URL"));
             continue;
         }
         let out = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+            .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
             .args(&args)
             .arg("--quiet")
             .envs(env)
@@ -123,7 +132,11 @@ fn the_cli_synopsis_lists_exactly_the_options_of_each_help() {
         }
         synopsis.entry(current.clone()).or_default().extend(options(line));
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check")).arg("--help").output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
+        .arg("--help")
+        .output()
+        .unwrap();
     let commands: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .skip_while(|l| !l.starts_with("Commands:"))
@@ -134,7 +147,11 @@ fn the_cli_synopsis_lists_exactly_the_options_of_each_help() {
         .collect();
     assert!(commands.len() >= 9, "{commands:?}");
     for command in &commands {
-        let help = Command::new(env!("CARGO_BIN_EXE_outbox-check")).args([command, "--help"]).output().unwrap();
+        let help = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+            .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
+            .args([command, "--help"])
+            .output()
+            .unwrap();
         let help = String::from_utf8_lossy(&help.stdout);
         // Each option, and its visible aliases ("[alias: --design]"), which clap prints on the
         // option's line or, where the help goes on the next line, at the end of its description.
@@ -166,8 +183,13 @@ fn the_readme_counterexample_is_what_check_prints() {
     let shown: Vec<&str> = block.lines().skip_while(|l| !l.trim_start().starts_with("VIOLATED")).collect();
     assert!(shown.len() >= 4 && shown.last().unwrap().trim_start().starts_with("explorer:"), "{shown:?}");
     let args: Vec<&str> = command.split_whitespace().skip(1).collect();
-    let out =
-        Command::new(env!("CARGO_BIN_EXE_outbox-check")).args(&args).arg("--quiet").current_dir(root).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+        .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
+        .args(&args)
+        .arg("--quiet")
+        .current_dir(root)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1), "`{command}` finds a violation");
     let printed = String::from_utf8(out.stdout).unwrap();
     for line in shown {
