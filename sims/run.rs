@@ -388,6 +388,7 @@ async fn database(shared: Shared) {
     // first expired lease and moves that row back — in the same statement (fenced by the expiry),
     // or, fenced by the token it read or by id, after a pause in which a relay may claim it.
     if let Some(fence) = shared.setup.world.rescue() {
+        let after = shared.setup.world.rescues_after_expiry();
         let s = shared.clone();
         madsim::task::spawn(async move {
             loop {
@@ -396,7 +397,7 @@ async fn database(shared: Shared) {
                     let st = s.lock();
                     let now = st.now_ms();
                     st.outbox
-                        .rescuable(Instant(now))
+                        .rescuable_after(Instant(now), after)
                         .map(|row| Lease::of_row(row, st.auditor.ghost(row.message_id).map_or(0, |g| g.claims)))
                 };
                 let Some(lease) = read else { continue };
