@@ -469,11 +469,7 @@ pub fn execute(
                 {
                     exercised.claims_beside_another_tenant += 1;
                 }
-                let b = store.claim(&req);
-                let a = match &b {
-                    Ok(taken) => model.claim_among_ties(&req, &taken.iter().map(|l| l.message_id).collect::<Vec<_>>()),
-                    Err(_) => model.claim(&req),
-                };
+                let (a, b) = claim_on_both(model, store, &req);
                 if !same_claim(&a, &b, &*store) {
                     return Err(diverge(step, show(&a), show(&b), store));
                 }
@@ -746,6 +742,22 @@ impl Report {
     }
 }
 
+/// One claim on the store and on the model: the model takes the store's rows where the design
+/// leaves ties to the database and they are another choice among rows due together
+/// ([`Store::claim_among_ties`]). Returns (the model's, the store's).
+fn claim_on_both(
+    model: &mut dyn Store,
+    store: &mut dyn Store,
+    req: &ClaimRequest,
+) -> (Result<Vec<Lease>, StoreError>, Result<Vec<Lease>, StoreError>) {
+    let b = store.claim(req);
+    let a = match &b {
+        Ok(taken) => model.claim_among_ties(req, &taken.iter().map(|l| l.message_id).collect::<Vec<_>>()),
+        Err(_) => model.claim(req),
+    };
+    (a, b)
+}
+
 /// The model's backoff in the store's units (a queue that computes its delays in its own, at
 /// the run's scale), and the cap the run's retries reach in them.
 fn same_units(model: &mut MemoryStore, store: &dyn Store, bounds: Bounds) -> Bounds {
@@ -990,13 +1002,7 @@ pub fn replay_schedule(schedule: &Schedule, model_policy: Policy, store: &mut dy
             }
             Event::Claimed { request, db, leases, .. } if *db != DbFate::LostBefore => {
                 let before = model.rows().unwrap_or_default();
-                let b = store.claim(request);
-                let a = match &b {
-                    Ok(taken) => {
-                        model.claim_among_ties(request, &taken.iter().map(|l| l.message_id).collect::<Vec<_>>())
-                    }
-                    Err(_) => model.claim(request),
-                };
+                let (a, b) = claim_on_both(&mut model, store, request);
                 if !same_claim(&a, &b, &*store) {
                     let d = diverged(
                         claim_finding(&model_policy, &before, request, &a, &b),

@@ -818,14 +818,7 @@ impl Outbox {
         let Some(fence) = policy.rescue else { return Vec::new() };
         let mut moved = Vec::new();
         while let Some(row) = self.rescuable_after(now, policy.rescue_after_expiry) {
-            let lease = Lease {
-                message_id: row.message_id,
-                tenant_id: row.tenant_id,
-                owner: row.lease_owner.unwrap_or(RelayId(u16::MAX)),
-                token: row.lease_token,
-                attempts: row.attempts,
-                claim_seq: 0,
-            };
+            let lease = Lease::of_row(row, 0);
             let req = policy.rescue_request(lease, fence, lease.attempts, max_attempts, now);
             match self.release(&req) {
                 Ok(WriteResult::Applied { .. }) => moved.push(lease.message_id),
