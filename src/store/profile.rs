@@ -188,10 +188,15 @@ pub struct Statements {
     pub rescue_exhausted: Option<String>,
     /// A rescuer that finds and moves every expired lease in one statement, with no read before
     /// it (Graphile Worker's `resetLockedAt`): `:now`, `:horizon`, `:lease_ms`, `:max_attempts`.
-    /// Held against the design's rescuer moving every expired lease, one after another.
+    /// Held against the design's rescuer moving every expired lease, one after another. A list
+    /// (Oban's Lifeline: the jobs with budget back to `available`, then the rest `discarded`)
+    /// runs in one transaction, every part whether or not the one before it moved a row.
+    #[serde(default, deserialize_with = "one_or_parts_opt")]
     pub rescue_all: Option<String>,
     /// The scheduler (designs with `maintenance.scheduler`): makes every row whose retry time
-    /// passed at `:now` claimable again; returns the ids it moved (`message_id`).
+    /// passed at `:now` claimable again; returns the ids it moved (`message_id`). A list runs as
+    /// `rescue_all`'s does.
+    #[serde(default, deserialize_with = "one_or_parts_opt")]
     pub schedule: Option<String>,
     /// Every row in the model's shape, ordered by `message_id`: `message_id` and `status`, and
     /// whichever of `tenant_id`, `attempts`, `lease_owner`, `lease_token`, `lease_expires_at`,
@@ -743,6 +748,18 @@ impl ProfileStore {
 }
 
 /// The ids a maintenance statement returned (`message_id`), by id.
+/// A row's retry time as the two tables are compared: only where the row waits (PENDING or
+/// AMBIGUOUS). Nothing reads it on a row in flight or ended, and the model keeps it where a write
+/// by id moved a waiting row on (Oban's `complete_job` on a `retryable` job), as a queue keeps
+/// its column (decision 96).
+fn waiting_retry(status: Status, at: Option<Instant>) -> Option<Instant> {
+    if matches!(status, Status::Pending | Status::Ambiguous) {
+        at
+    } else {
+        None
+    }
+}
+
 fn moved_ids(store: &ProfileStore, key: &str, rows: &[BTreeMap<String, V>]) -> Result<Vec<MessageId>, StoreError> {
     let mut ids = Vec::new();
     for row in rows {
@@ -1795,6 +1812,33 @@ impl ProfileStore {
         Ok(if kept { last } else { (Vec::new(), 0) })
     }
 
+    /// A sweep's statements (`rescue_all`, `schedule`): one, or a list run in order in one
+    /// transaction, each whether or not the one before it changed a row, every part's returned
+    /// rows together.
+    fn run_sweep(&mut self, key: &str, sql: &str, params: &Params) -> Result<Vec<BTreeMap<String, V>>, StoreError> {
+        let parts = parts(sql);
+        if parts.len() == 1 {
+            return Ok(self.run(key, sql, params)?.0);
+        }
+        let opened = !self.held;
+        self.exec(if opened { "BEGIN" } else { "SAVEPOINT outbox_check_write" })?;
+        self.held = true;
+        let mut all = Vec::new();
+        for (n, part) in parts.iter().enumerate() {
+            match self.run(&format!("{key}.{}", n + 1), part, params) {
+                Ok((rows, _)) => all.extend(rows),
+                Err(e) => {
+                    let _ = self.exec(if opened { "ROLLBACK" } else { "ROLLBACK TO SAVEPOINT outbox_check_write" });
+                    self.held = !opened;
+                    return Err(e);
+                }
+            }
+        }
+        self.exec(if opened { "COMMIT" } else { "RELEASE SAVEPOINT outbox_check_write" })?;
+        self.held = !opened;
+        Ok(all)
+    }
+
     /// Transaction control around a write's statements, logged with them.
     fn exec(&mut self, sql: &str) -> Result<(), StoreError> {
         match &mut self.db {
@@ -2282,7 +2326,7 @@ impl Store for ProfileStore {
     fn schedule(&mut self, now: Instant) -> Result<Vec<MessageId>, StoreError> {
         let Some(sql) = self.profile.file.statements.schedule.clone() else { return Ok(Vec::new()) };
         let params: Params = vec![("now", time(now)), ("lease_ms", span(self.lease))];
-        let (rows, _) = self.run("schedule", &sql, &params)?;
+        let rows = self.run_sweep("schedule", &sql, &params)?;
         moved_ids(self, "schedule", &rows)
     }
 
@@ -2345,7 +2389,7 @@ impl Store for ProfileStore {
                 lease_owner: get("lease_owner")?.map(|o| RelayId(o as u16)),
                 lease_token: LeaseToken(token_of("rows", random, values.get("lease_token"))?),
                 lease_expires_at: at("lease_expires_at")?,
-                next_attempt_at: at("next_attempt_at")?,
+                next_attempt_at: waiting_retry(status, at("next_attempt_at")?),
                 last_failure_code: code,
                 created_at: at("created_at")?.unwrap_or(Instant(0)),
                 published_at: at("published_at")?,
@@ -2404,7 +2448,7 @@ impl Store for ProfileStore {
             ("lease_ms", span(self.lease)),
             ("horizon", V::Horizon(self.horizon(now).0)),
         ];
-        let (rows, _) = self.run("rescue_all", &sql, &params)?;
+        let rows = self.run_sweep("rescue_all", &sql, &params)?;
         moved_ids(self, "rescue_all", &rows)
     }
 
@@ -2530,7 +2574,7 @@ impl Store for ProfileStore {
             lease_owner: if has("lease_owner") { row.lease_owner } else { None },
             lease_token: if has("lease_token") { row.lease_token } else { LeaseToken(0) },
             lease_expires_at: if has("lease_expires_at") { row.lease_expires_at } else { None },
-            next_attempt_at: if has("next_attempt_at") { row.next_attempt_at } else { None },
+            next_attempt_at: if has("next_attempt_at") { waiting_retry(row.status, row.next_attempt_at) } else { None },
             last_failure_code: if has("last_failure_code") { row.last_failure_code } else { None },
             created_at: if has("created_at") { row.created_at } else { Instant(0) },
             published_at: if has("published_at") { row.published_at } else { None },
