@@ -1,0 +1,2 @@
+DROP FUNCTION IF EXISTS "public".oban_wrap_id(value bigint);
+COMMENT ON TABLE "public".oban_jobs IS '4';

@@ -1,0 +1,1 @@
+COMMENT ON TABLE "public".oban_jobs IS '6';

@@ -1,0 +1,10 @@
+ALTER TABLE "public"."oban_jobs" ALTER COLUMN "args" TYPE jsonb, ALTER COLUMN "args" SET DEFAULT '{}', ALTER COLUMN "priority" TYPE integer, ALTER COLUMN "priority" SET NOT NULL;
+ALTER TABLE "public"."oban_jobs" ADD CONSTRAINT "priority_range" CHECK (priority between 0 and 3);
+ALTER TABLE "public"."oban_jobs" ADD CONSTRAINT "positive_max_attempts" CHECK (max_attempts > 0);
+ALTER TABLE "public"."oban_jobs" ADD CONSTRAINT "attempt_range" CHECK (attempt between 0 and max_attempts);
+DROP INDEX IF EXISTS "public"."oban_jobs_args_vector";
+DROP INDEX IF EXISTS "public"."oban_jobs_worker_gist";
+DROP INDEX IF EXISTS "public"."oban_jobs_attempted_at_id_index";
+CREATE INDEX IF NOT EXISTS "oban_jobs_args_index" ON "public"."oban_jobs" USING gin ("args");
+CREATE INDEX IF NOT EXISTS "oban_jobs_meta_index" ON "public"."oban_jobs" USING gin ("meta");
+COMMENT ON TABLE "public".oban_jobs IS '10';
