@@ -1217,6 +1217,28 @@ fn obans_sql_runs_as_ecto_sends_it() {
     for property in ["S1", "S2", "S4"] {
         assert!(broken.contains(&property), "{property} replayed on Oban's SQL: {broken:?}");
     }
+    // The Lifeline's statements name the jobs they moved and where to, so the concurrent run
+    // records its rescues in the history: the oracle finds S2 (no token) and nothing of the
+    // rescuer's.
+    let c = &report["concurrent"];
+    let findings: Vec<&str> = c["findings"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    assert!(findings.iter().any(|f| f.contains("S2")), "{c}");
+    assert!(!findings.iter().any(|f| f.contains("\"rescuer\"")), "{c}");
+    if let Some(history) = c["history"].as_str() {
+        let _ = std::fs::remove_file(history);
+    }
+    // A Lifeline that takes jobs half an hour early is caught by the oracle on its history.
+    let early = example_variant("oban", "oban.profile.toml", "../oban.toml", "oban-early.toml", |p| {
+        p.replacen("(o0.\"attempted_at\" < $2)", "(o0.\"attempted_at\" < $2::timestamp + interval '30 minutes')", 1)
+    });
+    let c = json(&conform_json_on(&url, &early, "60"))["concurrent"].clone();
+    assert!(
+        c["findings"].as_array().unwrap().iter().any(|f| f.as_str().unwrap().contains("\"relay\":\"rescuer\"")),
+        "{c}"
+    );
+    if let Some(history) = c["history"].as_str() {
+        let _ = std::fs::remove_file(history);
+    }
     let rescue_first = "RETURNING o0.\"id\", o0.\"queue\", o0.\"state\"''',\n";
     let edits: [(&str, &str, &str); 4] = [
         (

@@ -210,10 +210,13 @@ pub fn sweep(args: &ConformArgs) -> Result<Report, StoreError> {
                         "your profile has no {} statement, which the relays send when the broker fails or times out",
                         missing.join(" or ")
                     ));
-                } else if profile.file.statements.rescue_all.is_some() {
-                    // A history names every row a step moved; a sweep's statement does not say.
+                } else if profile.file.statements.rescue_all.is_some()
+                    && !profile.sweep_names_its_moves(&args.against.policy())
+                {
+                    // A history names every row a step moved and where to; this sweep's
+                    // statement does not say.
                     report.concurrent_not_run = Some(
-                        "your rescuer (rescue_all) moves every expired lease in one statement without naming the rows it moved, so a history cannot record its moves".into(),
+                        "your rescuer (rescue_all) moves every expired lease in one statement whose RETURNING does not name the rows it moved and their status, so a history cannot record its moves".into(),
                     );
                 } else if profile
                     .file

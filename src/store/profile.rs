@@ -305,6 +305,30 @@ const COLUMNS: [&str; 12] = [
 ];
 
 impl Profile {
+    /// Whether every statement of `rescue_all` names the rows it moved and where to, in its
+    /// `RETURNING` (the table's id and status columns, or `*`): what the concurrent run's
+    /// history needs of a sweep (Oban's Lifeline does; Graphile Worker's resetLockedAt returns
+    /// nothing). A design whose rescuer retries after a backoff needs the attempts too.
+    pub fn sweep_names_its_moves(&self, policy: &crate::core::Policy) -> bool {
+        let Some(sql) = &self.file.statements.rescue_all else { return false };
+        let column = |field: &str| -> Vec<String> {
+            match self.file.columns.get(field) {
+                Some(names) => names.names().iter().map(|n| n.to_lowercase()).collect(),
+                None => vec![field.to_string()],
+            }
+        };
+        let mut needed = vec![column("message_id"), column("status")];
+        if policy.rescue_to == crate::core::policy::RescueTarget::Retry {
+            needed.push(column("attempts"));
+        }
+        parts(sql).iter().all(|part| {
+            let lower = part.to_lowercase();
+            let Some(at) = lower.rfind("returning") else { return false };
+            let returned = &lower[at..];
+            returned.contains('*') || needed.iter().all(|names| names.iter().any(|n| returned.contains(n.as_str())))
+        })
+    }
+
     /// Reads a profile, its design and its schema. A problem is one line naming the file, the
     /// key and what is wrong.
     pub fn load(path: &Path) -> Result<Profile, String> {
@@ -705,6 +729,49 @@ fn clock_in_schema(
 }
 
 impl ProfileStore {
+    /// The sweep's moves as its statements name them ([`Profile::sweep_names_its_moves`]): each
+    /// row moved, the status it went to and its attempts where returned. A status name several
+    /// statuses share reads as the one the design's rescuer moves rows to (PENDING, or where a
+    /// budget is spent, [`Policy::rescue_target`]'s). For the concurrent run's history.
+    pub(crate) fn rescue_all_moves(
+        &mut self,
+        now: Instant,
+        max_attempts: u32,
+        policy: &crate::core::Policy,
+    ) -> Result<Vec<(MessageId, Status, u32)>, StoreError> {
+        let Some(sql) = self.profile.file.statements.rescue_all.clone() else { return Ok(Vec::new()) };
+        let params: Params = vec![
+            ("now", time(now)),
+            ("max_attempts", int(max_attempts)),
+            ("lease_ms", span(self.lease)),
+            ("horizon", V::Horizon(self.horizon(now).0)),
+        ];
+        let rows = self.run_sweep("rescue_all", &sql, &params)?;
+        let spent = policy.rescue_target(max_attempts, max_attempts);
+        let names = self.profile.statuses.names();
+        let mut moves = Vec::new();
+        for row in rows {
+            let id = as_int("rescue_all", "message_id", row.get("message_id"))?
+                .ok_or_else(|| StoreError::Corrupt("rescue_all: a row it moved without message_id".into()))?;
+            let Some(V::Text(name)) = row.get("status") else {
+                return Err(StoreError::Corrupt(format!("rescue_all: the row {id} it moved without its status")));
+            };
+            let shared: Vec<Status> = names.iter().filter(|(n, _)| n == name).map(|(_, s)| *s).collect();
+            let to = shared
+                .iter()
+                .copied()
+                .find(|s| *s == Status::Pending || *s == spent)
+                .or_else(|| shared.first().copied())
+                .ok_or_else(|| {
+                    StoreError::Corrupt(format!("rescue_all: status {name:?} is none of the profile's statuses"))
+                })?;
+            let attempts = as_int("rescue_all", "attempts", row.get("attempts"))?.unwrap_or(0).max(0) as u32;
+            moves.push((self.model_id(id), to, attempts));
+        }
+        moves.sort_by_key(|m| m.0);
+        Ok(moves)
+    }
+
     fn open(db: Db, profile: &Profile) -> Result<ProfileStore, StoreError> {
         let mut store = ProfileStore {
             db,

@@ -332,6 +332,49 @@ impl Profile {
                                     log_moved(store.last_stamp, moved, &|messages| T::Schedule { now: at.0, messages });
                                 }
                             }
+                            // A rescuer that sweeps (`rescue_all`) beside the relays, where its
+                            // statements name the rows they moved: one release each.
+                            if let (0, Some(fence)) = (r, policy.rescue.filter(|_| store.sweeps())) {
+                                let at = Instant(now());
+                                match store.rescue_all_moves(at, max_attempts, &policy) {
+                                    Ok(moves) => {
+                                        for (message, to, attempts) in moves {
+                                            let lease = Lease {
+                                                message_id: message,
+                                                tenant_id: TenantId(0),
+                                                owner: RelayId(u16::MAX),
+                                                token: crate::core::LeaseToken(0),
+                                                attempts,
+                                                claim_seq: 0,
+                                            };
+                                            let mut request =
+                                                policy.rescue_request(lease, fence, attempts, max_attempts, at);
+                                            request.to = to;
+                                            request.retry_at = if to == Status::Pending {
+                                                policy.rescue_retry_at(attempts, at)
+                                            } else {
+                                                None
+                                            };
+                                            let mut event = T::rescue_of(
+                                                names(message),
+                                                &request,
+                                                to,
+                                                WriteResult::Applied { status: to },
+                                            );
+                                            if !store.keeps_tokens() {
+                                                without_tokens(&mut event);
+                                            }
+                                            trace
+                                                .lock()
+                                                .unwrap_or_else(|e| e.into_inner())
+                                                .push((2 * store.last_stamp, event));
+                                        }
+                                    }
+                                    // A sweep that does not say what it moved cannot be recorded.
+                                    Err(e @ StoreError::Corrupt(_)) => return Err(e),
+                                    Err(_) => {}
+                                }
+                            }
                             // The rescuer beside the relays: a read, then the move of the row it
                             // read, each its own statement — another relay may claim between.
                             if let (0, Some(fence)) =
