@@ -582,3 +582,36 @@ fn resolutions_that_fail_differently_are_all_named() {
         assert_eq!((finding(&d), d.get("otherwise").is_none()), (alone.to_string(), true), "{d:#}");
     }
 }
+
+/// A design whose rescuer takes a lease only once its expiry has passed (Graphile Worker's
+/// `locked_at < now() - interval '4 hours'`, `maintenance.after_expiry`): an unlock recorded at
+/// the very instant the lease expires is not what the design does, one a tick later is; under a
+/// design whose rescuer takes a lease at its expiry (Oban's) the first is consistent too.
+#[test]
+fn an_unlock_at_the_instant_of_expiry_is_flagged_where_the_design_waits_past_it() {
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/examples/");
+    let head = r#"{"format":"outbox-check-trace","version":2,"max_attempts":3}"#;
+    let enqueue = r#"{"event":"enqueue","tenant":"t","aggregate":"a","expected_version":0,"message":"m1","now":0,"result":"applied"}"#;
+    let claim = r#"{"event":"claim","relay":"w1","tenant":"t","batch":1,"lease_ms":100,"now":10,"leases":[{"message":"m1","attempts":1}]}"#;
+    let unlock = |now: u32, next: &str| {
+        format!(
+            r#"{{"event":"release","relay":"rescuer","message":"m1","now":{now},"to":"PENDING",{next}"fence":"expired","result":"applied"}}"#
+        )
+    };
+    let graphile = format!("{examples}graphile-worker.toml");
+    // Every divergence (`--all`): Graphile's design hands out no token, which S2 names on the
+    // claim; what matters here is whether the release (line 4) is one.
+    let release_flagged = |name: &str, design: &str, release: String| {
+        let (_, v) =
+            trace_cli(name, &format!("{head}\n{enqueue}\n{claim}\n{release}\n"), &["--design", design, "--all"]);
+        let divergences = v["files"][0]["divergences"].as_array().cloned().unwrap_or_default();
+        divergences.iter().find(|d| d["line"] == 4).map(|d| d["conformance"].as_str().unwrap_or_default().to_string())
+    };
+    // Graphile's unlock sets `run_at = now()`: the row is due at the unlock.
+    assert_eq!(release_flagged("after-expiry-late", &graphile, unlock(111, r#""next_attempt_at":111,"#)), None);
+    assert_eq!(
+        release_flagged("after-expiry-at", &graphile, unlock(110, r#""next_attempt_at":110,"#)).as_deref(),
+        Some("C3")
+    );
+    assert_eq!(release_flagged("at-expiry", &format!("{examples}oban.toml"), unlock(110, "")), None);
+}

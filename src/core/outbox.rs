@@ -804,9 +804,13 @@ impl Outbox {
     /// The rescuer's read: the first row, by id, whose lease has expired at `now` — with `after`,
     /// whose expiry is before `now` (`maintenance.after_expiry`: not at the instant it expires).
     pub fn rescuable_after(&self, now: Instant, after: bool) -> Option<&Row> {
-        self.rows.iter().find(|row| {
-            row.status == Status::InFlight && row.lease_expires_at.is_some_and(|at| at < now || (!after && at == now))
-        })
+        self.rows.iter().find(|row| Self::is_rescuable(row, now, after))
+    }
+
+    /// The rescuer's predicate: IN_FLIGHT, its lease expired at `now` — with `after`, expired
+    /// before `now` (`maintenance.after_expiry`: not at the instant it expires).
+    pub fn is_rescuable(row: &Row, now: Instant, after: bool) -> bool {
+        row.status == Status::InFlight && row.lease_expires_at.is_some_and(|at| at < now || (!after && at == now))
     }
 
     /// A rescuer that moves every expired lease in one statement (Graphile Worker's

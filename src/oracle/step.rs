@@ -675,9 +675,24 @@ impl Oracle {
                 });
                 let req =
                     ReleaseRequest { lease, fence, to, retry_at: next_attempt_at.map(Instant), now: Instant(*now) };
-                let model = b.auditor.release(&mut b.outbox, &req).map_err(|error| {
-                    diverge(conformance(Conformance::C7), Finding::Refused { asked: Asked::Release, error }, &before)
-                })?;
+                // A design whose rescuer takes a lease only once its expiry has passed
+                // (`maintenance.after_expiry`) does not take it at the instant it expires: the
+                // expiry fence alone would (decision 97).
+                let too_early = fence == ReleaseFence::Expired
+                    && self.policy.rescue_after_expiry
+                    && row.status == Status::InFlight
+                    && !Outbox::is_rescuable(&row, Instant(*now), true);
+                let model = if too_early {
+                    WriteResult::Stale { reason: StaleReason::WrongToken }
+                } else {
+                    b.auditor.release(&mut b.outbox, &req).map_err(|error| {
+                        diverge(
+                            conformance(Conformance::C7),
+                            Finding::Refused { asked: Asked::Release, error },
+                            &before,
+                        )
+                    })?
+                };
                 let model_says = if matches!(model, WriteResult::Applied { .. }) { "applied" } else { "stale" };
                 if model_says != result {
                     // Ending a lease claimed after the job read the row breaks S1.
