@@ -223,7 +223,7 @@ impl Said for Vec<Lease> {
 impl Said for Vec<MessageId> {
     fn said(&self) -> String {
         if self.is_empty() {
-            return "nothing reaped".into();
+            return "no row moved".into();
         }
         self.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", ")
     }

@@ -740,12 +740,7 @@ impl ProfileStore {
         policy: &crate::core::Policy,
     ) -> Result<Vec<(MessageId, Status, u32)>, StoreError> {
         let Some(sql) = self.profile.file.statements.rescue_all.clone() else { return Ok(Vec::new()) };
-        let params: Params = vec![
-            ("now", time(now)),
-            ("max_attempts", int(max_attempts)),
-            ("lease_ms", span(self.lease)),
-            ("horizon", V::Horizon(self.horizon(now).0)),
-        ];
+        let params = self.sweep_params(now, max_attempts);
         let rows = self.run_sweep("rescue_all", &sql, &params)?;
         let spent = policy.rescue_target(max_attempts, max_attempts);
         let names = self.profile.statuses.names();
@@ -814,7 +809,6 @@ impl ProfileStore {
     }
 }
 
-/// The ids a maintenance statement returned (`message_id`), by id.
 /// A row's retry time as the two tables are compared: only where the row waits (PENDING or
 /// AMBIGUOUS). Nothing reads it on a row in flight or ended, and the model keeps it where a write
 /// by id moved a waiting row on (Oban's `complete_job` on a `retryable` job), as a queue keeps
@@ -827,6 +821,7 @@ fn waiting_retry(status: Status, at: Option<Instant>) -> Option<Instant> {
     }
 }
 
+/// The ids a maintenance statement returned (`message_id`), by id.
 fn moved_ids(store: &ProfileStore, key: &str, rows: &[BTreeMap<String, V>]) -> Result<Vec<MessageId>, StoreError> {
     let mut ids = Vec::new();
     for row in rows {
@@ -1879,6 +1874,16 @@ impl ProfileStore {
         Ok(if kept { last } else { (Vec::new(), 0) })
     }
 
+    /// What `rescue_all` is given.
+    fn sweep_params(&self, now: Instant, max_attempts: u32) -> Params {
+        vec![
+            ("now", time(now)),
+            ("max_attempts", int(max_attempts)),
+            ("lease_ms", span(self.lease)),
+            ("horizon", V::Horizon(self.horizon(now).0)),
+        ]
+    }
+
     /// A sweep's statements (`rescue_all`, `schedule`): one, or a list run in order in one
     /// transaction, each whether or not the one before it changed a row, every part's returned
     /// rows together.
@@ -2509,12 +2514,7 @@ impl Store for ProfileStore {
 
     fn rescue_all(&mut self, now: Instant, max_attempts: u32) -> Result<Vec<MessageId>, StoreError> {
         let Some(sql) = self.profile.file.statements.rescue_all.clone() else { return Ok(Vec::new()) };
-        let params: Params = vec![
-            ("now", time(now)),
-            ("max_attempts", int(max_attempts)),
-            ("lease_ms", span(self.lease)),
-            ("horizon", V::Horizon(self.horizon(now).0)),
-        ];
+        let params = self.sweep_params(now, max_attempts);
         let rows = self.run_sweep("rescue_all", &sql, &params)?;
         moved_ids(self, "rescue_all", &rows)
     }
