@@ -13,6 +13,7 @@ pub mod core;
 pub mod design;
 pub mod e2e;
 pub mod oracle;
+pub mod record;
 pub mod relay;
 pub mod report;
 pub mod search;

@@ -19,6 +19,7 @@ mod e2e;
 mod explore;
 mod merge;
 mod mutants;
+mod record;
 mod replay;
 mod sim;
 mod trace;
@@ -190,6 +191,22 @@ enum Command {
         (FILE:LINE:COL and the problem)."
     )]
     Trace(trace::Args),
+    /// Record a test database's outbox table from the database side: `start` installs two
+    /// triggers and a schema of the recorder's own, your tests run as they always do, `stop`
+    /// writes the history in the trace format and removes the recorder.
+    #[command(
+        after_help = "Examples:\n  outbox-check record start --database-url postgresql://localhost/test --table queue.jobs --install\n  \
+        cargo test   (or your own integration tests, against that database)\n  \
+        outbox-check record stop --database-url postgresql://localhost/test --profile my-queue.profile.toml --out run.jsonl\n  \
+        outbox-check trace run.jsonl --design my-queue.toml\n\n\
+        Every change to the table is logged with the session that made it (its application_name,\n\
+        else its backend pid) and stamped as its transaction commits, in commit order; a rolled-back\n\
+        transaction leaves nothing. The history reads the rows with the profile's [columns] and\n\
+        [statuses]. Not seen: a statement that changed no row (a refused write, an empty claim),\n\
+        publications, which statement made a change. Exit: 0 done, 2 bad input or a database\n\
+        problem (one line)."
+    )]
+    Record(record::Args),
 }
 
 /// Which fleet to check and its bounds.
@@ -434,6 +451,7 @@ fn run() -> ExitCode {
         Command::Sim(args) => sim::run(args),
         Command::Conform(args) => conform::run(args),
         Command::Trace(args) => trace::run(args),
+        Command::Record(args) => record::run(args),
     }
 }
 
