@@ -124,7 +124,7 @@ pub fn read_sql(expiry: Option<&str>, retry: Option<&str>) -> String {
     )
 }
 
-/// A history built from a log, and what the log could not show.
+/// A history built from a log, and the sessions it saw.
 pub struct Recorded {
     pub header: Header,
     pub events: Vec<Event>,

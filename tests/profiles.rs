@@ -1111,6 +1111,29 @@ fn underways_sql_runs_as_its_authors_wrote_it() {
 }
 
 const OBAN: &str = "docs/examples/oban/oban.profile.toml";
+/// A real queue's SQL that does what its design says, and breaks what the design breaks: the
+/// verdict is violated with no divergence, each situation was exercised, and S1, S2 and S4 are
+/// replayed on the SQL along the design's own counterexamples. The report, for more.
+fn violated_along_the_designs_paths(out: &Output, situations: &[&str], queue: &str) -> serde_json::Value {
+    let report = json(out);
+    assert_eq!(report["verdict"], "violated", "{report}");
+    assert!(report["divergence"].is_null(), "{report}");
+    for situation in situations {
+        assert!(report["exercised"][situation].as_u64().unwrap() > 0, "{situation}: {report}");
+    }
+    let broken: Vec<&str> = report["schedules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["design_breaks"] == true && s["divergence"].is_null())
+        .map(|s| s["property"].as_str().unwrap())
+        .collect();
+    for property in ["S1", "S2", "S4"] {
+        assert!(broken.contains(&property), "{property} replayed on {queue}'s SQL: {broken:?}");
+    }
+    report
+}
+
 const GRAPHILE: &str = "docs/examples/graphile-worker/graphile-worker.profile.toml";
 
 /// Graphile Worker's own SQL (its migrations, the query texts of src/sql/*.ts with the
@@ -1132,22 +1155,7 @@ fn graphile_workers_sql_runs_as_its_authors_wrote_it() {
     let migration = std::fs::read_to_string(root.join("docs/examples/graphile-worker/migrations/000016.sql")).unwrap();
     assert!(migration.contains(":::GRAPHILE_WORKER_SCHEMA.job_spec"), "the migrations are Graphile's, unedited");
     let out = conform_json_on(&url, Path::new(GRAPHILE), "60");
-    let report = json(&out);
-    assert_eq!(report["verdict"], "violated", "{report}");
-    assert!(report["divergence"].is_null(), "{report}");
-    for situation in ["budgets_spent", "rescues", "superseded_writes"] {
-        assert!(report["exercised"][situation].as_u64().unwrap() > 0, "{situation}: {report}");
-    }
-    let broken: Vec<&str> = report["schedules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["design_breaks"] == true && s["divergence"].is_null())
-        .map(|s| s["property"].as_str().unwrap())
-        .collect();
-    for property in ["S1", "S2", "S4"] {
-        assert!(broken.contains(&property), "{property} replayed on Graphile's SQL: {broken:?}");
-    }
+    let report = violated_along_the_designs_paths(&out, &["budgets_spent", "rescues", "superseded_writes"], "Graphile");
     assert!(report["concurrent_not_run"].as_str().unwrap().contains("rescue_all"), "{report}");
     // Each edit diverges: the unlock at the instant a lock turns 4 hours old (`<=`), the failure
     // write without `locked_by = $1`, and an unlock that leaves `run_at` as it was.
@@ -1201,22 +1209,8 @@ fn obans_sql_runs_as_ecto_sends_it() {
     let migration = std::fs::read_to_string(root.join("docs/examples/oban/migrations/01_v01.sql")).unwrap();
     assert!(migration.contains("CREATE TYPE \"public\".oban_job_state AS ENUM"), "Oban's own DDL");
     let out = conform_json_on(&url, Path::new(OBAN), "60");
-    let report = json(&out);
-    assert_eq!(report["verdict"], "violated", "{report}");
-    assert!(report["divergence"].is_null(), "{report}");
-    for situation in ["budgets_spent", "rescues", "schedules", "superseded_writes"] {
-        assert!(report["exercised"][situation].as_u64().unwrap() > 0, "{situation}: {report}");
-    }
-    let broken: Vec<&str> = report["schedules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["design_breaks"] == true && s["divergence"].is_null())
-        .map(|s| s["property"].as_str().unwrap())
-        .collect();
-    for property in ["S1", "S2", "S4"] {
-        assert!(broken.contains(&property), "{property} replayed on Oban's SQL: {broken:?}");
-    }
+    let report =
+        violated_along_the_designs_paths(&out, &["budgets_spent", "rescues", "schedules", "superseded_writes"], "Oban");
     // The Lifeline's statements name the jobs they moved and where to, so the concurrent run
     // records its rescues in the history: the oracle finds S2 (no token) and nothing of the
     // rescuer's.

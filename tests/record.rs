@@ -121,16 +121,19 @@ fn record_turns_a_hand_run_integration_test_into_a_checked_history() {
         assert_eq!(again.status.code(), Some(2), "{}", text(&again));
         integration_test(&db, by_id);
         let history = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("recorded-{by_id}.jsonl"));
-        let stop = outbox_check(&[
-            "record",
-            "stop",
-            "--database-url",
-            &db.url,
-            "--profile",
-            &profile,
-            "--out",
-            history.to_str().unwrap(),
-        ]);
+        let stop_recording = || {
+            outbox_check(&[
+                "record",
+                "stop",
+                "--database-url",
+                &db.url,
+                "--profile",
+                &profile,
+                "--out",
+                history.to_str().unwrap(),
+            ])
+        };
+        let stop = stop_recording();
         assert_eq!(stop.status.code(), Some(0), "{}", text(&stop));
         assert!(text(&stop).contains("worker-a") && text(&stop).contains("not seen by a recorder"), "{}", text(&stop));
         // Nothing of the recorder is left; the user's rows are.
@@ -165,16 +168,7 @@ fn record_turns_a_hand_run_integration_test_into_a_checked_history() {
         }
         let _ = std::fs::remove_file(&history);
         // Stopping twice: no recording is running.
-        let twice = outbox_check(&[
-            "record",
-            "stop",
-            "--database-url",
-            &db.url,
-            "--profile",
-            &profile,
-            "--out",
-            history.to_str().unwrap(),
-        ]);
+        let twice = stop_recording();
         assert_eq!(twice.status.code(), Some(2), "{}", text(&twice));
         assert!(!history.exists());
     }

@@ -332,6 +332,13 @@ impl Profile {
                                     log_moved(store.last_stamp, moved, &|messages| T::Schedule { now: at.0, messages });
                                 }
                             }
+                            // A rescuer's release, at its statement's commit.
+                            let log_rescue = |store: &ProfileStore, mut event: T| {
+                                if !store.keeps_tokens() {
+                                    without_tokens(&mut event);
+                                }
+                                trace.lock().unwrap_or_else(|e| e.into_inner()).push((2 * store.last_stamp, event));
+                            };
                             // A rescuer that sweeps (`rescue_all`) beside the relays, where its
                             // statements name the rows they moved: one release each.
                             if let (0, Some(fence)) = (r, policy.rescue.filter(|_| store.sweeps())) {
@@ -347,27 +354,25 @@ impl Profile {
                                                 attempts,
                                                 claim_seq: 0,
                                             };
-                                            let mut request =
-                                                policy.rescue_request(lease, fence, attempts, max_attempts, at);
-                                            request.to = to;
-                                            request.retry_at = if to == Status::Pending {
-                                                policy.rescue_retry_at(attempts, at)
-                                            } else {
-                                                None
-                                            };
-                                            let mut event = T::rescue_of(
-                                                names(message),
-                                                &request,
+                                            // Where the statement says it moved the row.
+                                            let request = crate::core::ReleaseRequest {
+                                                lease,
+                                                fence,
                                                 to,
-                                                WriteResult::Applied { status: to },
+                                                retry_at: (to == Status::Pending)
+                                                    .then(|| policy.rescue_retry_at(attempts, at))
+                                                    .flatten(),
+                                                now: at,
+                                            };
+                                            log_rescue(
+                                                &store,
+                                                T::rescue_of(
+                                                    names(message),
+                                                    &request,
+                                                    to,
+                                                    WriteResult::Applied { status: to },
+                                                ),
                                             );
-                                            if !store.keeps_tokens() {
-                                                without_tokens(&mut event);
-                                            }
-                                            trace
-                                                .lock()
-                                                .unwrap_or_else(|e| e.into_inner())
-                                                .push((2 * store.last_stamp, event));
                                         }
                                     }
                                     // A sweep that does not say what it moved cannot be recorded.
@@ -405,14 +410,7 @@ impl Profile {
                                             WriteResult::Applied { status } => status,
                                             WriteResult::Stale { .. } => request.to,
                                         };
-                                        let mut event = T::rescue_of(names(message), &request, to, result);
-                                        if !store.keeps_tokens() {
-                                            without_tokens(&mut event);
-                                        }
-                                        trace
-                                            .lock()
-                                            .unwrap_or_else(|e| e.into_inner())
-                                            .push((2 * store.last_stamp, event));
+                                        log_rescue(&store, T::rescue_of(names(message), &request, to, result));
                                     }
                                 }
                             }
