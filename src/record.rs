@@ -31,6 +31,7 @@ CREATE TABLE {SCHEMA}.changes (
     tx xid8 NOT NULL DEFAULT pg_current_xact_id(),
     pid integer NOT NULL DEFAULT pg_backend_pid(),
     app text NOT NULL DEFAULT current_setting('application_name'),
+    port integer DEFAULT inet_client_port(),
     op text NOT NULL,
     old jsonb,
     new jsonb
@@ -95,7 +96,8 @@ pub struct Change {
     pub old: Option<Map<String, Value>>,
     pub new: Option<Map<String, Value>>,
     /// The row's lease expiry and retry time after the change, as milliseconds after the start
-    /// (read by the server from the profile's columns, timestamps or numbers).
+    /// (read by the server from the profile's columns: timestamps, or numbers taken as
+    /// milliseconds since the Unix epoch).
     pub expiry: Option<i64>,
     pub retry_at: Option<i64>,
 }
@@ -110,18 +112,64 @@ pub fn read_sql(expiry: Option<&str>, retry: Option<&str>) -> String {
             format!(
                 "CASE jsonb_typeof(c.new -> {c}) \
                    WHEN 'string' THEN (extract(epoch from ((c.new ->> {c})::timestamptz - r.started_at)) * 1000)::bigint \
-                   WHEN 'number' THEN (c.new ->> {c})::numeric::bigint END"
+                   WHEN 'number' THEN (c.new ->> {c})::numeric::bigint - (extract(epoch from r.started_at) * 1000)::bigint END"
             )
         }
     };
     format!(
-        "SELECT k.stamp, c.app, c.pid, (extract(epoch from (k.at - r.started_at)) * 1000)::bigint AS now_ms, c.op, \
+        "SELECT k.stamp, c.app, c.pid, c.port, (extract(epoch from (k.at - r.started_at)) * 1000)::bigint AS now_ms, c.op, \
                 c.old::text, c.new::text, {} AS expiry, {} AS retry_at \
            FROM {SCHEMA}.changes c JOIN {SCHEMA}.commits k USING (tx) CROSS JOIN {SCHEMA}.recording r \
           ORDER BY k.stamp, c.seq",
         ms(expiry),
         ms(retry)
     )
+}
+
+/// The log in commit order, each change's session named by `name(application_name, pid,
+/// client port)`; times read with `profile`'s column names.
+pub fn read(
+    client: &mut postgres::Client,
+    profile: &Profile,
+    name: &dyn Fn(&str, i32, Option<i32>) -> String,
+) -> Result<Vec<Change>, postgres::Error> {
+    let column = |field: &str| {
+        profile.file.columns.get(field).and_then(|names| names.names().first().cloned()).unwrap_or_else(|| field.into())
+    };
+    let (expiry, retry) = (column("lease_expires_at"), column("next_attempt_at"));
+    client.batch_execute("SET TIME ZONE 'UTC'")?;
+    let rows = client.query(&read_sql(Some(&expiry), Some(&retry)), &[])?;
+    let object = |text: Option<String>| -> Option<Map<String, Value>> {
+        text.and_then(|t| serde_json::from_str::<Value>(&t).ok()).and_then(|v| match v {
+            Value::Object(map) => Some(map),
+            _ => None,
+        })
+    };
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let app: String = row.get(1);
+            Change {
+                stamp: row.get(0),
+                session: name(&app, row.get(2), row.get(3)),
+                now: row.get::<_, Option<i64>>(4).unwrap_or(0).max(0) as u64,
+                op: row.get(5),
+                old: object(row.get(6)),
+                new: object(row.get(7)),
+                expiry: row.get(8),
+                retry_at: row.get(9),
+            }
+        })
+        .collect())
+}
+
+/// A session's name as `record stop` gives it: its `application_name`, else `pid-N`.
+pub fn session_name(app: &str, pid: i32, _port: Option<i32>) -> String {
+    if app.is_empty() {
+        format!("pid-{pid}")
+    } else {
+        app.to_string()
+    }
 }
 
 /// A history built from a log, and the sessions it saw.
@@ -146,14 +194,16 @@ pub const NOT_SEEN: [&str; 3] = [
 /// worker writes the jobs it took) and its kind read off the new status; by a session that never
 /// took it, a release under the design's rescuer fence (a completion: that session's write,
 /// presenting no lease); a delete, a completion by deletion; a row moved from a terminal status
-/// back to waiting, a requeue.
-pub fn history(profile: &Profile, max_attempts: u32, changes: &[Change]) -> Recorded {
+/// back to waiting, a requeue. The session named `reaper` runs the design's reaper: what it
+/// moves out of in-flight in one transaction is one reap.
+pub fn history(profile: &Profile, max_attempts: u32, changes: &[Change], reaper: Option<&str>) -> Recorded {
     let policy = profile.design.policy();
     let column = |field: &str| -> String {
         profile.file.columns.get(field).and_then(|names| names.names().first().cloned()).unwrap_or_else(|| field.into())
     };
     let (id_col, status_col, attempts_col, token_col, tenant_col) =
         (column("message_id"), column("status"), column("attempts"), column("lease_token"), column("tenant_id"));
+    let expiry_col = column("lease_expires_at");
     let names = profile.statuses.names();
     let status_of = |row: &Map<String, Value>| -> Option<(String, Status)> {
         let name = text(row.get(&status_col)?)?;
@@ -181,6 +231,7 @@ pub fn history(profile: &Profile, max_attempts: u32, changes: &[Change]) -> Reco
             sessions.push(session.clone());
         }
         let mut claimed: Vec<(TraceLease, String, Option<i64>)> = Vec::new();
+        let mut reaped: Vec<String> = Vec::new();
         for change in &tx {
             let before = change.old.as_ref().and_then(status_of);
             let after = change.new.as_ref().and_then(status_of);
@@ -197,10 +248,13 @@ pub fn history(profile: &Profile, max_attempts: u32, changes: &[Change]) -> Reco
                     let message = message_of(new);
                     let was = before.as_ref().map(|b| b.1);
                     let is = after.as_ref().map(|a| a.1);
+                    // Taken: moved into in-flight, or leased again while in flight (a new
+                    // attempt, token or expiry: a lease that bumps none of them is re-taken too).
                     let taken = is == Some(Status::InFlight)
                         && (was != Some(Status::InFlight)
                             || attempts_of(old) != attempts_of(new)
-                            || token_of(old) != token_of(new));
+                            || token_of(old) != token_of(new)
+                            || old.get(&expiry_col) != new.get(&expiry_col));
                     if taken {
                         taken_by.insert((message.clone(), session.clone()), (token_of(new), attempts_of(new)));
                         let lease = TraceLease { message, token: token_of(new), attempts: attempts_of(new) };
@@ -213,7 +267,9 @@ pub fn history(profile: &Profile, max_attempts: u32, changes: &[Change]) -> Reco
                         // writes the jobs it took, with what its claim handed it — a lease a
                         // later claim may have superseded. Anyone else is a rescuer.
                         let own = taken_by.get(&(message.clone(), session.clone())).cloned();
-                        if own.is_some() || to == Status::Published {
+                        if reaper == Some(session.as_str()) {
+                            reaped.push(message);
+                        } else if own.is_some() || to == Status::Published {
                             // A completion by a session that never took the row presents no
                             // lease at all.
                             let took = own.is_some();
@@ -280,6 +336,9 @@ pub fn history(profile: &Profile, max_attempts: u32, changes: &[Change]) -> Reco
                 }
                 _ => {}
             }
+        }
+        if !reaped.is_empty() {
+            events.push(Event::Reap { now, messages: reaped });
         }
         if !claimed.is_empty() {
             // The lease the claim handed out: from its expiry where the table keeps one, else

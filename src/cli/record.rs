@@ -121,41 +121,8 @@ fn go(args: Args) -> Result<(), String> {
                     "no recording is running in {database_url}: `outbox-check record start` begins one"
                 ));
             };
-            let column = |field: &str| {
-                profile
-                    .file
-                    .columns
-                    .get(field)
-                    .and_then(|names| names.names().first().cloned())
-                    .unwrap_or_else(|| field.into())
-            };
-            let (expiry, retry) = (column("lease_expires_at"), column("next_attempt_at"));
-            client.batch_execute("SET TIME ZONE 'UTC'").map_err(|e| said(&e))?;
-            let rows = client.query(&record::read_sql(Some(&expiry), Some(&retry)), &[]).map_err(|e| said(&e))?;
-            let object = |text: Option<String>| -> Option<serde_json::Map<String, serde_json::Value>> {
-                text.and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok()).and_then(|v| match v {
-                    serde_json::Value::Object(map) => Some(map),
-                    _ => None,
-                })
-            };
-            let changes: Vec<record::Change> = rows
-                .iter()
-                .map(|row| {
-                    let app: String = row.get(1);
-                    let pid: i32 = row.get(2);
-                    record::Change {
-                        stamp: row.get(0),
-                        session: if app.is_empty() { format!("pid-{pid}") } else { app },
-                        now: row.get::<_, Option<i64>>(3).unwrap_or(0).max(0) as u64,
-                        op: row.get(4),
-                        old: object(row.get(5)),
-                        new: object(row.get(6)),
-                        expiry: row.get(7),
-                        retry_at: row.get(8),
-                    }
-                })
-                .collect();
-            let recorded = record::history(&profile, max_attempts, &changes);
+            let changes = record::read(&mut client, &profile, &record::session_name).map_err(|e| said(&e))?;
+            let recorded = record::history(&profile, max_attempts, &changes, None);
             std::fs::write(&out, outbox_check::trace::to_jsonl(&recorded.header, &recorded.events))
                 .map_err(|e| format!("cannot write {}: {e} (the recorder is still installed)", out.display()))?;
             let mut tx = client.transaction().map_err(|e| said(&e))?;
