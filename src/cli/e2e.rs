@@ -11,7 +11,12 @@ pub(crate) fn find_program(name: &str, fallback: &str) -> Option<std::path::Path
 
 /// `outbox-check e2e`: checks the environment (a PostgreSQL URL, the broker's program) in one
 /// line each, runs, prints.
-pub(crate) fn e2e(mut options: outbox_check::e2e::Options, json: bool, quiet: bool) -> ExitCode {
+pub(crate) fn e2e(
+    mut options: outbox_check::e2e::Options,
+    user: Option<(String, std::path::PathBuf, Option<String>)>,
+    json: bool,
+    quiet: bool,
+) -> ExitCode {
     if options.backoff_cap_ms < options.backoff_base_ms {
         eprintln!(
             "outbox-check: --backoff-cap-ms {} is below --backoff-base-ms {}",
@@ -60,7 +65,12 @@ pub(crate) fn e2e(mut options: outbox_check::e2e::Options, json: bool, quiet: bo
             eprint!("\r\x1b[2K{line}");
         }
     };
-    let report = outbox_check::e2e::run(&options, &progress);
+    let report = match &user {
+        None => outbox_check::e2e::run(&options, &progress),
+        Some((command, profile, table)) => {
+            outbox_check::e2e::blackbox::run_relays(&options, command, profile, table.as_deref(), &progress)
+        }
+    };
     if show {
         eprint!("\r\x1b[2K");
     }
@@ -143,6 +153,21 @@ pub struct Args {
     /// Write the run's history (the trace format) here.
     #[arg(long, value_name = "FILE")]
     pub history: Option<std::path::PathBuf>,
+    /// Your relay: a command run as --relays processes (sh -c), told where to connect by the
+    /// environment (docs/relays.md), judged black-box. Needs --profile.
+    #[arg(long, value_name = "COMMAND", requires = "profile")]
+    pub relay: Option<String>,
+    /// With --relay: the SQL profile whose schema the scratch database holds, whose enqueue the
+    /// application runs and whose design the history is checked against.
+    #[arg(long, value_name = "FILE", requires = "relay")]
+    pub profile: Option<std::path::PathBuf>,
+    /// With --relay: the outbox table (default: the one the profile's enqueue inserts into).
+    #[arg(long, value_name = "NAME", requires = "relay")]
+    pub table: Option<String>,
+    /// The consumer deduplicates by the message id, as one behind a broker without a
+    /// deduplication window must: a second stored copy is named in the report, not a failure.
+    #[arg(long)]
+    pub consumer_deduplicates: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -172,9 +197,17 @@ pub fn run(args: Args) -> ExitCode {
         nats_server,
         timeout,
         history,
+        relay,
+        profile,
+        table,
+        consumer_deduplicates,
         json,
         quiet,
     } = args;
+    if relay.as_deref().is_some_and(|r| r.trim().is_empty()) {
+        eprintln!("outbox-check: --relay: an empty command");
+        return ExitCode::from(2);
+    }
     if let Err(problem) = crate::refuse_world_only(&[variant], "e2e") {
         eprintln!("outbox-check: {problem}");
         return ExitCode::from(2);
@@ -202,7 +235,9 @@ pub fn run(args: Args) -> ExitCode {
             nats_server: nats_server.unwrap_or_default(),
             deadline_ms: timeout * 1_000,
             history,
+            consumer_deduplicates,
         },
+        relay.zip(profile).map(|(r, p)| (r, p, table)),
         json,
         quiet,
     )

@@ -155,7 +155,16 @@ enum Command {
     #[command(
         after_help = "Examples:\n  OUTBOX_CHECK_PG_URL=postgresql://postgres@127.0.0.1:5432/test outbox-check e2e\n  \
         outbox-check e2e --seed 7 --duplicate-window-ms 100 --faults cut   (a window too short: a duplicate reaches the consumer)\n  \
-        outbox-check e2e --variant legacy-v1 --json\n\n\
+        outbox-check e2e --variant legacy-v1 --json\n  \
+        outbox-check e2e --relay 'python3 docs/examples/relays/python/relay.py' --profile docs/examples/native/native.profile.toml --broker rabbitmq\n\n\
+        With --relay COMMAND the relays are yours: COMMAND runs as --relays processes (sh -c, each\n\
+        in a process group of its own) told where to connect by environment variables\n\
+        (OUTBOX_CHECK_DATABASE_URL, OUTBOX_CHECK_BROKER_URL … docs/relays.md), over a scratch\n\
+        database holding --profile's schema. They are judged black-box: a recorder on the outbox\n\
+        table and a proxy per relay attribute every change; nothing is asked of the relay but the\n\
+        contract. Faults on your processes from --seed: SIGKILL and restart, SIGSTOP past the\n\
+        lease, database backends terminated, broker connections cut, NATS killed (a failing run\n\
+        prints the command that replays it).\n\n\
         The run starts its own nats-server (-js, a free loopback port, its own store folder) so it\n\
         can kill the broker and start it again, makes a scratch schema on the PostgreSQL server\n\
         (--database-url or OUTBOX_CHECK_PG_URL; loopback only), enqueues the messages, and starts\n\

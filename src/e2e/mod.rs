@@ -12,11 +12,13 @@
 //! broker stored (its deduplication window had passed: a duplicate effect, with the
 //! publications that caused it) or a redelivery of the same copy.
 
+pub mod blackbox;
 mod consumer;
 mod history;
 pub mod nats;
 mod print;
 pub mod process;
+pub mod proxy;
 pub mod rabbitmq;
 use consumer::{consume, consume_rabbit, drain};
 use history::{check_history, last_sequence, merge_logs, name_deliveries, reap, Findings};
@@ -235,6 +237,8 @@ pub struct Options {
     pub deadline_ms: u64,
     /// Write the history here (always; else only when the checks fail, to a temporary file).
     pub history: Option<PathBuf>,
+    /// The consumer deduplicates by the message id: a second stored copy is named, not a failure.
+    pub consumer_deduplicates: bool,
 }
 
 /// A fault the run injects from outside the relays, at `at_ms` after the start.
@@ -247,14 +251,20 @@ pub enum Disruption {
     Pause { at_ms: u64, relay: u16, for_ms: u64 },
     /// The broker killed (SIGKILL) and started again on its port and store `for_ms` later.
     Outage { at_ms: u64, for_ms: u64 },
+    /// Every database backend of a relay terminated (a user's relay: `e2e --relay`).
+    Backend { at_ms: u64, relay: u16 },
+    /// Every broker connection of a relay cut at its proxy (a user's relay: `e2e --relay`).
+    Cut { at_ms: u64, relay: u16 },
 }
 
 impl Disruption {
     fn at(&self) -> u64 {
         match self {
-            Disruption::Kill { at_ms, .. } | Disruption::Pause { at_ms, .. } | Disruption::Outage { at_ms, .. } => {
-                *at_ms
-            }
+            Disruption::Kill { at_ms, .. }
+            | Disruption::Pause { at_ms, .. }
+            | Disruption::Outage { at_ms, .. }
+            | Disruption::Backend { at_ms, .. }
+            | Disruption::Cut { at_ms, .. } => *at_ms,
         }
     }
 
@@ -272,6 +282,12 @@ impl Disruption {
             ),
             Disruption::Outage { at_ms, for_ms } => {
                 format!("t={} broker killed (SIGKILL), started again {} later", secs(*at_ms), secs(*for_ms))
+            }
+            Disruption::Backend { at_ms, relay } => {
+                format!("t={} {}'s database backends terminated", secs(*at_ms), blackbox::relay_name(*relay))
+            }
+            Disruption::Cut { at_ms, relay } => {
+                format!("t={} {}'s broker connections cut", secs(*at_ms), blackbox::relay_name(*relay))
             }
         }
     }
@@ -315,6 +331,7 @@ pub fn schedule(options: &Options) -> Vec<Disruption> {
                 *for_ms = options.lease_ms * 13 / 10 + rng.gen_range(0..=options.lease_ms * 7 / 10);
             }
             Disruption::Outage { for_ms, .. } => *for_ms = 300 + rng.gen_range(0..500),
+            Disruption::Backend { .. } | Disruption::Cut { .. } => {}
         }
     }
     faults.sort_by_key(Disruption::at);
@@ -389,6 +406,17 @@ pub struct RunReport {
     pub unlogged_copies: Vec<String>,
     /// Where the history was written (always with --history; else where a check failed).
     pub history: Option<String>,
+    /// The user's relay command (`e2e --relay`); none for the run's own relays.
+    pub relay_command: Option<String>,
+    /// Rows left waiting with their budget spent, which no claim takes again (L1).
+    pub stuck: Vec<String>,
+    /// What the run could not observe, and so did not judge.
+    pub not_judged: Vec<String>,
+    /// The command that runs the same schedule again (`e2e --relay`).
+    pub replay: Option<String>,
+    /// The consumer deduplicates by the message id (`--consumer-deduplicates`): second copies
+    /// are named and dropped, not a failure.
+    pub consumer_deduplicates: bool,
 }
 
 /// A delivery beyond a message's first.
@@ -425,7 +453,8 @@ impl RunReport {
         !self.oracle_fails_the_run
             && self.not_terminal.is_empty()
             && self.published_not_delivered.is_empty()
-            && self.duplicate_effects() == 0
+            && (self.duplicate_effects() == 0 || self.consumer_deduplicates)
+            && self.stuck.is_empty()
     }
 
     pub fn duplicate_effects(&self) -> usize {
@@ -782,6 +811,8 @@ fn start(
             }
             *outage_until = Some(now + std::time::Duration::from_millis(*for_ms));
         }
+        // The run's own relays cut and terminate their connections themselves.
+        Disruption::Backend { .. } | Disruption::Cut { .. } => {}
     }
     Ok(())
 }
@@ -946,6 +977,11 @@ fn run_report(
         deduplicated_by_broker: named.1,
         unlogged_copies: named.2,
         history: None,
+        relay_command: None,
+        stuck: Vec::new(),
+        not_judged: Vec::new(),
+        replay: None,
+        consumer_deduplicates: options.consumer_deduplicates,
     }
 }
 

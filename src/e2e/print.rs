@@ -5,7 +5,20 @@ use super::*;
 /// The report in words, its verdict first.
 pub fn print(report: &RunReport) {
     println!("{}", verdict(report));
-    println!(
+    if let Some(command) = &report.relay_command {
+        println!(
+            "outbox-check e2e --relay — {} processes of `{command}`, judged black-box against {} over PostgreSQL and {}, seed {} (lease {}, backoff {}–{}, budget {})",
+            report.relays,
+            report.design,
+            report.broker.name(),
+            report.seed,
+            secs(report.lease_ms),
+            secs(report.backoff_ms[0]),
+            secs(report.backoff_ms[1]),
+            report.max_attempts
+        );
+    } else {
+        println!(
         "outbox-check e2e — {}, {} relay processes × {} over PostgreSQL and {}, seed {} (lease {}, backoff {}–{}, polls every {}, budget {})",
         report.design,
         report.relays,
@@ -18,6 +31,7 @@ pub fn print(report: &RunReport) {
         secs(report.poll_ms),
         report.max_attempts
     );
+    }
     if report.faults.is_empty() && report.relay_faults.is_empty() {
         println!("Faults: none.");
     } else {
@@ -93,10 +107,23 @@ pub fn print(report: &RunReport) {
     for e in &report.extra_deliveries {
         println!("  {}", e.words);
     }
-    let others: Vec<String> =
-        report.ended.iter().filter(|(s, _)| s.as_str() != "PUBLISHED").map(|(s, n)| format!("{n} {s}")).collect();
+    if report.consumer_deduplicates && report.duplicate_effects() > 0 {
+        println!(
+            "  The consumer deduplicates by the message id (--consumer-deduplicates): {} second {} dropped, not a failure.",
+            report.duplicate_effects(),
+            if report.duplicate_effects() == 1 { "copy" } else { "copies" }
+        );
+    }
+    // A user's relay: every status as its profile names it; the run's own: beside PUBLISHED.
+    let others: Vec<String> = report
+        .ended
+        .iter()
+        .filter(|(s, _)| report.relay_command.is_some() || s.as_str() != "PUBLISHED")
+        .map(|(s, n)| format!("{n} {s}"))
+        .collect();
     if !others.is_empty() {
-        println!("  The other rows ended {}.", others.join(", "));
+        let which = if report.relay_command.is_some() { "The rows" } else { "The other rows" };
+        println!("  {which} ended {}.", others.join(", "));
     }
     if !report.delivered_not_published.is_empty() {
         println!(
@@ -124,6 +151,21 @@ pub fn print(report: &RunReport) {
     if !report.not_terminal.is_empty() {
         println!("Not terminal when the run ended: {}", report.not_terminal.join(", "));
     }
+    if !report.stuck.is_empty() {
+        println!(
+            "L1 VIOLATED: waiting with the budget spent, so no claim takes them again: {}",
+            report.stuck.join(", ")
+        );
+    }
+    if !report.not_judged.is_empty() {
+        println!("Not judged (black-box observation cannot see it):");
+        for what in &report.not_judged {
+            println!("  - {what}");
+        }
+    }
+    if let Some(replay) = report.replay.as_ref().filter(|_| !report.passed()) {
+        println!("Replay this schedule: {replay}");
+    }
     println!(
         "Throughput: {} PUBLISHED in {}: {:.0} messages/s end to end.",
         report.published,
@@ -136,11 +178,16 @@ pub fn print(report: &RunReport) {
 fn verdict(report: &RunReport) -> String {
     if report.passed() {
         format!(
-            "PASSED: {}, every message ended terminal and was delivered, none took effect twice",
+            "PASSED: {}, every message ended terminal and was delivered, {}",
             if report.oracle.is_none() {
                 "the oracle accepts the history"
             } else {
                 "the oracle finds only S11, the false failure this design breaks by itself (reported, not a failure: decision 77)"
+            },
+            if report.duplicate_effects() == 0 {
+                "none took effect twice".to_string()
+            } else {
+                format!("{} second copies dropped by the consumer's deduplication", report.duplicate_effects())
             }
         )
     } else {
@@ -156,7 +203,7 @@ fn verdict(report: &RunReport) -> String {
                 failed.push("the history diverges from the design".to_string());
             }
         }
-        if report.duplicate_effects() > 0 {
+        if report.duplicate_effects() > 0 && !report.consumer_deduplicates {
             failed.push(format!(
                 "{} a duplicate effect",
                 crate::report::count(report.duplicate_effects() as u64, "message")
@@ -167,6 +214,9 @@ fn verdict(report: &RunReport) -> String {
         }
         if !report.not_terminal.is_empty() {
             failed.push(format!("{} not terminal", crate::report::count(report.not_terminal.len() as u64, "message")));
+        }
+        if !report.stuck.is_empty() && !report.broken.iter().any(|b| b == "L1") {
+            failed.push(format!("L1 ({} stuck with the budget spent)", report.stuck.len()));
         }
         format!("FAILED: {}", failed.join(", "))
     }

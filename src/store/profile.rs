@@ -461,6 +461,30 @@ impl Profile {
         })
     }
 
+    /// A scratch database of the run's own holding the profile's schema, on the database's own
+    /// clock (processes outside the harness read it): the store the application's enqueues and
+    /// the design's reaper run through, and where it is. Dropped with the store.
+    pub fn live(&self, url: &str) -> Result<LiveStore, StoreError> {
+        let mut scratch =
+            super::postgres::Scratch::database(url, false).map_err(|e| StoreError::Setup(e.to_string()))?;
+        let place = scratch.place();
+        if place.database.is_none() {
+            return Err(StoreError::Setup(
+                "this role may not create a database: a run of the user's relays needs a scratch database of its own"
+                    .into(),
+            ));
+        }
+        for (name, sql) in &self.schema_files {
+            scratch.client().batch_execute(sql).map_err(|e| {
+                StoreError::Setup(format!("the profile's schema ({name}): {}", super::bind::one_line(&e)))
+            })?;
+        }
+        scratch.client().batch_execute("RESET search_path")?;
+        let shared = std::rc::Rc::new(std::cell::RefCell::new(scratch));
+        let store = ProfileStore::open(Db::Postgres(shared.clone()), self)?;
+        Ok(LiveStore { store: Box::new(store), place, scratch: shared })
+    }
+
     /// A scratch database of the run's own (else a scratch schema) holding the profile's schema,
     /// with the run's clock in place of the database's (docs/sql-profile.md, "Time").
     pub(crate) fn scratch(&self, url: &str, disposable: bool) -> Result<super::postgres::Scratch, StoreError> {
@@ -495,6 +519,13 @@ impl Profile {
         }
         Ok(scratch)
     }
+}
+
+/// [`Profile::live`]'s store, where it is, and its connection (shared with the store).
+pub struct LiveStore {
+    pub store: Box<dyn Store>,
+    pub place: super::postgres::Place,
+    pub scratch: std::rc::Rc<std::cell::RefCell<super::postgres::Scratch>>,
 }
 
 /// A profile's status names: a table may have fewer than six, so one name may stand for several
