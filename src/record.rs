@@ -126,6 +126,11 @@ pub fn read_sql(expiry: Option<&str>, retry: Option<&str>) -> String {
     )
 }
 
+/// The table's own name for the model's `field` (the profile's `[columns]`), else the field's.
+pub fn column(profile: &Profile, field: &str) -> String {
+    profile.file.columns.get(field).and_then(|names| names.names().first().cloned()).unwrap_or_else(|| field.into())
+}
+
 /// The log in commit order, each change's session named by `name(application_name, pid,
 /// client port)`; times read with `profile`'s column names.
 pub fn read(
@@ -133,10 +138,7 @@ pub fn read(
     profile: &Profile,
     name: &dyn Fn(&str, i32, Option<i32>) -> String,
 ) -> Result<Vec<Change>, postgres::Error> {
-    let column = |field: &str| {
-        profile.file.columns.get(field).and_then(|names| names.names().first().cloned()).unwrap_or_else(|| field.into())
-    };
-    let (expiry, retry) = (column("lease_expires_at"), column("next_attempt_at"));
+    let (expiry, retry) = (column(profile, "lease_expires_at"), column(profile, "next_attempt_at"));
     client.batch_execute("SET TIME ZONE 'UTC'")?;
     let rows = client.query(&read_sql(Some(&expiry), Some(&retry)), &[])?;
     let object = |text: Option<String>| -> Option<Map<String, Value>> {
@@ -198,9 +200,7 @@ pub const NOT_SEEN: [&str; 3] = [
 /// moves out of in-flight in one transaction is one reap.
 pub fn history(profile: &Profile, max_attempts: u32, changes: &[Change], reaper: Option<&str>) -> Recorded {
     let policy = profile.design.policy();
-    let column = |field: &str| -> String {
-        profile.file.columns.get(field).and_then(|names| names.names().first().cloned()).unwrap_or_else(|| field.into())
-    };
+    let column = |field: &str| column(profile, field);
     let (id_col, status_col, attempts_col, token_col, tenant_col) =
         (column("message_id"), column("status"), column("attempts"), column("lease_token"), column("tenant_id"));
     let expiry_col = column("lease_expires_at");

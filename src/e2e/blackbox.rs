@@ -132,20 +132,21 @@ pub fn replay_command(options: &Options, command: &str, profile: &Path) -> Strin
     ) + if options.consumer_deduplicates { " --consumer-deduplicates" } else { "" }
 }
 
-/// The faults of a run of the user's relays: [`schedule`]'s kills, pauses and outage, and
-/// backends terminated and broker connections cut, three each, at times from the same seed.
+/// The faults of a run of the user's relays: [`schedule`]'s kills, pauses and outage, three
+/// relays' backends terminated and six relays' broker connections cut, at times from the same
+/// seed. Six cuts: a cut meets a publication in flight only now and then (a client that notices
+/// a dead connection while idle reconnects before its next publication).
 pub fn relay_schedule(options: &Options) -> Vec<Disruption> {
     let mut faults = schedule(options);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(options.seed ^ 0xb1ac_b0c5);
-    for _ in 0..3 {
-        if options.faults.backend {
-            let (at_ms, relay) =
-                (300 + rng.gen_range(0..options.fault_span_ms.max(1)), rng.gen_range(0..options.relays));
+    let mut draw = || (300 + rng.gen_range(0..options.fault_span_ms.max(1)), rng.gen_range(0..options.relays));
+    for n in 0..6 {
+        if options.faults.backend && n < 3 {
+            let (at_ms, relay) = draw();
             faults.push(Disruption::Backend { at_ms, relay });
         }
         if options.faults.cut {
-            let (at_ms, relay) =
-                (300 + rng.gen_range(0..options.fault_span_ms.max(1)), rng.gen_range(0..options.relays));
+            let (at_ms, relay) = draw();
             faults.push(Disruption::Cut { at_ms, relay });
         }
     }
@@ -338,6 +339,11 @@ pub fn run_relays(
         }
     };
     let mut enqueued = 0u32;
+    // Waiting with the budget spent: the design's claim takes it never again.
+    let policy = profile.design.policy();
+    let stuck = |status: Status, attempts: u32| {
+        matches!(status, Status::Pending | Status::Ambiguous) && policy.budget.spent(attempts, options.max_attempts)
+    };
     let plan = relay_schedule(options);
     let mut next_fault = 0;
     let mut outage_until: Option<std::time::Instant> = None;
@@ -446,8 +452,10 @@ pub fn run_relays(
                     last_line(&relays[0].output)
                 ));
             }
-            let remaining =
-                rows.iter().filter(|r| !r.status.is_terminal()).count() + (options.messages - enqueued) as usize;
+            // A row waiting with its budget spent is never claimed again: the run does not wait
+            // for it (it is L1 at the end).
+            let remaining = rows.iter().filter(|r| !r.status.is_terminal() && !stuck(r.status, r.attempts)).count()
+                + (options.messages - enqueued) as usize;
             let faults_over =
                 next_fault == plan.len() && outage_until.is_none() && relays.iter().all(|p| p.paused_until.is_none());
             progress(&format!(
@@ -519,20 +527,8 @@ pub fn run_relays(
     let findings = check_history(profile.design, &text)?;
 
     // The rows as they ended: the last change of each.
-    let status_col =
-        profile.file.columns.get("status").and_then(|n| n.names().first().cloned()).unwrap_or_else(|| "status".into());
-    let id_col = profile
-        .file
-        .columns
-        .get("message_id")
-        .and_then(|n| n.names().first().cloned())
-        .unwrap_or_else(|| "message_id".into());
-    let attempts_col = profile
-        .file
-        .columns
-        .get("attempts")
-        .and_then(|n| n.names().first().cloned())
-        .unwrap_or_else(|| "attempts".into());
+    let column = |field: &str| crate::record::column(&profile, field);
+    let (status_col, id_col, attempts_col) = (column("status"), column("message_id"), column("attempts"));
     let statuses = profile.statuses.names();
     // Each row's last status (the profile's name for it too) and attempts; none once deleted.
     let mut ended: std::collections::BTreeMap<String, Option<(Status, u64)>> = Default::default();
@@ -568,11 +564,7 @@ pub fn run_relays(
     let published: Vec<String> = is(Status::Published).collect();
     let stuck: Vec<String> = ended
         .iter()
-        .filter(|(_, e)| {
-            e.is_some_and(|(s, attempts)| {
-                matches!(s, Status::Pending | Status::Ambiguous) && attempts >= u64::from(options.max_attempts)
-            })
-        })
+        .filter(|(_, e)| e.is_some_and(|(s, attempts)| stuck(s, u32::try_from(attempts).unwrap_or(u32::MAX))))
         .map(|(m, e)| format!("{m} ({}, {} attempts)", shown(e), e.map_or(0, |e| e.1)))
         .collect();
     let mut broken = findings.broken.clone();
