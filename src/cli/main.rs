@@ -163,8 +163,8 @@ enum Command {
         database holding --profile's schema. They are judged black-box: a recorder on the outbox\n\
         table and a proxy per relay attribute every change; nothing is asked of the relay but the\n\
         contract. Faults on your processes from --seed: SIGKILL and restart, SIGSTOP past the\n\
-        lease, database backends terminated, broker connections cut, NATS killed (a failing run\n\
-        prints the command that replays it).\n\n\
+        lease, database backends terminated, broker connections partitioned and cut, NATS\n\
+        killed (a failing run prints the command that replays it).\n\n\
         The run starts its own nats-server (-js, a free loopback port, its own store folder) so it\n\
         can kill the broker and start it again, makes a scratch schema on the PostgreSQL server\n\
         (--database-url or OUTBOX_CHECK_PG_URL; loopback only), enqueues the messages, and starts\n\

@@ -13,8 +13,8 @@
 //! deliveries against the table. What it cannot see is listed in the report's `not_judged`.
 //!
 //! Faults from one seed: relays killed (SIGKILL to the process group) and started again, paused
-//! (SIGSTOP) past the lease, their backends terminated, their broker connections cut (at the
-//! proxy), the NATS server killed and started again.
+//! (SIGSTOP) past the lease, their backends terminated, their broker connections partitioned
+//! and cut (at the proxy), the NATS server killed and started again.
 
 use super::proxy::Proxy;
 use super::*;
@@ -133,9 +133,8 @@ pub fn replay_command(options: &Options, command: &str, profile: &Path) -> Strin
 }
 
 /// The faults of a run of the user's relays: [`schedule`]'s kills, pauses and outage, three
-/// relays' backends terminated and six relays' broker connections cut, at times from the same
-/// seed. Six cuts: a cut meets a publication in flight only now and then (a client that notices
-/// a dead connection while idle reconnects before its next publication).
+/// relays' backends terminated and six relays' broker connections partitioned then cut, at times
+/// from the same seed.
 pub fn relay_schedule(options: &Options) -> Vec<Disruption> {
     let mut faults = schedule(options);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(options.seed ^ 0xb1ac_b0c5);
@@ -393,7 +392,9 @@ pub fn run_relays(
                         .map_err(|e| format!("PostgreSQL: {e}"))?;
                 }
                 Disruption::Cut { relay, .. } => {
-                    relays[relay as usize].broker.cut();
+                    // Long enough that a publication in flight meets a client's timeout (the
+                    // examples wait half a lease), then the connections reset.
+                    relays[relay as usize].broker.partition(options.lease_ms * 6 / 10);
                 }
             }
             next_fault += 1;

@@ -253,7 +253,8 @@ pub enum Disruption {
     Outage { at_ms: u64, for_ms: u64 },
     /// Every database backend of a relay terminated (a user's relay: `e2e --relay`).
     Backend { at_ms: u64, relay: u16 },
-    /// Every broker connection of a relay cut at its proxy (a user's relay: `e2e --relay`).
+    /// Every broker connection of a relay partitioned at its proxy (nothing forwarded for 0.6
+    /// leases), then cut (a user's relay: `e2e --relay`).
     Cut { at_ms: u64, relay: u16 },
 }
 
@@ -286,9 +287,11 @@ impl Disruption {
             Disruption::Backend { at_ms, relay } => {
                 format!("t={} {}'s database backends terminated", secs(*at_ms), blackbox::relay_name(*relay))
             }
-            Disruption::Cut { at_ms, relay } => {
-                format!("t={} {}'s broker connections cut", secs(*at_ms), blackbox::relay_name(*relay))
-            }
+            Disruption::Cut { at_ms, relay } => format!(
+                "t={} {}'s broker connections partitioned (nothing forwarded), then cut",
+                secs(*at_ms),
+                blackbox::relay_name(*relay)
+            ),
         }
     }
 }

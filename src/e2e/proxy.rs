@@ -23,6 +23,8 @@ struct State {
     /// The local port of every connection made upstream, in order.
     upstream_ports: Mutex<Vec<u16>>,
     stopped: AtomicBool,
+    /// A partition: bytes are held, not forwarded, until it ends.
+    held: AtomicBool,
 }
 
 impl Proxy {
@@ -50,8 +52,9 @@ impl Proxy {
                 if let (Ok(c3), Ok(s3)) = (client.try_clone(), server.try_clone()) {
                     shared.live.lock().unwrap_or_else(|p| p.into_inner()).push((c3, s3));
                 }
-                std::thread::spawn(move || pipe(client, server));
-                std::thread::spawn(move || pipe(s2, c2));
+                let (one, other) = (shared.clone(), shared.clone());
+                std::thread::spawn(move || pipe(client, server, &one));
+                std::thread::spawn(move || pipe(s2, c2, &other));
             }
         });
         Ok(Proxy { port, state })
@@ -62,15 +65,30 @@ impl Proxy {
         self.state.upstream_ports.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Cuts every open connection (both ends, at once); returns how many there were.
-    pub fn cut(&self) -> usize {
-        let mut live = self.state.live.lock().unwrap_or_else(|p| p.into_inner());
-        let n = live.len();
-        for (client, server) in live.drain(..) {
+    /// Cuts every open connection, both ends at once.
+    pub fn cut(&self) {
+        self.state.cut();
+    }
+
+    /// A partition of `ms`: nothing is forwarded either way (a publication in flight gets no
+    /// answer), then every open connection is cut, as a partition that ends in a reset.
+    pub fn partition(&self, ms: u64) {
+        self.state.held.store(true, Ordering::Relaxed);
+        let state = self.state.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            state.cut();
+            state.held.store(false, Ordering::Relaxed);
+        });
+    }
+}
+
+impl State {
+    fn cut(&self) {
+        for (client, server) in self.live.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
             let _ = client.shutdown(Shutdown::Both);
             let _ = server.shutdown(Shutdown::Both);
         }
-        n
     }
 }
 
@@ -83,13 +101,17 @@ impl Drop for Proxy {
     }
 }
 
-/// Copies `from` to `to` until either side ends, then closes both.
-fn pipe(mut from: TcpStream, mut to: TcpStream) {
+/// Copies `from` to `to` until either side ends, then closes both; bytes read during a
+/// partition are held until it ends (and dropped when it ends in a cut).
+fn pipe(mut from: TcpStream, mut to: TcpStream, state: &State) {
     let mut buffer = [0u8; 16 * 1024];
     loop {
         match from.read(&mut buffer) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                while state.held.load(Ordering::Relaxed) {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
                 if to.write_all(&buffer[..n]).is_err() {
                     break;
                 }
