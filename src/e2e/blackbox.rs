@@ -24,9 +24,10 @@ use crate::store::profile::Profile;
 const APP: &str = "outbox-check";
 
 /// What black-box observation cannot judge, listed in every report.
-pub const NOT_JUDGED: [&str; 4] = [
+pub const NOT_JUDGED: [&str; 5] = [
     "a statement that changed no row (a write its fence refused, a claim that took nothing): no trigger fires, so a zero-row write the relay took for success is judged only by what follows it",
     "a publication the broker never stored (lost, refused, timed out): only stored copies reach the consumer",
+    "the attempt budget by publications (S3): the history holds no publication, so the budget is judged by the attempts the row counts (C2 where they depart from the design)",
     "which statement made a change: a write is read off the row's status before and after",
     "what the relay believed: its logs and return values are not read",
 ];
