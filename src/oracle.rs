@@ -970,7 +970,11 @@ impl Oracle {
             skip.line,
             &skip.claim,
             Blame::Conformance(Conformance::C1),
-            Finding::Skipped { message: skip.message, unknown_write_at },
+            Finding::Skipped {
+                message: skip.message,
+                unknown_write_at,
+                schedule: matches!(*skip.claim, Event::Schedule { .. }),
+            },
             &[skip.row],
             self,
         )

@@ -481,8 +481,24 @@ impl Auditor {
     /// scheduler's clock runs ahead — keeps that time in its ghost, and a claim before it breaks
     /// S7.
     pub fn schedule(&mut self, outbox: &mut Outbox, now: Instant, true_now: Instant) -> Vec<MessageId> {
-        let before: Vec<Row> = outbox.rows().iter().filter(|r| Outbox::is_schedulable(r, now)).copied().collect();
-        let moved = outbox.schedule(now);
+        self.schedule_except(outbox, now, true_now, &[])
+    }
+
+    /// [`Auditor::schedule`] leaving the rows in `leave` unmoved (see [`Outbox::schedule_except`]).
+    pub fn schedule_except(
+        &mut self,
+        outbox: &mut Outbox,
+        now: Instant,
+        true_now: Instant,
+        leave: &[MessageId],
+    ) -> Vec<MessageId> {
+        let before: Vec<Row> = outbox
+            .rows()
+            .iter()
+            .filter(|r| Outbox::is_schedulable(r, now) && !leave.contains(&r.message_id))
+            .copied()
+            .collect();
+        let moved = outbox.schedule_except(now, leave);
         for old in &before {
             let new = outbox.row(old.message_id).copied().unwrap_or(*old);
             self.check_absorbing(old, &new, Doer::Scheduler);

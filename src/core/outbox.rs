@@ -785,9 +785,15 @@ impl Outbox {
     /// becomes the row's `created_at`, which only the claim's order reads (decision 92).
     /// Returns the rows it moved, by id.
     pub fn schedule(&mut self, now: Instant) -> Vec<MessageId> {
+        self.schedule_except(now, &[])
+    }
+
+    /// The scheduler's step leaving the rows in `leave` where they are: rows its statement did
+    /// not see, because another transaction held them or committed them after it began.
+    pub fn schedule_except(&mut self, now: Instant, leave: &[MessageId]) -> Vec<MessageId> {
         let mut moved = Vec::new();
         for row in &mut self.rows {
-            if Self::is_schedulable(row, now) {
+            if Self::is_schedulable(row, now) && !leave.contains(&row.message_id) {
                 row.created_at = row.next_attempt_at.unwrap_or(row.created_at);
                 row.next_attempt_at = None;
                 moved.push(row.message_id);

@@ -718,7 +718,28 @@ impl Oracle {
                 let mut moved = if reap {
                     b.auditor.reap(&mut b.outbox, at)
                 } else if self.policy.scheduler {
-                    b.auditor.schedule(&mut b.outbox, at, at)
+                    // Concurrent relays: the scheduler's statement, like a claim, does not see a
+                    // row another transaction held or committed after it began (its snapshot
+                    // is older, or it waited and found the row changed). Such a row stays; one
+                    // no transaction of the history can explain waits for evidence (a skip).
+                    let mut leave: SmallVec<[MessageId; 2]> = SmallVec::new();
+                    if !self.serial {
+                        let passed: Vec<(MessageId, Row)> = b
+                            .outbox
+                            .rows()
+                            .iter()
+                            .filter(|r| Outbox::is_schedulable(r, at) && !messages.contains(&r.message_id))
+                            .map(|r| (r.message_id, *r))
+                            .collect();
+                        for (id, row) in passed {
+                            if !self.held_elsewhere(b, id, begin, line) {
+                                let step = std::sync::Arc::new(event.clone());
+                                b.skips.push(Skip { line, begin, settled: false, message: id, row, claim: step });
+                            }
+                            leave.push(id);
+                        }
+                    }
+                    b.auditor.schedule_except(&mut b.outbox, at, at, &leave)
                 } else {
                     // A design without a scheduler has none to move anything.
                     Vec::new()

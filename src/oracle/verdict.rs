@@ -284,9 +284,10 @@ pub enum Finding {
     Scheduled { model: Vec<MessageId>, got: Vec<MessageId> },
     /// A requeue's result differs from the model's.
     RequeueResult { model: RequeueResult, got: String },
-    /// A claim passed over a claimable row no transaction of the history could have locked; the
-    /// line of an earlier write of unknown outcome to it, where there is one.
-    Skipped { message: MessageId, unknown_write_at: Option<usize> },
+    /// A claim (or, with `schedule`, the scheduler) passed over a claimable (due) row no
+    /// transaction of the history could have locked; the line of an earlier write of unknown
+    /// outcome to it, where there is one.
+    Skipped { message: MessageId, unknown_write_at: Option<usize>, schedule: bool },
     /// No resolution of the unknown outcomes leaves a history for this event.
     NoHistory,
 }
@@ -415,7 +416,17 @@ impl Finding {
                 let model = if *model == RequeueResult::Applied { "applied" } else { "not_requeueable" };
                 (model.to_string(), got.clone())
             }
-            Finding::Skipped { message, unknown_write_at } => {
+            Finding::Skipped { message, unknown_write_at, schedule: true } => {
+                let name = m(*message);
+                let hint = unknown_write_hint(*unknown_write_at);
+                (
+                    format!("scheduling {name} too"),
+                    format!(
+                        "a scheduler step that passed over {name} while it was due, and no transaction of the history could have held its lock then (concurrency skip-locked){hint}"
+                    ),
+                )
+            }
+            Finding::Skipped { message, unknown_write_at, schedule: false } => {
                 let name = m(*message);
                 let hint = unknown_write_hint(*unknown_write_at);
                 (
