@@ -27,10 +27,43 @@ const APP: &str = "outbox-check";
 pub const NOT_JUDGED: [&str; 5] = [
     "a statement that changed no row (a write its fence refused, a claim that took nothing): no trigger fires, so a zero-row write the relay took for success is judged only by what follows it",
     "a publication the broker never stored (lost, refused, timed out): only stored copies reach the consumer",
-    "the attempt budget by publications (S3): the history holds no publication, so the budget is judged by the attempts the row counts (C2 where they depart from the design)",
+    "publications beyond the stored copies in the attempt budget (S3): the budget is judged by the copies the broker stored, a lower bound — a publication lost, refused or caught by the broker's deduplication is not counted",
     "which statement made a change: a write is read off the row's status before and after",
     "what the relay believed: its logs and return values are not read",
 ];
+
+/// Messages the broker stored more copies of than a budget of `max` allows publications (S3).
+/// Every stored copy is a publication of its own — a stream sequence on NATS; on RabbitMQ a
+/// delivery not marked redelivered (a redelivery is a copy the consumer had, its ack lost) — so
+/// the copies are a lower bound on the publications, and more copies than `max` is more
+/// publications than `max`. A black-box run requeues nothing: one budget per message.
+pub fn over_budget(deliveries: &[Delivery], max: u32) -> Vec<String> {
+    let mut copies: std::collections::BTreeMap<&str, Vec<&Delivery>> = Default::default();
+    for d in deliveries {
+        let list = copies.entry(&d.message).or_default();
+        let again = match d.sequence {
+            Some(sequence) => list.iter().any(|c| c.sequence == Some(sequence)),
+            None => d.redelivered,
+        };
+        if !again {
+            list.push(d);
+        }
+    }
+    copies
+        .into_iter()
+        .filter(|(_, list)| list.len() > max as usize)
+        .map(|(message, mut list)| {
+            list.sort_by_key(|d| d.stored_ms);
+            let at: Vec<String> = list.iter().map(|d| secs(d.stored_ms.saturating_sub(CLOCK_OFFSET))).collect();
+            format!(
+                "{message}: {} copies stored (t={}), so at least {} publications against a budget of {max}",
+                list.len(),
+                at.join(", t="),
+                list.len()
+            )
+        })
+        .collect()
+}
 
 /// A user's relay process and what the run keeps of it.
 struct UserRelay {
@@ -569,9 +602,13 @@ pub fn run_relays(
         .filter(|(_, e)| e.is_some_and(|(s, attempts)| stuck(s, u32::try_from(attempts).unwrap_or(u32::MAX))))
         .map(|(m, e)| format!("{m} ({}, {} attempts)", shown(e), e.map_or(0, |e| e.1)))
         .collect();
+    let over_budget = over_budget(&deliveries, options.max_attempts);
     let mut broken = findings.broken.clone();
     if !stuck.is_empty() && !broken.iter().any(|b| b == "L1") {
         broken.push("L1".into());
+    }
+    if !over_budget.is_empty() && !broken.iter().any(|b| b == "S3") {
+        broken.push("S3".into());
     }
     let mut faults: Vec<String> = plan.iter().map(words).collect();
     faults.extend(exits);
@@ -622,6 +659,7 @@ pub fn run_relays(
         history: None,
         relay_command: Some(command.to_string()),
         stuck,
+        over_budget,
         not_judged: NOT_JUDGED.iter().map(|s| s.to_string()).collect(),
         replay: Some(replay_command(options, command, profile_path)),
         consumer_deduplicates: options.consumer_deduplicates,
@@ -640,4 +678,39 @@ pub fn run_relays(
     drop(scratch);
     drop(run);
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy(message: &str, sequence: Option<u64>, at: u64, redelivered: bool) -> Delivery {
+        Delivery {
+            message: message.into(),
+            copy: sequence.map_or_else(|| format!("unnamed copy {at}"), |s| format!("sequence {s}")),
+            sequence,
+            publication: None,
+            stored_ms: CLOCK_OFFSET + at,
+            received_ms: CLOCK_OFFSET + at,
+            redelivered,
+        }
+    }
+
+    #[test]
+    fn more_stored_copies_than_the_budget_is_s3_and_a_redelivery_is_no_copy() {
+        // NATS: a sequence delivered again is one copy; two sequences are two publications.
+        let nats = [copy("m1", Some(1), 10, false), copy("m1", Some(1), 20, true), copy("m2", Some(2), 30, false)];
+        assert!(over_budget(&nats, 1).is_empty());
+        let twice = [copy("m1", Some(1), 10, false), copy("m1", Some(4), 2500, false)];
+        assert_eq!(
+            over_budget(&twice, 1),
+            ["m1: 2 copies stored (t=0.01 s, t=2.50 s), so at least 2 publications against a budget of 1"]
+        );
+        assert!(over_budget(&twice, 2).is_empty(), "within a budget of 2");
+        // RabbitMQ: a redelivery is the copy the consumer had.
+        let rabbit = [copy("m1", None, 10, false), copy("m1", None, 20, true)];
+        assert!(over_budget(&rabbit, 1).is_empty());
+        let rabbit = [copy("m1", None, 10, false), copy("m1", None, 20, false)];
+        assert_eq!(over_budget(&rabbit, 1).len(), 1);
+    }
 }

@@ -413,6 +413,9 @@ pub struct RunReport {
     pub relay_command: Option<String>,
     /// Rows left waiting with their budget spent, which no claim takes again (L1).
     pub stuck: Vec<String>,
+    /// Messages the broker stored more copies of than the attempt budget allows (S3 by the
+    /// copies, a lower bound on the publications: `e2e --relay`).
+    pub over_budget: Vec<String>,
     /// What the run could not observe, and so did not judge.
     pub not_judged: Vec<String>,
     /// The command that runs the same schedule again (`e2e --relay`).
@@ -458,6 +461,7 @@ impl RunReport {
             && self.published_not_delivered.is_empty()
             && (self.duplicate_effects() == 0 || self.consumer_deduplicates)
             && self.stuck.is_empty()
+            && self.over_budget.is_empty()
     }
 
     pub fn duplicate_effects(&self) -> usize {
@@ -982,6 +986,7 @@ fn run_report(
         history: None,
         relay_command: None,
         stuck: Vec::new(),
+        over_budget: Vec::new(),
         not_judged: Vec::new(),
         replay: None,
         consumer_deduplicates: options.consumer_deduplicates,

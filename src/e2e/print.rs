@@ -157,6 +157,12 @@ pub fn print(report: &RunReport) {
             report.stuck.join(", ")
         );
     }
+    if !report.over_budget.is_empty() {
+        println!("S3 VIOLATED: the broker stored more copies than the attempt budget allows publications:");
+        for what in &report.over_budget {
+            println!("  {what}");
+        }
+    }
     if !report.not_judged.is_empty() {
         println!("Not judged (black-box observation cannot see it):");
         for what in &report.not_judged {
@@ -215,8 +221,16 @@ fn verdict(report: &RunReport) -> String {
         if !report.not_terminal.is_empty() {
             failed.push(format!("{} not terminal", crate::report::count(report.not_terminal.len() as u64, "message")));
         }
-        if !report.stuck.is_empty() && !report.broken.iter().any(|b| b == "L1") {
+        // Named by the oracle's line above, or here.
+        let named = |p: &str| report.oracle_fails_the_run && report.broken.iter().any(|b| b == p);
+        if !report.stuck.is_empty() && !named("L1") {
             failed.push(format!("L1 ({} stuck with the budget spent)", report.stuck.len()));
+        }
+        if !report.over_budget.is_empty() && !named("S3") {
+            failed.push(format!(
+                "S3 ({} published more often than the budget)",
+                crate::report::count(report.over_budget.len() as u64, "message")
+            ));
         }
         format!("FAILED: {}", failed.join(", "))
     }
