@@ -818,13 +818,18 @@ impl Oracle {
 
     /// Whether a transaction of the history may have held `id`'s lock while a claim that began
     /// after line `begin` ran and committed at line `skip`: one that locked it and committed
-    /// after `begin`, or one of unknown outcome that ran then (decision 71). A claim of unknown
+    /// after `begin` (the enqueue too), or one of unknown outcome that ran then (decision 71). A claim of unknown
     /// outcome could lock only rows of its tenant (where the design's claim is scoped to one)
     /// committed before it was logged, at most its batch of them, the same ones throughout: a
     /// row it is the only excuse for is noted as one it holds in this resolution, and must fit
     /// beside those it holds already — also once it is over.
     fn held_elsewhere(&self, b: &mut Branch, id: MessageId, begin: usize, skip: usize) -> bool {
         if self.locks.get(id.0 as usize).is_some_and(|l| l.end > begin || !l.open.is_empty()) {
+            return true;
+        }
+        // Enqueued by a transaction that committed after the statement began: its snapshot may
+        // not have the row at all (decision 102).
+        if self.enqueued(id) > begin {
             return true;
         }
         self.hold(b, None, HeldRow { message: id, begin, skip })

@@ -446,7 +446,7 @@ fn version_1_defaults_to_skip_locked_and_version_2_to_serial() {
     let v1 = format!("{}\n{body}", r#"{"format":"outbox-check-trace","version":1,"max_attempts":3}"#);
     let v2 = format!("{}\n{body}", r#"{"format":"outbox-check-trace","version":2,"max_attempts":3}"#);
     assert!(verdict("v1", &v1).is_ok());
-    assert_eq!(verdict("v2", &v2), Err((Some("C1".to_string()), 4)));
+    assert_eq!(verdict("v2", &v2), Err((Some("C1".to_string()), 5)));
     // Under skip-locked the evidence matters: without relay-b's claim of m1, m1 was free.
     let without: String = v1.lines().filter(|l| !l.contains("relay-b")).map(|l| format!("{l}\n")).collect();
     assert_eq!(verdict("without", &without).map_err(|(p, _)| p), Err(Some("C1".to_string())));
@@ -524,6 +524,8 @@ fn declared_relays_settle_a_skip_that_an_unlisted_relay_would_excuse() {
         r#"{"event":"enqueue","tenant":"acme","aggregate":"o1","expected_version":0,"message":"m1","now":0,"result":"applied"}"#,
         r#"{"event":"enqueue","tenant":"acme","aggregate":"o2","expected_version":0,"message":"m2","now":10,"result":"applied"}"#,
         r#"{"event":"claim","relay":"relay-b","tenant":"other","batch":1,"lease_ms":30000,"now":900,"leases":[]}"#,
+        // relay-a's next statement began after the enqueues (decision 102).
+        r#"{"event":"claim","relay":"relay-a","tenant":"other","batch":1,"lease_ms":30000,"now":950,"leases":[]}"#,
         r#"{"event":"claim","relay":"relay-a","tenant":"acme","batch":1,"lease_ms":30000,"now":1000,"leases":[{"message":"m2","token":"1","attempts":1}]}"#,
         r#"{"event":"publish","relay":"relay-a","message":"m2","key":"m2","answer":"ack","token":"1"}"#,
         r#"{"event":"claim","relay":"relay-b","tenant":"other","batch":1,"lease_ms":30000,"now":1100,"leases":[]}"#,
@@ -539,7 +541,7 @@ fn declared_relays_settle_a_skip_that_an_unlisted_relay_would_excuse() {
         "{}\n{body}\n",
         r#"{"format":"outbox-check-trace","version":2,"max_attempts":3,"concurrency":"skip-locked","relays":["relay-a","relay-b"]}"#
     );
-    assert_eq!(verdict("listed", &listed), Err((Some("C1".to_string()), 5)));
+    assert_eq!(verdict("listed", &listed), Err((Some("C1".to_string()), 6)));
 }
 
 /// A write whose outcome the relay never learnt, then a claim of its row that counts attempts
