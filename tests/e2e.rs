@@ -35,9 +35,7 @@ fn e2e(url: &str, nats: &std::path::Path, args: &[&str]) -> (Output, serde_json:
         )
     });
     // Every report matches docs/json/e2e.schema.json.
-    let schema: serde_json::Value = serde_json::from_str(include_str!("../docs/json/e2e.schema.json")).unwrap();
-    let validator = jsonschema::validator_for(&schema).expect("a valid schema");
-    let errors: Vec<String> = validator.iter_errors(&json).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    let errors = common::e2e_schema_errors(&json);
     assert!(errors.is_empty(), "e2e {args:?}: {errors:?}");
     (out, json)
 }

@@ -109,9 +109,7 @@ fn run(
             String::from_utf8_lossy(&out.stderr)
         )
     });
-    let schema: serde_json::Value = serde_json::from_str(include_str!("../docs/json/e2e.schema.json")).unwrap();
-    let validator = jsonschema::validator_for(&schema).expect("a valid schema");
-    let errors: Vec<String> = validator.iter_errors(&json).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    let errors = common::e2e_schema_errors(&json);
     assert!(errors.is_empty(), "{command}: {errors:?}");
     if let Some(history) = json["history"].as_str() {
         std::fs::remove_file(history).ok();

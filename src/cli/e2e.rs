@@ -105,7 +105,7 @@ pub struct Args {
     pub rabbitmq_url: String,
     /// The design the relays run: a built-in or a design file whose SQL outbox-check
     /// generates (the messaging_outbox table, counter tokens).
-    #[arg(long, visible_alias = "design", value_parser = parse_design, default_value = "reference")]
+    #[arg(long, visible_alias = "design", value_parser = parse_design, default_value = "reference", conflicts_with = "relay")]
     pub variant: Design,
     /// Relay processes.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=32))]

@@ -18,8 +18,8 @@ pub struct Proxy {
 
 #[derive(Default)]
 struct State {
-    /// Both ends of every connection still open.
-    live: Mutex<Vec<(TcpStream, TcpStream)>>,
+    /// Both ends of every connection still open, by the connection's number.
+    live: Mutex<Vec<(u64, TcpStream, TcpStream)>>,
     /// The local port of every connection made upstream, in order.
     upstream_ports: Mutex<Vec<u16>>,
     stopped: AtomicBool,
@@ -35,7 +35,7 @@ impl Proxy {
         let state = Arc::new(State::default());
         let shared = state.clone();
         std::thread::spawn(move || {
-            for client in listener.incoming() {
+            for (number, client) in (0u64..).zip(listener.incoming()) {
                 if shared.stopped.load(Ordering::Relaxed) {
                     break;
                 }
@@ -50,11 +50,11 @@ impl Proxy {
                 }
                 let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else { continue };
                 if let (Ok(c3), Ok(s3)) = (client.try_clone(), server.try_clone()) {
-                    shared.live.lock().unwrap_or_else(|p| p.into_inner()).push((c3, s3));
+                    shared.live.lock().unwrap_or_else(|p| p.into_inner()).push((number, c3, s3));
                 }
                 let (one, other) = (shared.clone(), shared.clone());
-                std::thread::spawn(move || pipe(client, server, &one));
-                std::thread::spawn(move || pipe(s2, c2, &other));
+                std::thread::spawn(move || pipe(client, server, &one, number));
+                std::thread::spawn(move || pipe(s2, c2, &other, number));
             }
         });
         Ok(Proxy { port, state })
@@ -85,7 +85,7 @@ impl Proxy {
 
 impl State {
     fn cut(&self) {
-        for (client, server) in self.live.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+        for (_, client, server) in self.live.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
             let _ = client.shutdown(Shutdown::Both);
             let _ = server.shutdown(Shutdown::Both);
         }
@@ -102,8 +102,9 @@ impl Drop for Proxy {
 }
 
 /// Copies `from` to `to` until either side ends, then closes both; bytes read during a
-/// partition are held until it ends (and dropped when it ends in a cut).
-fn pipe(mut from: TcpStream, mut to: TcpStream, state: &State) {
+/// partition are held until it ends (and dropped when it ends in a cut). The connection
+/// (`number`) is then no longer live.
+fn pipe(mut from: TcpStream, mut to: TcpStream, state: &State, number: u64) {
     let mut buffer = [0u8; 16 * 1024];
     loop {
         match from.read(&mut buffer) {
@@ -120,4 +121,5 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, state: &State) {
     }
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
+    state.live.lock().unwrap_or_else(|p| p.into_inner()).retain(|(n, ..)| *n != number);
 }

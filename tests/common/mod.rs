@@ -80,3 +80,12 @@ pub fn output_within(command: &mut std::process::Command, limit: std::time::Dura
     let (stdout, stderr) = (stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default());
     std::process::Output { status, stdout, stderr }
 }
+
+/// Where `value` departs from the e2e report's JSON Schema (docs/json/e2e.schema.json); empty
+/// where it matches.
+#[allow(dead_code)]
+pub fn e2e_schema_errors(value: &serde_json::Value) -> Vec<String> {
+    let schema: serde_json::Value = serde_json::from_str(include_str!("../../docs/json/e2e.schema.json")).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+    validator.iter_errors(value).map(|e| format!("{e} at {}", e.instance_path())).collect()
+}

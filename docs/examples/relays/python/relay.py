@@ -52,31 +52,26 @@ BATCH = int(env.get("OUTBOX_CHECK_BATCH", "10"))
 POLL_S = int(env.get("OUTBOX_CHECK_POLL_MS", "50")) / 1000
 
 CLAIM = "SELECT id, lock_token, attempt FROM queue.claim(%s, %s, %s::interval, %s)"
+# The rows queue.claim() picks, for the flawed claims below (parameters: tenant, batch).
+PICK = """SELECT d.id FROM queue.jobs AS d
+         WHERE d.tenant = %s AND d.state IN ('available', 'unknown', 'running')
+           AND (d.locked_until IS NULL OR d.locked_until <= now())
+           AND (d.run_at IS NULL OR d.run_at <= now())
+           AND d.attempt < d.max_attempts
+         ORDER BY coalesce(d.run_at, d.created), d.id
+         LIMIT %s
+         FOR UPDATE SKIP LOCKED"""
 # The claim queue.claim() makes, without counting the attempt (attempts-at-ambiguous).
-CLAIM_UNCOUNTED = """
+CLAIM_UNCOUNTED = f"""
 UPDATE queue.jobs AS j
    SET state = 'running', locked_until = now() + %s::interval, locked_by = %s, lock_token = j.lock_token + 1
- WHERE j.id IN (SELECT d.id FROM queue.jobs AS d
-                 WHERE d.tenant = %s AND d.state IN ('available', 'unknown', 'running')
-                   AND (d.locked_until IS NULL OR d.locked_until <= now())
-                   AND (d.run_at IS NULL OR d.run_at <= now())
-                   AND d.attempt < d.max_attempts
-                 ORDER BY coalesce(d.run_at, d.created), d.id
-                 LIMIT %s
-                 FOR UPDATE SKIP LOCKED)
+ WHERE j.id IN ({PICK})
 RETURNING j.id, j.lock_token, j.attempt"""
 # Seed 000's V1 leaseBatch: status and expiry, nothing else.
-LEASE_BATCH = """
+LEASE_BATCH = f"""
 UPDATE queue.jobs AS j
    SET state = 'running', locked_until = now() + %s::interval
- WHERE j.id IN (SELECT d.id FROM queue.jobs AS d
-                 WHERE d.tenant = %s AND d.state IN ('available', 'unknown', 'running')
-                   AND (d.locked_until IS NULL OR d.locked_until <= now())
-                   AND (d.run_at IS NULL OR d.run_at <= now())
-                   AND d.attempt < d.max_attempts
-                 ORDER BY coalesce(d.run_at, d.created), d.id
-                 LIMIT %s
-                 FOR UPDATE SKIP LOCKED)
+ WHERE j.id IN ({PICK})
 RETURNING j.id, j.lock_token, j.attempt"""
 FENCE = "WHERE id = %s AND tenant = %s AND state = 'running' AND locked_by = %s AND lock_token = %s"
 BY_ID = "WHERE id = %s"
