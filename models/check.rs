@@ -32,6 +32,9 @@ pub struct CheckOptions {
     pub liveness_states_max: usize,
     /// Search only this part of the state space (safety and reachability; no liveness).
     pub shard: Option<crate::graph::Shard>,
+    /// Divide the complete check among these workers by owner ([`crate::cluster`]; safety and
+    /// reachability, no liveness).
+    pub workers: Option<crate::cluster::Workers>,
     /// Let the complete check erase what only the safety properties the first exact search
     /// already broke read (on by default; off only to show that it changes no verdict).
     pub settle: bool,
@@ -46,6 +49,7 @@ impl Default for CheckOptions {
             liveness: true,
             liveness_states_max: 50_000_000,
             shard: None,
+            workers: None,
             settle: true,
         }
     }
@@ -168,6 +172,10 @@ pub struct CheckReport {
     /// When this report merges the reports of a sharded search: how many shards.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merged_shards: Option<u32>,
+    /// When the complete check was divided among workers: the states each kept and expanded,
+    /// in worker order (their sum is `unique_states`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_states: Option<Vec<usize>>,
     /// How far apart, in the model's ticks, a message's first and last publication can be: what
     /// a broker's deduplication window must cover ([`publication_span`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -265,6 +273,17 @@ pub const DISCOVERY_STATES: usize = 200_000;
 /// check finds holding holds; a violation it reports is confirmed by an exact path, or the
 /// verdict is unknown.
 pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(usize, usize) + Sync)) -> CheckReport {
+    assert!(options.workers.is_none(), "a check divided among workers can fail to start: use try_check");
+    try_check(config, options, progress).expect("a check in this process")
+}
+
+/// [`check`], with the complete check divided among [`CheckOptions::workers`] where set: an
+/// error (one line) where the workers could not start — an address taken or unreachable.
+pub fn try_check(
+    config: &WorldConfig,
+    options: &CheckOptions,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<CheckReport, String> {
     let started = Instant::now();
     let budget = Budget::new(started, options);
     let exact = OutboxModel::new(config.clone());
@@ -301,7 +320,7 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
     let stop = || budget.exceeded().is_some();
     let normalisation =
         outbox_check::world::Abstraction { tracked: tracked & outbox_check::world::ABSTRACTION_READS, settled };
-    let share = options.liveness && options.shard.is_none();
+    let share = options.liveness && options.shard.is_none() && options.workers.is_none();
     let job = crate::graph::Explore {
         config,
         normalisation: Some(normalisation),
@@ -311,7 +330,17 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
         limit_stops: false,
         shard: options.shard,
     };
-    let mut found = crate::graph::explore(&job, &stop, progress);
+    let mut worker_states = None;
+    let mut found = match &options.workers {
+        None => crate::graph::explore(&job, &stop, progress),
+        Some(workers) => match crate::cluster::explore(config, Some(normalisation), workers, &stop, progress) {
+            Ok((found, counts)) => {
+                worker_states = Some(counts.iter().map(|c| c.unique).collect());
+                found
+            }
+            Err(problem) => return Err(format!("the search workers could not run: {problem}")),
+        },
+    };
     let shared = share.then(|| match found.graph.take() {
         Some(graph) if found.complete => Ok(graph),
         _ => Err(crate::liveness::TooLarge { states: found.unique, budget: budget.exceeded() }),
@@ -425,7 +454,7 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
         liveness_states = states;
         properties.extend(results);
     }
-    CheckReport {
+    Ok(CheckReport {
         fleet: config.relays.iter().map(|r| r.design.name().to_string()).collect(),
         config: config.clone(),
         states: found.generated,
@@ -444,8 +473,9 @@ pub fn check(config: &WorldConfig, options: &CheckOptions, progress: &(dyn Fn(us
         path_search_states,
         complete: budget.exceeded().is_none(),
         liveness_states,
+        worker_states,
         properties,
-    }
+    })
 }
 
 /// Combines the reports of the shards of one sharded search (`check --shard I/N`, every `I`
@@ -530,6 +560,7 @@ pub fn merge_shards(reports: Vec<(String, CheckReport)>) -> Result<CheckReport, 
         complete,
         liveness_states: None,
         shard: None,
+        worker_states: None,
         merged_shards: Some(info.count),
         publication_span: first.publication_span.clone(),
         properties,

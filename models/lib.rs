@@ -5,6 +5,7 @@
 //! - [`outbox`] — the stateright `Model` over the world; the properties and reachability list.
 //! - [`check`] — `outbox-check check`: the complete check, shortest counterexamples, verdicts.
 //! - [`graph`] — the complete check's own search over fingerprints, and sharding.
+//! - [`cluster`] — the same search divided among workers by owner, on timely dataflow.
 //! - [`liveness`] — L1–L3 by a fair-lasso search under weak fairness.
 //! - [`replay`] — a path of the reduced model back in the fleet's own names and times.
 //! - [`explorer`] — the interactive explorer's HTTP front.
@@ -14,6 +15,7 @@
 //! It depends on the library only; nothing here restates an outbox rule.
 
 pub mod check;
+pub mod cluster;
 pub mod conform;
 pub mod explorer;
 pub mod graph;

@@ -747,3 +747,67 @@ fn every_mutant_is_killed_by_the_check_command_mutants_names() {
     let (code, v) = check(&reference);
     assert_eq!(code, Some(0), "{reference}: {v}");
 }
+
+/// `check --workers 1 --hosts FILE --process I` in two processes on loopback (timely's
+/// cluster): each prints the whole report — the unique states of the search in one process,
+/// divided between the two — and the same verdicts. A process index past the file, or a file
+/// that cannot be read, is one line and exit 2.
+#[test]
+fn two_processes_divide_one_check() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("workers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Two free loopback ports (timely binds them itself).
+    let ports: Vec<u16> = (0..2)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect::<Vec<_>>()
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    let hosts = dir.join("hosts");
+    std::fs::write(&hosts, ports.iter().map(|p| format!("127.0.0.1:{p}\n")).collect::<String>()).unwrap();
+    let hosts = hosts.to_str().unwrap();
+    let base = ["check", "--variant", "legacy-v1", "--json", "--quiet", "--no-write"];
+    let whole = run(&[&base[..], &["--no-liveness"]].concat());
+    let process = |i: &str| {
+        Command::new(env!("CARGO_BIN_EXE_outbox-check"))
+            .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
+            .args([&base[..], &["--workers", "1", "--hosts", hosts, "--process", i]].concat())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (one, zero) = (process("1"), process("0"));
+    let outs = [zero.wait_with_output().unwrap(), one.wait_with_output().unwrap()];
+    let json = |bytes: &[u8]| -> serde_json::Value { serde_json::from_slice(bytes).expect("JSON on stdout") };
+    let verdicts = |v: &serde_json::Value| {
+        v["properties"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["id"].to_string(), p["status"].to_string(), p["counterexample"].as_array().map(|c| c.len())))
+            .collect::<Vec<_>>()
+    };
+    let whole = json(&whole.stdout);
+    for out in &outs {
+        assert_eq!(out.status.code(), Some(1), "legacy-v1 breaks properties: {}", text(&out.stderr));
+        let report = json(&out.stdout);
+        assert_eq!(report["unique_states"], whole["unique_states"]);
+        assert_eq!(verdicts(&report), verdicts(&whole));
+        let states: Vec<u64> =
+            report["worker_states"].as_array().expect("worker_states").iter().map(|n| n.as_u64().unwrap()).collect();
+        assert_eq!(states.len(), 2);
+        assert_eq!(states.iter().sum::<u64>(), whole["unique_states"].as_u64().unwrap());
+        assert!(states.iter().all(|s| *s > 0), "{states:?}");
+    }
+    for (extra, says) in [
+        (vec!["--workers", "1", "--hosts", hosts, "--process", "2"], "lists 2 processes"),
+        (vec!["--workers", "1", "--hosts", "/nonexistent/hosts", "--process", "0"], "--hosts /nonexistent/hosts"),
+    ] {
+        let out = run(&[&base[..], &extra[..]].concat());
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(says) && err.trim_end().lines().count() == 1, "{extra:?}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

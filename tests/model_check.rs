@@ -954,3 +954,46 @@ fn a_complete_check_bounds_the_chance_of_a_fingerprint_collision() {
     assert!(outbox_check_models::check::collision_bound(usize::MAX) <= 1.0);
     assert_eq!(outbox_check_models::check::collision_bound(1), 0.0);
 }
+
+/// The complete check divided among timely workers by owner (`check --workers N`, issue 31):
+/// every design and mixed fleet of `every_fleet` at one message, and reference at two, give
+/// with 1, 2 and 4 workers the same states, depth, verdicts, reachability
+/// and counterexample lengths as the search in one process; the workers' own counts add up to
+/// the unique states, and with 4 no worker holds more than half of them.
+#[test]
+fn workers_divide_the_complete_check_and_change_no_verdict() {
+    use outbox_check_models::check::try_check;
+    use outbox_check_models::cluster::Workers;
+    let mut configs: Vec<WorldConfig> =
+        every_fleet().iter().map(|d| WorldConfig::fleet(d, 1, 1, 3, Faults::all())).collect();
+    configs.push(fleet(&["reference", "reference"], 2));
+    let verdicts = |r: &CheckReport| {
+        r.properties
+            .iter()
+            .map(|p| (p.id.clone(), p.status.clone(), p.counterexample.as_ref().map(|c| c.len())))
+            .collect::<Vec<_>>()
+    };
+    for config in configs {
+        let name = config.relays.iter().map(|r| r.design.name().to_string()).collect::<Vec<_>>().join("+");
+        let options = CheckOptions { liveness: false, ..CheckOptions::default() };
+        let whole = check(&config, &options, &|_, _| {});
+        for n in [1, 2, 4] {
+            let workers = Some(Workers::Here { threads: n });
+            let divided = try_check(&config, &CheckOptions { workers, ..options.clone() }, &|_, _| {})
+                .expect("workers in this process");
+            assert!(divided.complete, "{name} on {n} workers");
+            assert_eq!(
+                (divided.states, divided.unique_states, divided.max_depth),
+                (whole.states, whole.unique_states, whole.max_depth),
+                "{name} on {n} workers"
+            );
+            assert_eq!(verdicts(&divided), verdicts(&whole), "{name} on {n} workers");
+            let states = divided.worker_states.expect("the workers' counts");
+            assert_eq!(states.len(), n, "{name}");
+            assert_eq!(states.iter().sum::<usize>(), whole.unique_states, "{name} on {n} workers");
+            if n == 4 && whole.unique_states >= 1000 {
+                assert!(states.iter().all(|s| *s <= whole.unique_states / 2), "{name}: {states:?}");
+            }
+        }
+    }
+}

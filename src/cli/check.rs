@@ -41,9 +41,16 @@ pub(crate) fn check_command(
         }
     };
     let bar = spinner(quiet, "model checking");
-    let report = check(&config, options, &|states, unique| {
+    let report = match try_check(&config, options, &|states, unique| {
         bar.set_message(format!("model checking: {states} states generated, {unique} unique"));
-    });
+    }) {
+        Ok(report) => report,
+        Err(problem) => {
+            bar.finish_and_clear();
+            eprintln!("outbox-check: {problem}");
+            return ExitCode::from(2);
+        }
+    };
     bar.finish_and_clear();
     let command = outbox_check::report::check_command(&config);
     let mut written = Vec::new();
@@ -113,6 +120,13 @@ pub(crate) fn print_check(report: &CheckReport, port: u16, written: &[std::path:
             "Shard {}/{} (split at depth {}): the verdicts below are this part's only — \
              `outbox-check merge` of every shard's --json gives the search's.\n",
             shard.index, shard.count, shard.depth
+        );
+    }
+    if let Some(states) = &report.worker_states {
+        println!(
+            "Divided among {} workers by owner: each kept and expanded the states it owns ({}).\n",
+            states.len(),
+            states.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ")
         );
     }
     if let Some(n) = report.merged_shards {
@@ -234,8 +248,20 @@ pub struct Args {
     /// Search only part I of N (0 <= I < N) of the state space, for one job of a CI matrix
     /// or an indexed job; `outbox-check merge` combines the N shards' --json into the
     /// search's verdict. Safety and reachability only: liveness needs the whole graph.
-    #[arg(long, value_parser = parse_shard, value_name = "I/N")]
+    #[arg(long, value_parser = parse_shard, value_name = "I/N", conflicts_with = "workers")]
     pub shard: Option<(u64, u64)>,
+    /// Divide the complete check among N workers (timely dataflow threads) by owner: each
+    /// keeps and expands the states whose fingerprint it owns. With --hosts, N in each process.
+    /// Safety and reachability only.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub workers: Option<u64>,
+    /// With --workers: the cluster's processes, one host:port a line, the same file in every
+    /// process; each process is started with its --process. Every process prints the report.
+    #[arg(long, value_name = "FILE", requires = "workers", requires = "process")]
+    pub hosts: Option<std::path::PathBuf>,
+    /// With --hosts: this process's line in the file, from 0.
+    #[arg(long, value_name = "I", requires = "hosts")]
+    pub process: Option<usize>,
     /// Write each counterexample under DIR/<fleet>/ (Markdown, JSON, trace, ITF). Without
     /// it nothing is written.
     #[arg(long, value_name = "DIR")]
@@ -256,8 +282,54 @@ pub struct Args {
 
 /// Runs `outbox-check check`; returns the exit code.
 pub fn run(args: Args) -> ExitCode {
-    let Args { fleet, threads, timeout, max_memory, no_liveness, shard, out, no_write: _, explorer_port, json, quiet } =
-        args;
+    let Args {
+        fleet,
+        threads,
+        timeout,
+        max_memory,
+        no_liveness,
+        shard,
+        workers,
+        hosts,
+        process,
+        out,
+        no_write: _,
+        explorer_port,
+        json,
+        quiet,
+    } = args;
+    let workers = match (workers, hosts, process) {
+        (None, ..) => None,
+        (Some(n), None, _) => Some(Workers::Here { threads: n as usize }),
+        (Some(n), Some(file), Some(process)) => {
+            let hosts: Vec<String> = match std::fs::read_to_string(&file) {
+                Ok(text) => text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .map(str::to_string)
+                    .collect(),
+                Err(e) => {
+                    eprintln!("outbox-check: --hosts {}: {e}", file.display());
+                    return ExitCode::from(2);
+                }
+            };
+            if process >= hosts.len() {
+                eprintln!(
+                    "outbox-check: --process {process}: {} lists {} processes (0 to {})",
+                    file.display(),
+                    hosts.len(),
+                    hosts.len().saturating_sub(1)
+                );
+                return ExitCode::from(2);
+            }
+            Some(Workers::Cluster { threads: n as usize, process, hosts })
+        }
+        (Some(_), Some(_), None) => {
+            eprintln!("outbox-check: --hosts needs --process");
+            return ExitCode::from(2);
+        }
+    };
     let shard = match shard.map(|(index, count)| (u32::try_from(index), u32::try_from(count))) {
         None => None,
         Some((Ok(index), Ok(count))) => Some(outbox_check_models::graph::Shard { index, count }),
@@ -270,8 +342,9 @@ pub fn run(args: Args) -> ExitCode {
         threads: threads as usize,
         timeout: timeout.map(std::time::Duration::from_secs),
         max_memory: max_memory.map(|gb| (gb * 1e9) as u64).or_else(|| memory_total().map(|total| total / 10 * 8)),
-        liveness: !no_liveness && shard.is_none(),
+        liveness: !no_liveness && shard.is_none() && workers.is_none(),
         shard,
+        workers,
         ..CheckOptions::default()
     };
     check_command(&fleet, &options, out.as_deref(), explorer_port, json, quiet)

@@ -6,7 +6,8 @@
 use clap::{Parser, Subcommand};
 use outbox_check::design::{Design, Mutant, Variant};
 use outbox_check::world::{Faults, WorldConfig};
-use outbox_check_models::check::{check, CheckOptions, CheckReport, Kind, Verdict};
+use outbox_check_models::check::{try_check, CheckOptions, CheckReport, Kind, Verdict};
+use outbox_check_models::cluster::Workers;
 
 // Model checking clones and drops millions of small states; mimalloc makes that allocation
 // cheaper than the system allocator does.
