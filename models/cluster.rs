@@ -29,14 +29,6 @@ pub enum Workers {
 }
 
 impl Workers {
-    /// Workers in all.
-    pub fn count(&self) -> usize {
-        match self {
-            Workers::Here { threads } => *threads,
-            Workers::Cluster { threads, hosts, .. } => threads * hosts.len(),
-        }
-    }
-
     fn config(&self) -> timely::Config {
         let communication = match self {
             Workers::Here { threads: 1 } => timely::CommunicationConfig::Thread,

@@ -14,6 +14,16 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// A `check --json` report's verdicts: each property's id, status and counterexample length.
+fn verdicts(report: &serde_json::Value) -> Vec<(String, String, Option<usize>)> {
+    report["properties"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["id"].to_string(), p["status"].to_string(), p["counterexample"].as_array().map(|c| c.len())))
+        .collect()
+}
+
 /// `trace` on a fixture that diverges: its words, after asserting exit 1.
 fn diverging(args: &[&str]) -> String {
     let out = run(args);
@@ -521,16 +531,8 @@ fn sharded_check_merges_into_the_unsharded_verdicts() {
     let names: Vec<&str> = files.iter().map(String::as_str).collect();
     let merged = run(&args(&[&names[..], &["--json"]].concat()));
     assert_eq!(merged.status.code(), whole.status.code(), "{}", text(&merged.stderr));
-    let verdicts = |bytes: &[u8]| {
-        let v: serde_json::Value = serde_json::from_slice(bytes).expect("JSON");
-        v["properties"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| (p["id"].to_string(), p["status"].to_string(), p["counterexample"].as_array().map(|c| c.len())))
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(verdicts(&merged.stdout), verdicts(&whole.stdout));
+    let json = |bytes: &[u8]| -> serde_json::Value { serde_json::from_slice(bytes).expect("JSON") };
+    assert_eq!(verdicts(&json(&merged.stdout)), verdicts(&json(&whole.stdout)));
     let table = text(&run(&args(&names)).stdout);
     assert!(
         table.contains("Merged from 3 shards")
@@ -780,14 +782,6 @@ fn two_processes_divide_one_check() {
     let (one, zero) = (process("1"), process("0"));
     let outs = [zero.wait_with_output().unwrap(), one.wait_with_output().unwrap()];
     let json = |bytes: &[u8]| -> serde_json::Value { serde_json::from_slice(bytes).expect("JSON on stdout") };
-    let verdicts = |v: &serde_json::Value| {
-        v["properties"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| (p["id"].to_string(), p["status"].to_string(), p["counterexample"].as_array().map(|c| c.len())))
-            .collect::<Vec<_>>()
-    };
     let whole = json(&whole.stdout);
     for out in &outs {
         assert_eq!(out.status.code(), Some(1), "legacy-v1 breaks properties: {}", text(&out.stderr));

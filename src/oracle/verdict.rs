@@ -416,23 +416,18 @@ impl Finding {
                 let model = if *model == RequeueResult::Applied { "applied" } else { "not_requeueable" };
                 (model.to_string(), got.clone())
             }
-            Finding::Skipped { message, unknown_write_at, schedule: true } => {
+            Finding::Skipped { message, unknown_write_at, schedule } => {
                 let name = m(*message);
                 let hint = unknown_write_hint(*unknown_write_at);
+                let (model, step, ready) = if *schedule {
+                    (format!("scheduling {name} too"), "a scheduler step", "due")
+                } else {
+                    (format!("a claim of {name} too"), "a claim", "claimable")
+                };
                 (
-                    format!("scheduling {name} too"),
+                    model,
                     format!(
-                        "a scheduler step that passed over {name} while it was due, and no transaction of the history could have held its lock then (concurrency skip-locked){hint}"
-                    ),
-                )
-            }
-            Finding::Skipped { message, unknown_write_at, schedule: false } => {
-                let name = m(*message);
-                let hint = unknown_write_hint(*unknown_write_at);
-                (
-                    format!("a claim of {name} too"),
-                    format!(
-                        "a claim that passed over {name} while it was claimable, and no transaction of the history could have held its lock then (concurrency skip-locked){hint}"
+                        "{step} that passed over {name} while it was {ready}, and no transaction of the history could have held its lock then (concurrency skip-locked){hint}"
                     ),
                 )
             }
